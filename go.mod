@@ -1,0 +1,3 @@
+module github.com/redlite/batch
+
+go 1.26
