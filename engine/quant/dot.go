@@ -1,0 +1,310 @@
+package quant
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// DotF32 returns the dot product of one row of type t holding len(x) elements with the
+// float32 activations x. The result equals the float32 dot product of the dequantized row
+// with x up to the rounding of a different summation order.
+//
+// DotF32 sits in the innermost loop of every matrix product, so it does not return errors:
+// the caller checks each weight tensor once with CheckRow, and a row of the wrong length or
+// an unsupported type panics here as a programming error.
+func DotF32(t Type, row []byte, x []float32) float32 {
+	n := len(x)
+	if int(t) >= len(decoderByID) || decoderByID[t] == nil {
+		panic(fmt.Sprintf("quant: DotF32 on unsupported type %v", t))
+	}
+	bs, ts := t.BlockSize(), t.TypeSize()
+	if n%bs != 0 || len(row) != n/bs*ts {
+		panic(fmt.Sprintf("quant: DotF32 %v: %d bytes for %d elements", t, len(row), n))
+	}
+	if n == 0 {
+		return 0
+	}
+	switch t {
+	case F32:
+		return Dot(unsafe.Slice((*float32)(unsafe.Pointer(&row[0])), n), x)
+	case F16:
+		return dotF16(unsafe.Slice((*uint16)(unsafe.Pointer(&row[0])), n), x)
+	case Q8_0:
+		return dotQ8_0(row, x)
+	case Q4_K:
+		return dotQ4_K(row, x)
+	case Q6_K:
+		return dotQ6_K(row, x)
+	case Q5_K:
+		return dotQ5_KGo(row, x)
+	case Q2_K:
+		return dotQ2_KGo(row, x)
+	case IQ2_XXS:
+		return dotIQ2_XXSGo(row, x)
+	}
+	return dotGeneric(t, row, x)
+}
+
+// decoderByID is decoders as an array, for a cheaper lookup on the hot path.
+var decoderByID = func() (a [64]blockDecoder) {
+	for t, d := range decoders {
+		a[t] = d
+	}
+	return a
+}()
+
+// dotGeneric expands one block at a time into a stack buffer and dots it.
+func dotGeneric(t Type, row []byte, x []float32) float32 {
+	dec := decoderByID[t]
+	bs, ts := t.BlockSize(), t.TypeSize()
+	var buf [QK_K]float32
+	if bs == 1 {
+		// Plain types: expand a stretch of elements at a time.
+		var sum float32
+		for i := 0; i < len(x); i += QK_K {
+			m := min(QK_K, len(x)-i)
+			for j := 0; j < m; j++ {
+				dec(row[(i+j)*ts:], buf[j:j+1])
+			}
+			sum += Dot(buf[:m], x[i:i+m])
+		}
+		return sum
+	}
+	var sum float32
+	for i, o := 0, 0; i < len(x); i, o = i+bs, o+ts {
+		dec(row[o:o+ts], buf[:bs])
+		sum += Dot(buf[:bs], x[i:i+bs])
+	}
+	return sum
+}
+
+// Dot returns the float32 dot product of a and b, which must have the same length.
+func Dot(a, b []float32) float32 {
+	if len(a) != len(b) {
+		panic(fmt.Sprintf("quant: Dot of lengths %d and %d", len(a), len(b)))
+	}
+	return dotF32(a, b)
+}
+
+// Axpy adds alpha·x to y (the attention value accumulation). len(y) must equal len(x).
+func Axpy(alpha float32, x, y []float32) {
+	if len(x) != len(y) {
+		panic(fmt.Sprintf("quant: Axpy of lengths %d and %d", len(x), len(y)))
+	}
+	axpy(alpha, x, y)
+}
+
+func dotF32Go(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func axpyGo(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += alpha * v
+	}
+}
+
+// f16Table widens every half by lookup; the pure-Go F16 dot is otherwise dominated by the
+// branches of the conversion.
+var f16Table = sync.OnceValue(func() *[1 << 16]float32 {
+	var t [1 << 16]float32
+	for i := range t {
+		t[i] = F16ToF32(uint16(i))
+	}
+	return &t
+})
+
+func dotF16Go(h []uint16, x []float32) float32 {
+	tab := f16Table()
+	x = x[:len(h)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(h); i += 4 {
+		s0 += tab[h[i]] * x[i]
+		s1 += tab[h[i+1]] * x[i+1]
+		s2 += tab[h[i+2]] * x[i+2]
+		s3 += tab[h[i+3]] * x[i+3]
+	}
+	for ; i < len(h); i++ {
+		s0 += tab[h[i]] * x[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func dotQ8_0Go(row []byte, x []float32) float32 {
+	var sum float32
+	for len(x) >= 32 {
+		b := row[:34]
+		q := b[2:34]
+		xx := x[:32]
+		var s0, s1, s2, s3 float32
+		for j := 0; j < 32; j += 4 {
+			s0 += float32(int8(q[j])) * xx[j]
+			s1 += float32(int8(q[j+1])) * xx[j+1]
+			s2 += float32(int8(q[j+2])) * xx[j+2]
+			s3 += float32(int8(q[j+3])) * xx[j+3]
+		}
+		sum += half(b) * ((s0 + s1) + (s2 + s3))
+		row, x = row[34:], x[32:]
+	}
+	return sum
+}
+
+// Fused K-quant dots: per sub-block, Σ(d·q − m)·x = d·Σq·x − m·Σx.
+
+func dotQ4_KGo(row []byte, x []float32) float32 {
+	var sum float32
+	for len(x) >= QK_K {
+		b := row[:144]
+		d, dmin := half(b), half(b[2:])
+		scales := b[4:16]
+		for j := 0; j < 4; j++ {
+			q := b[16+32*j : 48+32*j]
+			xl, xh := x[64*j:64*j+32], x[64*j+32:64*j+64]
+			var ql, qh, sl, sh float32
+			for l, v := range q {
+				ql += float32(v&0xf) * xl[l]
+				qh += float32(v>>4) * xh[l]
+				sl += xl[l]
+				sh += xh[l]
+			}
+			sc, m := scaleMinK4(2*j, scales)
+			sum += d*float32(sc)*ql - dmin*float32(m)*sl
+			sc, m = scaleMinK4(2*j+1, scales)
+			sum += d*float32(sc)*qh - dmin*float32(m)*sh
+		}
+		row, x = row[144:], x[QK_K:]
+	}
+	return sum
+}
+
+func dotQ5_KGo(row []byte, x []float32) float32 {
+	var sum float32
+	for len(x) >= QK_K {
+		b := row[:176]
+		d, dmin := half(b), half(b[2:])
+		scales := b[4:16]
+		qhb := b[16:48]
+		u1, u2 := byte(1), byte(2)
+		for j := 0; j < 4; j++ {
+			q := b[48+32*j : 80+32*j]
+			xl, xh := x[64*j:64*j+32], x[64*j+32:64*j+64]
+			var ql, qh, sl, sh float32
+			for l, v := range q {
+				lo, hi := v&0xf, v>>4
+				if qhb[l]&u1 != 0 {
+					lo += 16
+				}
+				if qhb[l]&u2 != 0 {
+					hi += 16
+				}
+				ql += float32(lo) * xl[l]
+				qh += float32(hi) * xh[l]
+				sl += xl[l]
+				sh += xh[l]
+			}
+			sc, m := scaleMinK4(2*j, scales)
+			sum += d*float32(sc)*ql - dmin*float32(m)*sl
+			sc, m = scaleMinK4(2*j+1, scales)
+			sum += d*float32(sc)*qh - dmin*float32(m)*sh
+			u1 <<= 2
+			u2 <<= 2
+		}
+		row, x = row[176:], x[QK_K:]
+	}
+	return sum
+}
+
+func dotQ6_KGo(row []byte, x []float32) float32 {
+	var sum float32
+	for len(x) >= QK_K {
+		b := row[:210]
+		d := half(b[208:])
+		for n := 0; n < 2; n++ {
+			ql, qh, sc := b[64*n:64*n+64], b[128+32*n:160+32*n], b[192+8*n:200+8*n]
+			xx := x[128*n : 128*n+128]
+			var acc [8]float32 // one per 16-element scale group
+			for l := 0; l < 32; l++ {
+				is := l / 16
+				h := qh[l]
+				acc[is] += float32(int(ql[l]&0xf|(h&3)<<4)-32) * xx[l]
+				acc[is+2] += float32(int(ql[l+32]&0xf|(h>>2&3)<<4)-32) * xx[l+32]
+				acc[is+4] += float32(int(ql[l]>>4|(h>>4&3)<<4)-32) * xx[l+64]
+				acc[is+6] += float32(int(ql[l+32]>>4|(h>>6&3)<<4)-32) * xx[l+96]
+			}
+			for k, a := range acc {
+				sum += d * float32(int8(sc[k])) * a
+			}
+		}
+		row, x = row[210:], x[QK_K:]
+	}
+	return sum
+}
+
+func dotQ2_KGo(row []byte, x []float32) float32 {
+	var sum float32
+	for len(x) >= QK_K {
+		b := row[:84]
+		scales, qs := b[0:16], b[16:80]
+		d, dmin := half(b[80:]), half(b[82:])
+		is := 0
+		xx := x
+		for n := 0; n < 2; n++ {
+			q := qs[32*n : 32*n+32]
+			for shift := 0; shift < 8; shift += 2 {
+				for h := 0; h < 2; h++ {
+					sc := scales[is]
+					is++
+					var sq, sx float32
+					for l := 0; l < 16; l++ {
+						sq += float32((q[l+16*h]>>shift)&3) * xx[l]
+						sx += xx[l]
+					}
+					sum += d*float32(sc&0xf)*sq - dmin*float32(sc>>4)*sx
+					xx = xx[16:]
+				}
+			}
+		}
+		row, x = row[84:], x[QK_K:]
+	}
+	return sum
+}
+
+func dotIQ2_XXSGo(row []byte, x []float32) float32 {
+	var sum float32
+	for len(x) >= QK_K {
+		b := row[:66]
+		d := half(b)
+		qs := b[2:66]
+		for ib := 0; ib < 8; ib++ {
+			aux := binary.LittleEndian.Uint32(qs[8*ib+4:])
+			var s float32
+			for l := 0; l < 4; l++ {
+				g := iq2xxsGrid[qs[8*ib+l]]
+				sg := iqSigns[(aux>>(7*l))&127]
+				xx := x[32*ib+8*l : 32*ib+8*l+8]
+				for j := 0; j < 8; j++ {
+					s += gridByte(g, j) * signOf[sg>>j&1] * xx[j]
+				}
+			}
+			sum += d * (0.5 + float32(aux>>28)) * 0.25 * s
+		}
+		row, x = row[66:], x[QK_K:]
+	}
+	return sum
+}

@@ -1,0 +1,89 @@
+//go:build amd64 && !purego
+
+package quant
+
+// useAsm selects the AVX2/FMA kernels of dot_amd64.s; the pure-Go kernels stay the
+// reference they are tested against.
+var useAsm = hasAVX2FMA()
+
+//go:noescape
+func dotAVX2(a, b *float32, n int) float32
+
+//go:noescape
+func axpyAVX2(alpha float32, x, y *float32, n int)
+
+//go:noescape
+func dotF16AVX2(h *uint16, x *float32, n int) float32
+
+//go:noescape
+func dotQ8_0AVX2(row *byte, x *float32, nblocks int) float32
+
+//go:noescape
+func dotQ4_KAVX2(row *byte, x *float32, nblocks int) float32
+
+//go:noescape
+func dotQ6_KAVX2(row *byte, x *float32, nblocks int) float32
+
+// The plain kernels take multiples of 32 elements; Go finishes the tail.
+
+func dotF32(a, b []float32) float32 {
+	n := len(a) &^ 31
+	if !useAsm || n == 0 {
+		return dotF32Go(a, b)
+	}
+	b = b[:len(a)]
+	s := dotAVX2(&a[0], &b[0], n)
+	if n < len(a) {
+		s += dotF32Go(a[n:], b[n:])
+	}
+	return s
+}
+
+func axpy(alpha float32, x, y []float32) {
+	n := len(x) &^ 31
+	if !useAsm || n == 0 {
+		axpyGo(alpha, x, y)
+		return
+	}
+	y = y[:len(x)]
+	axpyAVX2(alpha, &x[0], &y[0], n)
+	if n < len(x) {
+		axpyGo(alpha, x[n:], y[n:])
+	}
+}
+
+func dotF16(h []uint16, x []float32) float32 {
+	n := len(h) &^ 31
+	if !useAsm || n == 0 {
+		return dotF16Go(h, x)
+	}
+	x = x[:len(h)]
+	s := dotF16AVX2(&h[0], &x[0], n)
+	if n < len(h) {
+		s += dotF16Go(h[n:], x[n:])
+	}
+	return s
+}
+
+// The block kernels trust DotF32's length check: len(row) = nblocks × block bytes.
+
+func dotQ8_0(row []byte, x []float32) float32 {
+	if !useAsm {
+		return dotQ8_0Go(row, x)
+	}
+	return dotQ8_0AVX2(&row[0], &x[0], len(x)/32)
+}
+
+func dotQ4_K(row []byte, x []float32) float32 {
+	if !useAsm {
+		return dotQ4_KGo(row, x)
+	}
+	return dotQ4_KAVX2(&row[0], &x[0], len(x)/QK_K)
+}
+
+func dotQ6_K(row []byte, x []float32) float32 {
+	if !useAsm {
+		return dotQ6_KGo(row, x)
+	}
+	return dotQ6_KAVX2(&row[0], &x[0], len(x)/QK_K)
+}

@@ -1,0 +1,403 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AVX2/FMA kernels for DotF32. Each keeps several independent accumulators so that the
+// 4-cycle FMA latency does not serialise the loop, and widens quantized values to float32
+// in registers (VPMOVZXBD/VPMOVSXBD + VCVTDQ2PS, VCVTPH2PS for halves) instead of storing
+// a dequantized row.
+
+// Reduce the eight lanes of Y0 to X0's low float.
+#define HSUM0 \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPS       X1, X0, X0; \
+	VHADDPS      X0, X0, X0; \
+	VHADDPS      X0, X0, X0
+
+// Four accumulators Y0..Y3 folded into Y0.
+#define FOLD4 \
+	VADDPS Y1, Y0, Y0; \
+	VADDPS Y3, Y2, Y2; \
+	VADDPS Y2, Y0, Y0
+
+#define ZERO4 \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3
+
+// func dotAVX2(a, b *float32, n int) float32; n is a multiple of 32.
+TEXT ·dotAVX2(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	ZERO4
+	SHRQ $5, CX
+	JZ   done
+
+loop:
+	VMOVUPS     (SI), Y4
+	VMOVUPS     32(SI), Y5
+	VMOVUPS     64(SI), Y6
+	VMOVUPS     96(SI), Y7
+	VFMADD231PS (DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ        $128, SI
+	ADDQ        $128, DI
+	DECQ        CX
+	JNZ         loop
+
+done:
+	FOLD4
+	HSUM0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(alpha float32, x, y *float32, n int); n is a multiple of 32.
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	VBROADCASTSS alpha+0(FP), Y0
+	MOVQ         x+8(FP), SI
+	MOVQ         y+16(FP), DI
+	MOVQ         n+24(FP), CX
+	SHRQ         $5, CX
+	JZ           done
+
+loop:
+	VMOVUPS     (DI), Y1
+	VMOVUPS     32(DI), Y2
+	VMOVUPS     64(DI), Y3
+	VMOVUPS     96(DI), Y4
+	VFMADD231PS (SI), Y0, Y1
+	VFMADD231PS 32(SI), Y0, Y2
+	VFMADD231PS 64(SI), Y0, Y3
+	VFMADD231PS 96(SI), Y0, Y4
+	VMOVUPS     Y1, (DI)
+	VMOVUPS     Y2, 32(DI)
+	VMOVUPS     Y3, 64(DI)
+	VMOVUPS     Y4, 96(DI)
+	ADDQ        $128, SI
+	ADDQ        $128, DI
+	DECQ        CX
+	JNZ         loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func dotF16AVX2(h *uint16, x *float32, n int) float32; n is a multiple of 32.
+TEXT ·dotF16AVX2(SB), NOSPLIT, $0-28
+	MOVQ h+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ n+16(FP), CX
+	ZERO4
+	SHRQ $5, CX
+	JZ   done
+
+loop:
+	VCVTPH2PS   (SI), Y4
+	VCVTPH2PS   16(SI), Y5
+	VCVTPH2PS   32(SI), Y6
+	VCVTPH2PS   48(SI), Y7
+	VFMADD231PS (DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ        $64, SI
+	ADDQ        $128, DI
+	DECQ        CX
+	JNZ         loop
+
+done:
+	FOLD4
+	HSUM0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// Q8_0 block: f16 d, 32 × int8. Σ d·q·x = d·Σ q·x, one FMA into the total per block.
+// func dotQ8_0AVX2(row *byte, x *float32, nblocks int) float32
+TEXT ·dotQ8_0AVX2(SB), NOSPLIT, $0-28
+	MOVQ row+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ nblocks+16(FP), CX
+	ZERO4
+	SHRQ $1, CX
+	JZ   tail
+
+loop2:
+	// Two blocks per iteration, into separate totals Y0 and Y1.
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW 34(SI), X9
+	VCVTPH2PS    X9, Y9
+	VPMOVSXBD    2(SI), Y4
+	VPMOVSXBD    10(SI), Y5
+	VPMOVSXBD    18(SI), Y6
+	VPMOVSXBD    26(SI), Y7
+	VCVTDQ2PS    Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       (DI), Y4, Y4
+	VMULPS       32(DI), Y5, Y5
+	VFMADD231PS  64(DI), Y6, Y4
+	VFMADD231PS  96(DI), Y7, Y5
+	VADDPS       Y5, Y4, Y4
+	VFMADD231PS  Y8, Y4, Y0
+	VPMOVSXBD    36(SI), Y4
+	VPMOVSXBD    44(SI), Y5
+	VPMOVSXBD    52(SI), Y6
+	VPMOVSXBD    60(SI), Y7
+	VCVTDQ2PS    Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       128(DI), Y4, Y4
+	VMULPS       160(DI), Y5, Y5
+	VFMADD231PS  192(DI), Y6, Y4
+	VFMADD231PS  224(DI), Y7, Y5
+	VADDPS       Y5, Y4, Y4
+	VFMADD231PS  Y9, Y4, Y1
+	ADDQ         $68, SI
+	ADDQ         $256, DI
+	DECQ         CX
+	JNZ          loop2
+
+tail:
+	MOVQ nblocks+16(FP), CX
+	ANDQ $1, CX
+	JZ   done
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(SI), Y4
+	VPMOVSXBD    10(SI), Y5
+	VPMOVSXBD    18(SI), Y6
+	VPMOVSXBD    26(SI), Y7
+	VCVTDQ2PS    Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       (DI), Y4, Y4
+	VMULPS       32(DI), Y5, Y5
+	VFMADD231PS  64(DI), Y6, Y4
+	VFMADD231PS  96(DI), Y7, Y5
+	VADDPS       Y5, Y4, Y4
+	VFMADD231PS  Y8, Y4, Y0
+
+done:
+	FOLD4
+	HSUM0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// Q4_K super-block (144 bytes): f16 d, f16 dmin, 12 bytes of packed 6-bit scales and mins,
+// 128 bytes of nibbles. Byte l of 32-byte chunk j holds element 64j+l (low nibble, sub-block
+// 2j) and 64j+32+l (high nibble, sub-block 2j+1). Each weight is rebuilt exactly as
+// ggml dequantizes it, d·sc·q − dmin·m, with one VFMSUB (d·sc·q is exact in float32), then
+// FMA'd with x.
+//
+// Frame: 0(SP) 8 scale bytes + 8 min bytes, 16(SP) 8 float scales, 48(SP) 8 float mins.
+
+// Q4KGROUP handles bytes 8k..8k+7 of the current chunk (R11) against x (DI).
+#define Q4KGROUP(K, ACCLO, ACCHI) \
+	VPMOVZXBD   (8*K)(R11), Y12; \
+	VPAND       Y15, Y12, Y13; \
+	VPSRLD      $4, Y12, Y12; \
+	VCVTDQ2PS   Y13, Y13; \
+	VCVTDQ2PS   Y12, Y12; \
+	VFMSUB213PS Y9, Y8, Y13; \
+	VFMSUB213PS Y11, Y10, Y12; \
+	VFMADD231PS (32*K)(DI), Y13, ACCLO; \
+	VFMADD231PS (128+32*K)(DI), Y12, ACCHI
+
+// func dotQ4_KAVX2(row *byte, x *float32, nblocks int) float32
+TEXT ·dotQ4_KAVX2(SB), NOSPLIT, $80-28
+	MOVQ         row+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nblocks+16(FP), CX
+	ZERO4
+	MOVL         $0x0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	TESTQ        CX, CX
+	JZ           done
+
+block:
+	// Unpack the twelve scale bytes u0,u1,u2 into eight 6-bit scales and eight 6-bit mins.
+	MOVL 4(SI), AX
+	MOVL 8(SI), BX
+	MOVL 12(SI), DX
+
+	// mins 4..7 = (u2>>4 & 0x0f) | (u1>>6 & 3)<<4
+	MOVL DX, R8
+	SHRL $4, R8
+	ANDL $0x0f0f0f0f, R8
+	MOVL BX, R9
+	SHRL $6, R9
+	ANDL $0x03030303, R9
+	SHLL $4, R9
+	ORL  R9, R8
+	MOVL R8, 12(SP)
+
+	// mins 0..3 = u1 & 0x3f
+	ANDL $0x3f3f3f3f, BX
+	MOVL BX, 8(SP)
+
+	// scales 4..7 = (u2 & 0x0f) | (u0>>6 & 3)<<4
+	ANDL $0x0f0f0f0f, DX
+	MOVL AX, R9
+	SHRL $6, R9
+	ANDL $0x03030303, R9
+	SHLL $4, R9
+	ORL  R9, DX
+	MOVL DX, 4(SP)
+
+	// scales 0..3 = u0 & 0x3f
+	ANDL $0x3f3f3f3f, AX
+	MOVL AX, 0(SP)
+
+	VPMOVZXBD    0(SP), Y4
+	VPMOVZXBD    8(SP), Y5
+	VCVTDQ2PS    Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (SI), X6
+	VCVTPH2PS    X6, Y6
+	VPBROADCASTW 2(SI), X7
+	VCVTPH2PS    X7, Y7
+	VMULPS       Y6, Y4, Y4
+	VMULPS       Y7, Y5, Y5
+	VMOVUPS      Y4, 16(SP)
+	VMOVUPS      Y5, 48(SP)
+
+	XORQ R10, R10
+	LEAQ 16(SI), R11
+
+chunk:
+	VBROADCASTSS 16(SP)(R10*8), Y8
+	VBROADCASTSS 48(SP)(R10*8), Y9
+	VBROADCASTSS 20(SP)(R10*8), Y10
+	VBROADCASTSS 52(SP)(R10*8), Y11
+	Q4KGROUP(0, Y0, Y2)
+	Q4KGROUP(1, Y1, Y3)
+	Q4KGROUP(2, Y0, Y2)
+	Q4KGROUP(3, Y1, Y3)
+	ADDQ         $32, R11
+	ADDQ         $256, DI
+	INCQ         R10
+	CMPQ         R10, $4
+	JLT          chunk
+
+	ADDQ $144, SI
+	DECQ CX
+	JNZ  block
+
+done:
+	FOLD4
+	HSUM0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// Q6_K super-block (210 bytes): 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits),
+// 16 int8 scales, f16 d. Per 128-element half n and l in 0..31, element l+32k (k=0..3)
+// takes ql[l] or ql[l+32] (low or high nibble) and bit pair k of qh[l], biased by 32; its
+// scale is sc[8n + l/16 + 2k]. Weights are rebuilt as (d·sc)·(q−32), ggml's order.
+//
+// Frame: 0(SP) the 16 float scales d·sc.
+
+// Q6KGROUP handles l = L..L+7 of half H (byte offsets of ql, qh and x precomputed).
+#define Q6KGROUP(QL, QH, XOFF, S) \
+	VPMOVZXBD    (QL)(SI), Y4; \
+	VPMOVZXBD    (QL+32)(SI), Y5; \
+	VPMOVZXBD    (QH)(SI), Y6; \
+	VPAND        Y15, Y4, Y7; \
+	VPSLLD       $4, Y6, Y8; \
+	VPAND        Y14, Y8, Y8; \
+	VPOR         Y8, Y7, Y7; \
+	VPAND        Y15, Y5, Y8; \
+	VPSLLD       $2, Y6, Y9; \
+	VPAND        Y14, Y9, Y9; \
+	VPOR         Y9, Y8, Y8; \
+	VPSRLD       $4, Y4, Y4; \
+	VPAND        Y14, Y6, Y9; \
+	VPOR         Y9, Y4, Y4; \
+	VPSRLD       $4, Y5, Y5; \
+	VPSRLD       $2, Y6, Y6; \
+	VPAND        Y14, Y6, Y6; \
+	VPOR         Y6, Y5, Y5; \
+	VPSUBD       Y13, Y7, Y7; \
+	VPSUBD       Y13, Y8, Y8; \
+	VPSUBD       Y13, Y4, Y4; \
+	VPSUBD       Y13, Y5, Y5; \
+	VCVTDQ2PS    Y7, Y7; \
+	VCVTDQ2PS    Y8, Y8; \
+	VCVTDQ2PS    Y4, Y4; \
+	VCVTDQ2PS    Y5, Y5; \
+	VBROADCASTSS (4*S)(SP), Y9; \
+	VBROADCASTSS (4*S+8)(SP), Y10; \
+	VBROADCASTSS (4*S+16)(SP), Y11; \
+	VBROADCASTSS (4*S+24)(SP), Y12; \
+	VMULPS       Y9, Y7, Y7; \
+	VMULPS       Y10, Y8, Y8; \
+	VMULPS       Y11, Y4, Y4; \
+	VMULPS       Y12, Y5, Y5; \
+	VFMADD231PS  (XOFF)(DI), Y7, Y0; \
+	VFMADD231PS  (XOFF+128)(DI), Y8, Y1; \
+	VFMADD231PS  (XOFF+256)(DI), Y4, Y2; \
+	VFMADD231PS  (XOFF+384)(DI), Y5, Y3
+
+// func dotQ6_KAVX2(row *byte, x *float32, nblocks int) float32
+TEXT ·dotQ6_KAVX2(SB), NOSPLIT, $64-28
+	MOVQ         row+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nblocks+16(FP), CX
+	ZERO4
+	MOVL         $0x0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x30, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $32, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	TESTQ        CX, CX
+	JZ           done
+
+block:
+	VPBROADCASTW 208(SI), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBD    192(SI), Y5
+	VPMOVSXBD    200(SI), Y6
+	VCVTDQ2PS    Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y4, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMOVUPS      Y5, 0(SP)
+	VMOVUPS      Y6, 32(SP)
+
+	// Q6KGROUP(ql offset, qh offset, x byte offset, first scale index)
+	Q6KGROUP(0, 128, 0, 0)
+	Q6KGROUP(8, 136, 32, 0)
+	Q6KGROUP(16, 144, 64, 1)
+	Q6KGROUP(24, 152, 96, 1)
+	Q6KGROUP(64, 160, 512, 8)
+	Q6KGROUP(72, 168, 544, 8)
+	Q6KGROUP(80, 176, 576, 9)
+	Q6KGROUP(88, 184, 608, 9)
+
+	ADDQ $210, SI
+	ADDQ $1024, DI
+	DECQ CX
+	JNZ  block
+
+done:
+	FOLD4
+	HSUM0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -1,0 +1,13 @@
+//go:build !amd64 || purego
+
+package quant
+
+// Without assembly every kernel is the pure-Go one.
+const useAsm = false
+
+func dotF32(a, b []float32) float32           { return dotF32Go(a, b) }
+func axpy(alpha float32, x, y []float32)      { axpyGo(alpha, x, y) }
+func dotF16(h []uint16, x []float32) float32  { return dotF16Go(h, x) }
+func dotQ8_0(row []byte, x []float32) float32 { return dotQ8_0Go(row, x) }
+func dotQ4_K(row []byte, x []float32) float32 { return dotQ4_KGo(row, x) }
+func dotQ6_K(row []byte, x []float32) float32 { return dotQ6_KGo(row, x) }
