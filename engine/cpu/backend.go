@@ -1,0 +1,94 @@
+// Package cpu is the reference backend: every operation of package ml in pure Go (with the
+// SIMD dot products of package quant), parallel across cores.
+package cpu
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
+)
+
+// Backend runs on the CPU.
+type Backend struct {
+	pool *pool
+	// Hook, when set, receives every intermediate named with Context.Name (for dumping and
+	// comparing against the oracle). The slice is only valid during the call.
+	Hook func(name string, layer int, shape []int, data []float32)
+}
+
+// New returns a CPU backend using threads goroutines (0: GOMAXPROCS).
+func New(threads int) *Backend { return &Backend{pool: newPool(threads)} }
+
+func (b *Backend) Name() string { return "cpu" }
+func (b *Backend) Threads() int { return b.pool.threads }
+
+type weight struct {
+	name string
+	typ  quant.Type
+	dims []int
+	data []byte
+	rows int // product of dims[1:]
+	cols int // dims[0]
+	rowB int // bytes per row
+	f32  []float32
+}
+
+func (w *weight) Name() string     { return w.name }
+func (w *weight) Type() quant.Type { return w.typ }
+func (w *weight) Dims() []int      { return w.dims }
+func (w *weight) Bytes() int64     { return int64(len(w.data)) }
+
+// row returns the bytes of row r.
+func (w *weight) row(r int) []byte { return w.data[r*w.rowB : (r+1)*w.rowB] }
+
+// smallVector is the size under which a weight is expanded to float32 at load: norms, biases
+// and gates are read element-wise and are tiny next to the matrices.
+const smallVector = 1 << 16
+
+func (b *Backend) Weight(name string, typ quant.Type, dims []int, data []byte) (ml.Weight, error) {
+	if len(dims) == 0 {
+		return nil, fmt.Errorf("cpu: weight %s has no dimensions", name)
+	}
+	if !quant.Supported(typ) {
+		return nil, fmt.Errorf("cpu: weight %s has type %s, which this engine cannot compute with", name, typ)
+	}
+	w := &weight{name: name, typ: typ, dims: append([]int(nil), dims...), data: data, cols: dims[0], rows: 1}
+	for _, d := range dims[1:] {
+		w.rows *= d
+	}
+	w.rowB = typ.RowBytes(w.cols)
+	if w.rowB*w.rows != len(data) {
+		return nil, fmt.Errorf("cpu: weight %s: %d bytes for %s %v (want %d)", name, len(data), typ, dims, w.rowB*w.rows)
+	}
+	switch {
+	case typ == quant.F32 && uintptr(unsafe.Pointer(unsafe.SliceData(data)))%4 == 0:
+		w.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(data))), len(data)/4)
+	case w.rows*w.cols <= smallVector:
+		w.f32 = make([]float32, w.rows*w.cols)
+		if err := quant.Dequantize(typ, data, w.f32); err != nil {
+			return nil, fmt.Errorf("cpu: weight %s: %w", name, err)
+		}
+	}
+	return w, nil
+}
+
+func (b *Backend) NewContext() ml.Context { return &context{b: b} }
+
+type tensor struct {
+	shape []int
+	data  []float32
+}
+
+func (t *tensor) Shape() []int { return t.shape }
+
+func newTensor(shape ...int) *tensor {
+	return &tensor{shape: shape, data: make([]float32, ml.Numel(shape))}
+}
+
+// rows2 views a tensor as [rows, last dimension].
+func (t *tensor) rows2() (int, int) {
+	last := t.shape[len(t.shape)-1]
+	return len(t.data) / last, last
+}

@@ -1,0 +1,226 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
+)
+
+// context runs every operation as it is issued; Compute has nothing left to do.
+type context struct {
+	b *Backend
+}
+
+func (c *context) Compute() {}
+func (c *context) Close()   {}
+
+func (c *context) Read(t ml.Tensor) []float32 {
+	return append([]float32(nil), t.(*tensor).data...)
+}
+
+func (c *context) Name(t ml.Tensor, name string, layer int) ml.Tensor {
+	if c.b.Hook != nil {
+		x := t.(*tensor)
+		c.b.Hook(name, layer, x.shape, x.data)
+	}
+	return t
+}
+
+func (c *context) Input(data []float32, shape ...int) ml.Tensor {
+	if ml.Numel(shape) != len(data) {
+		panic(fmt.Sprintf("cpu: input of %d values for shape %v", len(data), shape))
+	}
+	return &tensor{shape: shape, data: append([]float32(nil), data...)}
+}
+
+func (c *context) Embed(table ml.Weight, ids []int32) ml.Tensor {
+	w := table.(*weight)
+	out := newTensor(len(ids), w.cols)
+	c.b.pool.parallel(len(ids), 4, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			id := int(ids[i])
+			if id < 0 || id >= w.rows {
+				panic(fmt.Sprintf("cpu: token id %d outside %s's %d rows", id, w.name, w.rows))
+			}
+			dst := out.data[i*w.cols : (i+1)*w.cols]
+			if w.f32 != nil {
+				copy(dst, w.f32[id*w.cols:])
+				continue
+			}
+			if err := quant.Dequantize(w.typ, w.row(id), dst); err != nil {
+				panic(err)
+			}
+		}
+	})
+	return out
+}
+
+func (c *context) Reshape(x ml.Tensor, shape ...int) ml.Tensor {
+	t := x.(*tensor)
+	if ml.Numel(shape) != len(t.data) {
+		panic(fmt.Sprintf("cpu: reshape %v to %v", t.shape, shape))
+	}
+	return &tensor{shape: shape, data: t.data}
+}
+
+func (c *context) Rows(x ml.Tensor, start, n int) ml.Tensor {
+	t := x.(*tensor)
+	row := len(t.data) / t.shape[0]
+	shape := append([]int{n}, t.shape[1:]...)
+	return &tensor{shape: shape, data: t.data[start*row : (start+n)*row]}
+}
+
+func (c *context) elementwise(a, b ml.Tensor, f func(x, y float32) float32) ml.Tensor {
+	x, y := a.(*tensor), b.(*tensor)
+	if len(x.data) != len(y.data) {
+		panic(fmt.Sprintf("cpu: element-wise op on shapes %v and %v", x.shape, y.shape))
+	}
+	out := newTensor(x.shape...)
+	c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out.data[i] = f(x.data[i], y.data[i])
+		}
+	})
+	return out
+}
+
+func (c *context) Add(a, b ml.Tensor) ml.Tensor {
+	return c.elementwise(a, b, func(x, y float32) float32 { return x + y })
+}
+
+func (c *context) Mul(a, b ml.Tensor) ml.Tensor {
+	return c.elementwise(a, b, func(x, y float32) float32 { return x * y })
+}
+
+func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor {
+	return c.elementwise(gate, up, func(g, u float32) float32 { return silu(g) * u })
+}
+
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+func (c *context) RMSNorm(x ml.Tensor, w ml.Weight, eps float32) ml.Tensor {
+	t := x.(*tensor)
+	rows, d := t.rows2()
+	var scale []float32
+	if w != nil {
+		scale = w.(*weight).f32
+		if len(scale) != d {
+			panic(fmt.Sprintf("cpu: rms norm of rows of %d with weight %s of %d", d, w.Name(), len(scale)))
+		}
+	}
+	out := newTensor(t.shape...)
+	c.b.pool.parallel(rows, 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			src, dst := t.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
+			// The sum of squares in float64, as ggml does, so long rows lose nothing.
+			var sum float64
+			for _, v := range src {
+				sum += float64(v * v)
+			}
+			s := float32(1 / math.Sqrt(float64(float32(sum/float64(d))+eps)))
+			if scale == nil {
+				for i, v := range src {
+					dst[i] = v * s
+				}
+				continue
+			}
+			for i, v := range src {
+				dst[i] = v * s * scale[i]
+			}
+		}
+	})
+	return out
+}
+
+func (c *context) RoPE(x ml.Tensor, pos0 int, r ml.RoPE) ml.Tensor {
+	t := x.(*tensor)
+	if len(t.shape) != 3 {
+		panic(fmt.Sprintf("cpu: rope wants [n, heads, headDim], got %v", t.shape))
+	}
+	n, heads, hd := t.shape[0], t.shape[1], t.shape[2]
+	if r.Dims > hd || r.Dims%2 != 0 {
+		panic(fmt.Sprintf("cpu: rope over %d of %d features", r.Dims, hd))
+	}
+	out := newTensor(t.shape...)
+	copy(out.data, t.data)
+	thetaScale := float32(math.Pow(float64(r.Base), -2/float64(r.Dims)))
+	c.b.pool.parallel(n, 1, func(lo, hi int) {
+		cos := make([]float32, r.Dims/2)
+		sin := make([]float32, r.Dims/2)
+		for i := lo; i < hi; i++ {
+			// theta_k = pos · base^(−2k/dims), built by repeated multiplication like ggml's cache.
+			theta := float32(pos0 + i)
+			for k := range cos {
+				cos[k] = float32(math.Cos(float64(theta)))
+				sin[k] = float32(math.Sin(float64(theta)))
+				theta *= thetaScale
+			}
+			for h := 0; h < heads; h++ {
+				v := out.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
+				half := r.Dims / 2
+				for k := 0; k < half; k++ {
+					a, b := 2*k, 2*k+1
+					if r.NeoX {
+						a, b = k, k+half
+					}
+					x0, x1 := v[a], v[b]
+					v[a] = x0*cos[k] - x1*sin[k]
+					v[b] = x0*sin[k] + x1*cos[k]
+				}
+			}
+		}
+	})
+	return out
+}
+
+func (c *context) StoreKV(cc ml.Cache, layer, pos0 int, k, v ml.Tensor) {
+	kc := cc.(*cache)
+	kt, vt := k.(*tensor), v.(*tensor)
+	if len(kt.data) != len(vt.data) || len(kt.data)%(kc.kvHeads*kc.headDim) != 0 {
+		panic(fmt.Sprintf("cpu: store k %v, v %v in a cache of %d×%d", kt.shape, vt.shape, kc.kvHeads, kc.headDim))
+	}
+	kc.store(layer, pos0, kt.data, vt.data)
+}
+
+func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32) ml.Tensor {
+	kc := cc.(*cache)
+	qt := q.(*tensor)
+	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
+	if hd != kc.headDim || heads%kc.kvHeads != 0 {
+		panic(fmt.Sprintf("cpu: attention of q %v over a cache of %d×%d", qt.shape, kc.kvHeads, kc.headDim))
+	}
+	group := heads / kc.kvHeads
+	out := newTensor(n, heads*hd)
+	c.b.pool.parallel(n*heads, 1, func(lo, hi int) {
+		scores := make([]float32, pos0+n)
+		kbuf := make([]float32, hd)
+		acc := make([]float32, hd)
+		for job := lo; job < hi; job++ {
+			i, h := job/heads, job%heads
+			g := h / group
+			qv := qt.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
+			last := pos0 + i // causal: attend to positions 0 … last
+			s := scores[:last+1]
+			maxS := float32(math.Inf(-1))
+			for p := range s {
+				s[p] = quant.Dot(qv, kc.key(layer, p, g, kbuf)) * scale
+				maxS = max(maxS, s[p])
+			}
+			var sum float64
+			for p, v := range s {
+				e := float32(math.Exp(float64(v - maxS)))
+				s[p] = e
+				sum += float64(e)
+			}
+			inv := float32(1 / sum)
+			clear(acc)
+			for p, w := range s {
+				quant.Axpy(w*inv, kc.value(layer, p, g, kbuf), acc)
+			}
+			copy(out.data[(i*heads+h)*hd:], acc)
+		}
+	})
+	return out
+}

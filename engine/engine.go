@@ -1,0 +1,190 @@
+// Package engine loads GGUF models and runs them: a Model binds an architecture's weights on
+// a backend (the CPU by default) and opens Sessions, each owning one sequence's KV cache and
+// position, which prefill prompts in chunks and decode token by token.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redlite/batch/engine/cpu"
+	"github.com/redlite/batch/engine/gguf"
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/model"
+
+	_ "github.com/redlite/batch/engine/models/qwen3" // registers "qwen3"
+)
+
+// Options configure Load.
+type Options struct {
+	// Backend runs the model; nil means the CPU backend with Threads threads.
+	Backend ml.Backend
+	// Threads for the CPU backend; 0 means GOMAXPROCS.
+	Threads int
+}
+
+// Model is a loaded GGUF model.
+type Model struct {
+	File     *gguf.File
+	Graph    model.Graph
+	Backend  ml.Backend
+	LoadTime time.Duration
+}
+
+// Load maps the GGUF at path and binds its architecture's weights.
+func Load(path string, opts Options) (*Model, error) {
+	start := time.Now()
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	b := opts.Backend
+	if b == nil {
+		b = cpu.New(opts.Threads)
+	}
+	g, err := model.Build(f, b)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	return &Model{File: f, Graph: g, Backend: b, LoadTime: time.Since(start)}, nil
+}
+
+// Close unmaps the file; sessions must not be used afterwards.
+func (m *Model) Close() error { return m.File.Close() }
+
+// Config returns the model's shape.
+func (m *Model) Config() model.Config { return m.Graph.Config() }
+
+// SessionOptions configure a session.
+type SessionOptions struct {
+	// Context is the number of positions the session can hold (prompt and output);
+	// 0 means the model's trained context.
+	Context int
+	// KV is the KV cache precision.
+	KV ml.DType
+}
+
+// ErrContextFull is returned when a session has no room for more tokens.
+var ErrContextFull = errors.New("engine: context is full")
+
+// ErrBadToken is returned for token ids outside the vocabulary.
+var ErrBadToken = errors.New("engine: token id outside the vocabulary")
+
+// Session is one sequence: its state and position.
+type Session struct {
+	m     *Model
+	state model.State
+	pos   int
+}
+
+// NewSession allocates a session's state.
+func (m *Model) NewSession(o SessionOptions) (*Session, error) {
+	n := o.Context
+	if n == 0 {
+		n = m.Config().ContextLength
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("engine: session context must be positive, got %d", n)
+	}
+	st, err := m.Graph.NewState(m.Backend, n, o.KV)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: m, state: st}, nil
+}
+
+// Pos is the number of tokens the session holds.
+func (s *Session) Pos() int { return s.pos }
+
+// Capacity is the number of positions the session can hold.
+func (s *Session) Capacity() int { return s.state.Capacity() }
+
+// StateBytes is the memory the session's state holds.
+func (s *Session) StateBytes() int64 { return s.state.Bytes() }
+
+// PrefillOptions tune Prefill.
+type PrefillOptions struct {
+	// Chunk is the number of tokens per forward pass; 0 means all at once.
+	Chunk int
+	// AllLogits returns logits for every token instead of only the last.
+	AllLogits bool
+	// Progress, when set, is called after each chunk with the tokens done so far.
+	Progress func(done, total int)
+}
+
+// Prefill runs tokens through the model in chunks and returns the logits of the last token
+// ([vocab]) or, with AllLogits, of every token ([len(tokens)·vocab], row-major). A cancelled
+// ctx stops it between chunks; the tokens already processed stay in the session.
+func (s *Session) Prefill(ctx context.Context, tokens []int32, o PrefillOptions) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, errors.New("engine: prefill of no tokens")
+	}
+	if err := s.check(tokens); err != nil {
+		return nil, err
+	}
+	chunk := o.Chunk
+	if chunk <= 0 {
+		chunk = len(tokens)
+	}
+	vocab := s.m.Config().Vocab
+	var all []float32
+	if o.AllLogits {
+		all = make([]float32, 0, len(tokens)*vocab)
+	}
+	var last []float32
+	for done := 0; done < len(tokens); {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("engine: prefill stopped after %d of %d tokens: %w", done, len(tokens), err)
+		}
+		n := min(chunk, len(tokens)-done)
+		last = s.forward(tokens[done:done+n], o.AllLogits)
+		if o.AllLogits {
+			all = append(all, last...)
+		}
+		done += n
+		if o.Progress != nil {
+			o.Progress(done, len(tokens))
+		}
+	}
+	if o.AllLogits {
+		return all, nil
+	}
+	return last, nil
+}
+
+// Decode runs one token and returns the logits of the next.
+func (s *Session) Decode(ctx context.Context, token int32) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("engine: decode stopped: %w", err)
+	}
+	tokens := []int32{token}
+	if err := s.check(tokens); err != nil {
+		return nil, err
+	}
+	return s.forward(tokens, false), nil
+}
+
+func (s *Session) check(tokens []int32) error {
+	if s.pos+len(tokens) > s.state.Capacity() {
+		return fmt.Errorf("%w: %d tokens at position %d exceed the session's %d positions", ErrContextFull, len(tokens), s.pos, s.state.Capacity())
+	}
+	vocab := s.m.Config().Vocab
+	for i, t := range tokens {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("%w: token %d at index %d (vocabulary has %d)", ErrBadToken, t, i, vocab)
+		}
+	}
+	return nil
+}
+
+func (s *Session) forward(tokens []int32, all bool) []float32 {
+	ctx := s.m.Backend.NewContext()
+	defer ctx.Close()
+	out := s.m.Graph.Forward(ctx, s.state, tokens, s.pos, all)
+	ctx.Compute()
+	s.pos += len(tokens)
+	return ctx.Read(out)
+}
