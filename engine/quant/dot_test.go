@@ -144,8 +144,8 @@ func TestKernelsAsmVsGo(t *testing.T) {
 		}
 	}
 	kernels := []struct {
-		typ     Type
-		asm, go_ func([]byte, []float32) float32
+		typ       Type
+		asm, pure func([]byte, []float32) float32
 	}{
 		{Q8_0, dotQ8_0, dotQ8_0Go},
 		{Q4_K, dotQ4_K, dotQ4_KGo},
@@ -156,7 +156,7 @@ func TestKernelsAsmVsGo(t *testing.T) {
 			for trial := 0; trial < 8; trial++ {
 				row, x := randomRow(k.typ, n, rng), randomVec(n, rng)
 				_, mag := exactDot(t, k.typ, row, x)
-				close(t, fmt.Sprintf("%v/%d", k.typ, n), k.asm(row, x), k.go_(row, x), mag)
+				close(t, fmt.Sprintf("%v/%d", k.typ, n), k.asm(row, x), k.pure(row, x), mag)
 			}
 		}
 	}
