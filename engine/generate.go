@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redlite/batch/engine/sample"
+)
+
+// Finish reasons, as the job result reports them.
+const (
+	FinishStop      = "stop"      // an end-of-generation token or a stop string
+	FinishLength    = "length"    // max tokens, or the session's context is full
+	FinishCancelled = "cancelled" // the context was cancelled or its deadline passed
+)
+
+// TextStream turns generated ids into text; a tokenizer's streaming decoder does, holding
+// back incomplete UTF-8 sequences.
+type TextStream interface {
+	Next(id int32) string
+	Flush() string
+}
+
+// Vocabulary is what generation needs to know about tokens.
+type Vocabulary interface {
+	IsEOG(id int32) bool
+}
+
+// GenerateOptions configure Generate.
+type GenerateOptions struct {
+	MaxTokens int              // at least 1
+	Sampler   *sample.Sampler  // nil means greedy
+	Stop      []string         // stop strings; the text ends before the first one found
+	Chunk     int              // prefill chunk; 0 means the whole prompt at once
+	Vocab     Vocabulary       // end-of-generation tokens; nil means none
+	Stream    TextStream       // required: decodes ids to text
+	OnPrefill func(done, total int)
+	OnToken   func(id int32, text string) // text is what became safe to emit (may be "")
+}
+
+// Generation is the outcome of Generate.
+type Generation struct {
+	Text             string
+	Tokens           []int32 // generated ids, without the end-of-generation token
+	FinishReason     string
+	PromptTokens     int
+	CompletionTokens int
+	Prefill          time.Duration
+	Decode           time.Duration
+}
+
+// Generate prefills prompt and decodes until an end-of-generation token, a stop string,
+// MaxTokens or a full context. When ctx ends it returns what was generated so far with
+// FinishCancelled and ctx's error; other errors are engine faults.
+func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOptions) (Generation, error) {
+	g := Generation{PromptTokens: len(prompt)}
+	if o.MaxTokens < 1 {
+		return g, fmt.Errorf("engine: max tokens must be at least 1, got %d", o.MaxTokens)
+	}
+	if o.Stream == nil {
+		return g, errors.New("engine: generate needs a text stream")
+	}
+	stops, err := sample.NewStopMatcher(o.Stop)
+	if err != nil {
+		return g, err
+	}
+	pick := func(logits []float32) (int32, error) {
+		if o.Sampler == nil {
+			return sample.Argmax(logits)
+		}
+		return o.Sampler.Sample(logits)
+	}
+	cancelled := func(err error) (Generation, error) {
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			g.FinishReason = FinishCancelled
+			g.Text += stops.Flush()
+			return g, err
+		}
+		return g, err
+	}
+
+	start := time.Now()
+	logits, err := s.Prefill(ctx, prompt, PrefillOptions{Chunk: o.Chunk, Progress: o.OnPrefill})
+	g.Prefill = time.Since(start)
+	if err != nil {
+		return cancelled(err)
+	}
+
+	start = time.Now()
+	defer func() { g.Decode = time.Since(start) }()
+	emit := func(text string) {
+		out, _ := stops.Push(text)
+		g.Text += out
+		if o.OnToken != nil && len(g.Tokens) > 0 {
+			o.OnToken(g.Tokens[len(g.Tokens)-1], out)
+		}
+	}
+	for {
+		id, err := pick(logits)
+		if err != nil {
+			return g, fmt.Errorf("engine: sampling token %d: %w", len(g.Tokens), err)
+		}
+		if o.Vocab != nil && o.Vocab.IsEOG(id) {
+			g.FinishReason = FinishStop
+			break
+		}
+		g.Tokens = append(g.Tokens, id)
+		g.CompletionTokens = len(g.Tokens)
+		emit(o.Stream.Next(id))
+		if stops.Hit() {
+			g.FinishReason = FinishStop
+			break
+		}
+		if len(g.Tokens) >= o.MaxTokens || s.pos >= s.Capacity() {
+			g.FinishReason = FinishLength
+			break
+		}
+		if logits, err = s.Decode(ctx, id); err != nil {
+			g.Decode = time.Since(start)
+			return cancelled(err)
+		}
+	}
+	if !stops.Hit() {
+		out, _ := stops.Push(o.Stream.Flush())
+		g.Text += out + stops.Flush()
+	}
+	g.Decode = time.Since(start)
+	return g, nil
+}
