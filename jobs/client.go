@@ -1,0 +1,421 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPollInterval is how often Wait and Cancel look at a job. asynq has no completion
+// notification (a finished task is only a state change in a Redis hash), so waiting is
+// polling; half a second is far below a job's length and costs Redis one small script per
+// queue per poll.
+const DefaultPollInterval = 500 * time.Millisecond
+
+// Client enqueues jobs and follows them. It is safe for concurrent use.
+type Client struct {
+	rdb    redis.UniversalClient
+	client *asynq.Client
+	insp   *asynq.Inspector
+	cfg    clientConfig
+}
+
+type clientConfig struct {
+	poll      time.Duration
+	retention time.Duration
+	maxRetry  int
+}
+
+// ClientOption configures NewClient.
+type ClientOption func(*clientConfig)
+
+// WithPollInterval sets how often Wait and Cancel poll (default DefaultPollInterval).
+func WithPollInterval(d time.Duration) ClientOption {
+	return func(c *clientConfig) {
+		if d > 0 {
+			c.poll = d
+		}
+	}
+}
+
+// WithRetention sets how long results are kept for every job this client enqueues
+// (default DefaultRetention).
+func WithRetention(d time.Duration) ClientOption { return func(c *clientConfig) { c.retention = d } }
+
+// WithMaxRetry sets how often a failed job is retried (default DefaultMaxRetry).
+func WithMaxRetry(n int) ClientOption { return func(c *clientConfig) { c.maxRetry = n } }
+
+// EnqueueOption overrides a client default for one job.
+type EnqueueOption func(*clientConfig)
+
+// Retention overrides the result retention for one job.
+func Retention(d time.Duration) EnqueueOption { return func(c *clientConfig) { c.retention = d } }
+
+// MaxRetry overrides the retry count for one job.
+func MaxRetry(n int) EnqueueOption { return func(c *clientConfig) { c.maxRetry = n } }
+
+// NewClient connects lazily to the Redis at redisURL (see ParseRedisURL); use Ping to check.
+func NewClient(redisURL string, opts ...ClientOption) (*Client, error) {
+	u, err := ParseRedisURL(redisURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg := clientConfig{poll: DefaultPollInterval, retention: DefaultRetention, maxRetry: DefaultMaxRetry}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	rdb, ok := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, errors.New("jobs: asynq returned an unexpected redis client type")
+	}
+	return &Client{
+		rdb:    rdb,
+		client: asynq.NewClientFromRedisClient(rdb),
+		insp:   asynq.NewInspectorFromRedisClient(rdb),
+		cfg:    cfg,
+	}, nil
+}
+
+func (c clientConfig) check() error {
+	// asynq keeps whole seconds; below one second the result would be deleted on completion.
+	if c.retention < time.Second {
+		return fmt.Errorf("jobs: retention must be at least 1s, got %v", c.retention)
+	}
+	if c.maxRetry < 0 {
+		return fmt.Errorf("jobs: max retry must not be negative, got %d", c.maxRetry)
+	}
+	return nil
+}
+
+// Close closes the Redis connections.
+func (c *Client) Close() error { return c.rdb.Close() }
+
+// Ping checks that Redis answers.
+func (c *Client) Ping(ctx context.Context) error {
+	if err := c.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
+}
+
+// Job identifies an enqueued job.
+type Job struct {
+	ID    string
+	Queue string
+	Type  string
+}
+
+// Enqueue validates p and puts it on the queue of its priority. The job id is p's
+// idempotency key when set; when a job with that key already exists in any of our queues,
+// Enqueue returns that job and an error matching ErrDuplicate.
+func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) (Job, error) {
+	cfg := c.cfg
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return Job{}, err
+	}
+	data, err := EncodePayload(p)
+	if err != nil {
+		return Job{}, err
+	}
+	o := p.Options()
+	queue := QueueFor(o.Priority)
+	aopts := []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(cfg.maxRetry), asynq.Retention(cfg.retention)}
+	if o.Deadline != nil {
+		if !o.Deadline.After(time.Now()) {
+			return Job{}, invalid("deadline", "is not in the future: %s", o.Deadline.Format(time.RFC3339))
+		}
+		aopts = append(aopts, asynq.Deadline(*o.Deadline))
+	}
+	if o.Timeout > 0 {
+		aopts = append(aopts, asynq.Timeout(time.Duration(o.Timeout)*time.Second))
+	} else if o.Deadline == nil {
+		aopts = append(aopts, asynq.Timeout(DefaultTimeout))
+	}
+	if o.IdempotencyKey != "" {
+		// asynq refuses a duplicate id only within one queue; the same key at another
+		// priority must find the first job too. Two clients racing with one key at two
+		// priorities can still both succeed: the window is one round trip.
+		if info, err := c.find(ctx, o.IdempotencyKey); err == nil {
+			return jobOf(info), duplicate(info)
+		} else if !errors.Is(err, ErrNotFound) {
+			return Job{}, err
+		}
+		aopts = append(aopts, asynq.TaskID(o.IdempotencyKey))
+	}
+	info, err := c.client.EnqueueContext(ctx, asynq.NewTask(p.TaskType(), data), aopts...)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		if info, ferr := c.find(ctx, o.IdempotencyKey); ferr == nil {
+			return jobOf(info), duplicate(info)
+		}
+		return Job{ID: o.IdempotencyKey, Queue: queue, Type: p.TaskType()},
+			fmt.Errorf("enqueue %s: %w: job %s", p.TaskType(), ErrDuplicate, o.IdempotencyKey)
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), err)
+	}
+	return jobOf(info), nil
+}
+
+func jobOf(info *asynq.TaskInfo) Job { return Job{ID: info.ID, Queue: info.Queue, Type: info.Type} }
+
+func duplicate(info *asynq.TaskInfo) error {
+	return fmt.Errorf("%w: job %s exists (%s, queue %s, state %s)", ErrDuplicate, info.ID, info.Type, info.Queue, info.State)
+}
+
+// Status is a job's state as Redis has it now.
+type Status struct {
+	Job
+	State    State
+	Progress *Progress // the last progress the worker published, while it runs
+	Result   *Result   // once the worker wrote it (completed, or archived after a cancel)
+	// LastError is asynq's message for the last failed attempt: a validation error, an
+	// engine fault, "context canceled" for a cancel or a timeout.
+	LastError     string
+	Retried       int
+	MaxRetry      int
+	NextProcessAt time.Time // pending, scheduled and retry jobs
+	CompletedAt   time.Time
+	Deadline      time.Time     // zero when none
+	Timeout       time.Duration // zero when none
+}
+
+// Status looks the job up in each of our queues.
+func (c *Client) Status(ctx context.Context, id string) (Status, error) {
+	info, err := c.find(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{
+		Job:           jobOf(info),
+		State:         State(info.State.String()),
+		LastError:     info.LastErr,
+		Retried:       info.Retried,
+		MaxRetry:      info.MaxRetry,
+		NextProcessAt: info.NextProcessAt,
+		CompletedAt:   info.CompletedAt,
+		Deadline:      info.Deadline,
+		Timeout:       info.Timeout,
+	}
+	if len(info.Result) > 0 {
+		env, err := DecodeEnvelope(info.Result)
+		if err != nil {
+			return st, fmt.Errorf("job %s: %w", id, err)
+		}
+		st.Progress, st.Result = env.Progress, env.Result
+	}
+	return st, nil
+}
+
+// Result returns the result of a completed job; ErrNotDone while it is not finished; a
+// *JobError (ErrFailed, ErrCancelled) with whatever result exists for an archived one.
+func (c *Client) Result(ctx context.Context, id string) (Result, error) {
+	st, err := c.Status(ctx, id)
+	if err != nil {
+		return Result{}, err
+	}
+	return finalResult(st)
+}
+
+func finalResult(st Status) (Result, error) {
+	var r Result
+	if st.Result != nil {
+		r = *st.Result
+	}
+	switch st.State {
+	case StateCompleted:
+		if st.Result == nil {
+			return r, fmt.Errorf("job %s completed without a result", st.ID)
+		}
+		return r, nil
+	case StateArchived:
+		return r, &JobError{
+			ID:        st.ID,
+			State:     st.State,
+			LastError: st.LastError,
+			Cancelled: st.Result != nil && st.Result.FinishReason == FinishCancelled,
+		}
+	}
+	return r, fmt.Errorf("job %s is %s: %w", st.ID, st.State, ErrNotDone)
+}
+
+// Wait polls until the job is done and returns its result (see Result for errors). While it
+// waits it calls onProgress, if not nil, each time the progress changes: phase "queued"
+// while the job waits, then what the worker publishes.
+func (c *Client) Wait(ctx context.Context, id string, onProgress func(Progress)) (Result, error) {
+	tick := time.NewTicker(c.cfg.poll)
+	defer tick.Stop()
+	var last Progress
+	first := true
+	for {
+		st, err := c.Status(ctx, id)
+		if err != nil {
+			return Result{}, err
+		}
+		if st.State.Done() {
+			return finalResult(st)
+		}
+		if onProgress != nil {
+			p := progressOf(st)
+			if first || p != last {
+				onProgress(p)
+				last, first = p, false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("wait for job %s: %w", id, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// progressOf is what a waiting client should show: the worker's progress while the job is
+// active, "queued" otherwise (a retrying job's hash still holds the last attempt's progress).
+func progressOf(st Status) Progress {
+	if st.State == StateActive {
+		switch {
+		case st.Progress != nil:
+			return *st.Progress
+		case st.Result != nil:
+			u := st.Result.Usage
+			return Progress{Phase: PhaseDone, PromptTokens: u.PromptTokens, Prefilled: u.PromptTokens, Generated: u.CompletionTokens}
+		}
+	}
+	return Progress{Phase: PhaseQueued}
+}
+
+// Cancel stops a job. A job that waits (pending, scheduled, retry) is archived at once. For
+// an active job Cancel asks its worker to stop (asynq's CancelProcessing), waits until the
+// worker lets go, which for our daemon is within one prefill chunk or one token, and then
+// archives it, because asynq treats a cancelled attempt as a failure to retry. Pass a ctx
+// with a deadline: a worker that never answers keeps Cancel waiting until ctx ends.
+//
+// A cancelled job ends archived with a result whose finish_reason is "cancelled" (the
+// worker's partial result, or an empty one written here). Cancelling a finished job returns
+// an error matching ErrFinished.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	tick := time.NewTicker(c.cfg.poll)
+	defer tick.Stop()
+	asked := false
+	for {
+		info, err := c.find(ctx, id)
+		if err != nil {
+			return err
+		}
+		switch info.State {
+		case asynq.TaskStateCompleted:
+			return fmt.Errorf("cancel job %s: %w (completed)", id, ErrFinished)
+		case asynq.TaskStateArchived:
+			if !asked {
+				return fmt.Errorf("cancel job %s: %w (archived)", id, ErrFinished)
+			}
+			return c.markCancelled(ctx, info)
+		case asynq.TaskStateActive:
+			// Asked on every poll: the cancel message is pub/sub, lost if the worker had
+			// not yet registered the job when it was sent.
+			if err := c.insp.CancelProcessing(id); err != nil {
+				return fmt.Errorf("cancel job %s: %w", id, err)
+			}
+			asked = true
+		default:
+			err := c.insp.ArchiveTask(info.Queue, id)
+			if err == nil {
+				return c.markCancelled(ctx, info)
+			}
+			if !errors.Is(err, asynq.ErrTaskNotFound) {
+				// It may have become active in between; look again.
+				if st, ferr := c.find(ctx, id); ferr == nil && st.State == asynq.TaskStateActive {
+					continue
+				}
+				return fmt.Errorf("cancel job %s: %w", id, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cancel job %s: still %s: %w", id, info.State, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// markCancelledScript writes a cancelled result unless the task is gone or the worker has
+// already written a result (its partial text is worth more than an empty one).
+var markCancelledScript = redis.NewScript(`
+if redis.call("EXISTS", KEYS[1]) == 0 then return 0 end
+local cur = redis.call("HGET", KEYS[1], "result")
+if cur then
+  local ok, env = pcall(cjson.decode, cur)
+  if ok and type(env) == "table" and env["type"] == "result" then return 2 end
+end
+redis.call("HSET", KEYS[1], "result", ARGV[1])
+return 1`)
+
+func (c *Client) markCancelled(ctx context.Context, info *asynq.TaskInfo) error {
+	r := Result{FinishReason: FinishCancelled}
+	if p, err := Decode(info.Type, info.Payload); err == nil {
+		r.Metadata = p.Options().Metadata
+	}
+	env, err := EncodeResult(r)
+	if err != nil {
+		return err
+	}
+	if err := markCancelledScript.Run(ctx, c.rdb, []string{taskKey(info.Queue, info.ID)}, env).Err(); err != nil {
+		return fmt.Errorf("cancel job %s: record the cancellation: %w", info.ID, err)
+	}
+	return nil
+}
+
+var writeEnvelopeScript = redis.NewScript(`
+if redis.call("EXISTS", KEYS[1]) == 0 then return 0 end
+redis.call("HSET", KEYS[1], "result", ARGV[1])
+return 1`)
+
+// WriteEnvelope stores env (from EncodeProgress or EncodeResult) as the job's result, if the
+// job still exists. It is for workers whose task context has ended: asynq's ResultWriter
+// refuses to write once a job is cancelled or past its deadline, yet the partial result with
+// finish_reason "cancelled" must still be recorded.
+func (c *Client) WriteEnvelope(ctx context.Context, queue, id string, env []byte) error {
+	n, err := writeEnvelopeScript.Run(ctx, c.rdb, []string{taskKey(queue, id)}, env).Int()
+	if err != nil {
+		return fmt.Errorf("write result of job %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("write result of job %s in queue %s: %w", id, queue, ErrNotFound)
+	}
+	return nil
+}
+
+// taskKey is asynq's Redis hash of one task (internal/base.TaskKey in asynq v0.26).
+func taskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
+
+// find looks for id in each of our queues, highest priority first.
+func (c *Client) find(ctx context.Context, id string) (*asynq.TaskInfo, error) {
+	if id == "" {
+		return nil, fmt.Errorf("job id is empty: %w", ErrNotFound)
+	}
+	for _, q := range QueueNames() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		info, err := c.insp.GetTaskInfo(q, id)
+		switch {
+		case err == nil:
+			return info, nil
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			continue
+		default:
+			return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, err)
+		}
+	}
+	return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+}

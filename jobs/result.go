@@ -1,0 +1,155 @@
+package jobs
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// FinishReason says why generation stopped.
+type FinishReason string
+
+const (
+	FinishStop      FinishReason = "stop"      // end-of-sequence token or a stop string
+	FinishLength    FinishReason = "length"    // max_tokens reached
+	FinishCancelled FinishReason = "cancelled" // cancelled, deadline or timeout
+)
+
+// Result is what a finished job returns.
+type Result struct {
+	Version      int             `json:"version"`
+	Text         string          `json:"text"`
+	FinishReason FinishReason    `json:"finish_reason"`
+	Usage        Usage           `json:"usage"`
+	Timings      Timings         `json:"timings"`
+	Plan         Plan            `json:"plan"`
+	Model        string          `json:"model"`
+	Worker       string          `json:"worker"`
+	Metadata     json.RawMessage `json:"metadata,omitempty"` // the payload's, unchanged
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Timings are wall-clock measurements of one job, in milliseconds and tokens per second.
+type Timings struct {
+	QueueWaitMS            float64 `json:"queue_wait_ms"` // enqueue to start of the attempt that finished
+	PrefillMS              float64 `json:"prefill_ms"`
+	PrefillTokensPerSecond float64 `json:"prefill_tokens_per_second"`
+	DecodeMS               float64 `json:"decode_ms"`
+	DecodeTokensPerSecond  float64 `json:"decode_tokens_per_second"`
+	TotalMS                float64 `json:"total_ms"` // start of the attempt to the result
+}
+
+// Plan is the memory plan a job ran with, as plain data: jobs does not import the planner.
+// New fields may be added within version 1; clients must ignore fields they do not know.
+type Plan struct {
+	Context         int    `json:"context"`          // tokens the session can hold
+	Chunk           int    `json:"chunk"`            // prefill chunk, tokens
+	KVPrecision     string `json:"kv_precision"`     // "f32" or "f16"
+	ExpertResidency string `json:"expert_residency"` // "full" or "cache" (routed experts in an LRU cache)
+	ExpertCacheMiB  int    `json:"expert_cache_mib"`
+	MTP             bool   `json:"mtp"` // multi-token prediction
+	Slots           int    `json:"slots"`
+	NeedMiB         int    `json:"need_mib"`  // planned GPU memory
+	LimitMiB        int    `json:"limit_mib"` // the device's limit
+}
+
+// Phase is where a running job is.
+type Phase string
+
+const (
+	PhaseQueued     Phase = "queued"
+	PhaseTokenizing Phase = "tokenizing"
+	PhasePlanning   Phase = "planning"
+	PhasePrefill    Phase = "prefill"
+	PhaseDecode     Phase = "decode"
+	PhaseDone       Phase = "done"
+)
+
+// Progress is published by the worker while a job runs.
+type Progress struct {
+	Phase        Phase     `json:"phase"`
+	PromptTokens int       `json:"prompt_tokens"` // 0 until tokenized
+	Prefilled    int       `json:"prefilled"`     // prompt tokens processed so far
+	Generated    int       `json:"generated"`     // tokens generated so far
+	MaxTokens    int       `json:"max_tokens"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// State is asynq's task state, by asynq's names (the ones asynqmon shows).
+type State string
+
+const (
+	StatePending     State = "pending"
+	StateScheduled   State = "scheduled"
+	StateActive      State = "active"
+	StateRetry       State = "retry" // failed, will run again
+	StateArchived    State = "archived"
+	StateCompleted   State = "completed"
+	StateAggregating State = "aggregating"
+)
+
+// Done reports whether the job will not run again.
+func (s State) Done() bool { return s == StateCompleted || s == StateArchived }
+
+// Envelope is the one document a worker keeps in the task's result field (asynq's
+// ResultWriter): progress while the job runs, then the result. Type tells them apart.
+type Envelope struct {
+	Type     EnvelopeType `json:"type"`
+	Version  int          `json:"version"`
+	Progress *Progress    `json:"progress,omitempty"`
+	Result   *Result      `json:"result,omitempty"`
+}
+
+// EnvelopeType is "progress" or "result".
+type EnvelopeType string
+
+const (
+	EnvelopeProgress EnvelopeType = "progress"
+	EnvelopeResult   EnvelopeType = "result"
+)
+
+// EncodeProgress returns the envelope for p.
+func EncodeProgress(p Progress) []byte {
+	b, err := json.Marshal(Envelope{Type: EnvelopeProgress, Version: Version, Progress: &p})
+	if err != nil {
+		panic(fmt.Sprintf("jobs: encode progress: %v", err)) // plain data cannot fail
+	}
+	return b
+}
+
+// EncodeResult returns the envelope for r, setting a zero Version to the current one.
+func EncodeResult(r Result) ([]byte, error) {
+	if r.Version == 0 {
+		r.Version = Version
+	}
+	b, err := json.Marshal(Envelope{Type: EnvelopeResult, Version: Version, Result: &r})
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err) // only invalid Metadata can do this
+	}
+	return b, nil
+}
+
+// DecodeEnvelope reads what a worker wrote. Unknown fields are ignored, so that workers may
+// add fields within a version; an unknown type or version is an error.
+func DecodeEnvelope(data []byte) (Envelope, error) {
+	var e Envelope
+	if err := json.Unmarshal(data, &e); err != nil {
+		return Envelope{}, fmt.Errorf("decode job envelope: %w", err)
+	}
+	if e.Version != Version {
+		return Envelope{}, fmt.Errorf("decode job envelope: version must be %d, got %d", Version, e.Version)
+	}
+	switch {
+	case e.Type == EnvelopeProgress && e.Progress != nil && e.Result == nil:
+	case e.Type == EnvelopeResult && e.Result != nil && e.Progress == nil:
+	default:
+		return Envelope{}, fmt.Errorf("decode job envelope: type %q must come with exactly its own field (progress or result)", e.Type)
+	}
+	return e, nil
+}
