@@ -308,3 +308,16 @@ func dotIQ2_XXSGo(row []byte, x []float32) float32 {
 	}
 	return sum
 }
+
+func dotQ8_0Q8_0Go(w, a []byte) float32 {
+	var sum float32
+	for len(w) >= 34 {
+		var s int32
+		for j := 2; j < 34; j++ {
+			s += int32(int8(w[j])) * int32(int8(a[j]))
+		}
+		sum += half(w) * half(a) * float32(s)
+		w, a = w[34:], a[34:]
+	}
+	return sum
+}

@@ -87,3 +87,15 @@ func dotQ6_K(row []byte, x []float32) float32 {
 	}
 	return dotQ6_KAVX2(&row[0], &x[0], len(x)/QK_K)
 }
+
+//go:noescape
+func dotQ8_0Q8_0AVX2(w, a *byte, nblocks int) float32
+
+// dotQ8_0Q8_0 dots a Q8_0 row with activations quantized to Q8_0 (integer products). It is
+// kept unexported for the benchmark that decides whether int8 activations pay.
+func dotQ8_0Q8_0(w, a []byte) float32 {
+	if !useAsm || len(w) == 0 {
+		return dotQ8_0Q8_0Go(w, a)
+	}
+	return dotQ8_0Q8_0AVX2(&w[0], &a[0], len(w)/34)
+}

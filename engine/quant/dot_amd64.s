@@ -401,3 +401,43 @@ done:
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// Experiment (see BenchmarkDotQ8_0Int8Act): Q8_0 weights against activations quantized to
+// Q8_0, integer products as ggml does. VPMADDUBSW multiplies unsigned by signed bytes, so
+// the weight's sign is moved onto the activation first.
+// func dotQ8_0Q8_0AVX2(w, a *byte, nblocks int) float32
+TEXT ·dotQ8_0Q8_0AVX2(SB), NOSPLIT, $0-28
+	MOVQ         w+0(FP), SI
+	MOVQ         a+8(FP), DI
+	MOVQ         nblocks+16(FP), CX
+	ZERO4
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVDQU      2(SI), Y1
+	VMOVDQU      2(DI), Y2
+	VPSIGNB      Y1, Y1, Y3
+	VPSIGNB      Y1, Y2, Y4
+	VPMADDUBSW   Y4, Y3, Y5
+	VPMADDWD     Y15, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y8, Y5, Y0
+	ADDQ         $34, SI
+	ADDQ         $34, DI
+	DECQ         CX
+	JNZ          loop
+
+done:
+	HSUM0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -11,3 +11,5 @@ func dotF16(h []uint16, x []float32) float32  { return dotF16Go(h, x) }
 func dotQ8_0(row []byte, x []float32) float32 { return dotQ8_0Go(row, x) }
 func dotQ4_K(row []byte, x []float32) float32 { return dotQ4_KGo(row, x) }
 func dotQ6_K(row []byte, x []float32) float32 { return dotQ6_KGo(row, x) }
+
+func dotQ8_0Q8_0(w, a []byte) float32 { return dotQ8_0Q8_0Go(w, a) }

@@ -1,0 +1,136 @@
+package quant
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// Weight bytes per second is the figure that matters: decode is bound by streaming the
+// weights, so b.SetBytes is the row's size in its own format.
+
+var benchSink float32
+
+func BenchmarkDotF32(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, n := range []int{1024, 4096} {
+		x := randomVec(n, rng)
+		for _, typ := range supportedTypes() {
+			row := randomRow(typ, n, rng)
+			b.Run(fmt.Sprintf("%v/%d", typ, n), func(b *testing.B) {
+				b.SetBytes(int64(len(row)))
+				for b.Loop() {
+					benchSink += DotF32(typ, row, x)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkDotF32PureGo times the pure-Go kernels that the assembly replaces on amd64.
+func BenchmarkDotF32PureGo(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	kernels := map[Type]func([]byte, []float32) float32{Q8_0: dotQ8_0Go, Q4_K: dotQ4_KGo, Q6_K: dotQ6_KGo}
+	for _, n := range []int{1024, 4096} {
+		x := randomVec(n, rng)
+		for _, typ := range []Type{F16, Q8_0, Q4_K, Q6_K} {
+			row := randomRow(typ, n, rng)
+			k := kernels[typ]
+			if typ == F16 {
+				h := make([]uint16, n)
+				for i := range h {
+					h[i] = uint16(row[2*i]) | uint16(row[2*i+1])<<8
+				}
+				k = func([]byte, []float32) float32 { return dotF16Go(h, x) }
+			}
+			b.Run(fmt.Sprintf("%v/%d", typ, n), func(b *testing.B) {
+				b.SetBytes(int64(len(row)))
+				for b.Loop() {
+					benchSink += k(row, x)
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkDot(b *testing.B) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	for _, n := range []int{1024, 4096} {
+		x, y := randomVec(n, rng), randomVec(n, rng)
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			b.SetBytes(int64(4 * n))
+			for b.Loop() {
+				benchSink += Dot(x, y)
+			}
+		})
+		b.Run(fmt.Sprintf("%d/PureGo", n), func(b *testing.B) {
+			b.SetBytes(int64(4 * n))
+			for b.Loop() {
+				benchSink += dotF32Go(x, y)
+			}
+		})
+	}
+}
+
+// BenchmarkDotQ8_0Int8Act measures the alternative ggml uses: quantize the activations to
+// Q8_0 once per vector and multiply in integers. Compare with BenchmarkDotF32/Q8_0; the
+// quantization of x is paid once per activation vector, shared by all rows.
+func BenchmarkDotQ8_0Int8Act(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, n := range []int{1024, 4096} {
+		row := randomRow(Q8_0, n, rng)
+		x := randomVec(n, rng)
+		xq := make([]byte, Q8_0.RowBytes(n))
+		if err := Quantize(Q8_0, x, xq); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("dot/%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(row)))
+			for b.Loop() {
+				benchSink += dotQ8_0Q8_0(row, xq)
+			}
+		})
+		b.Run(fmt.Sprintf("quantize-x/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				_ = Quantize(Q8_0, x, xq)
+			}
+		})
+	}
+}
+
+func TestDotQ8_0Int8Act(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for _, n := range []int{32, 256, 4096} {
+		row, x := randomRow(Q8_0, n, rng), randomVec(n, rng)
+		xq := make([]byte, Q8_0.RowBytes(n))
+		if err := Quantize(Q8_0, x, xq); err != nil {
+			t.Fatal(err)
+		}
+		xd := make([]float32, n)
+		if err := Dequantize(Q8_0, xq, xd); err != nil {
+			t.Fatal(err)
+		}
+		want, mag := exactDot(t, Q8_0, row, xd)
+		for name, got := range map[string]float32{"dispatch": dotQ8_0Q8_0(row, xq), "go": dotQ8_0Q8_0Go(row, xq)} {
+			if d := math.Abs(float64(got) - want); !(d <= dotTol(mag)) {
+				t.Errorf("%s/%d: %g, exact %g", name, n, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkDequantize(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	const n = 4096
+	dst := make([]float32, n)
+	for _, typ := range supportedTypes() {
+		row := randomRow(typ, n, rng)
+		b.Run(typ.String(), func(b *testing.B) {
+			b.SetBytes(int64(len(row)))
+			for b.Loop() {
+				_ = Dequantize(typ, row, dst)
+			}
+		})
+	}
+}
