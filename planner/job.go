@@ -9,6 +9,10 @@ import (
 // down to the calibration's MinChunk: 2048, 1024, 512.
 const LargestChunk = 2048
 
+// MaxSlots bounds Job.Slots: more parallel sequences than any worker runs, and small enough
+// that the byte arithmetic cannot overflow.
+const MaxSlots = 256
+
 // Job is what the planner needs to know about one job.
 type Job struct {
 	// PromptTokens counts the prompt as the model sees it, chat template included.
@@ -110,8 +114,8 @@ func (j Job) Validate() error {
 		return bad("prompt_tokens must be ≥ 1 (it includes the chat template), got %d", j.PromptTokens)
 	case j.MaxTokens < 1:
 		return bad("max_tokens must be ≥ 1, got %d", j.MaxTokens)
-	case j.Slots < 0:
-		return bad("slots must be ≥ 0 (0 means 1), got %d", j.Slots)
+	case j.Slots < 0 || j.Slots > MaxSlots:
+		return bad("slots must be within [0, %d] (0 means 1), got %d", MaxSlots, j.Slots)
 	case j.Policy.MaxChunk < 0:
 		return bad("policy max_chunk must be ≥ 0 (0 means %d), got %d", LargestChunk, j.Policy.MaxChunk)
 	}

@@ -195,13 +195,12 @@ func (s *search) cached() ([]Alternative, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The cache gets the room left, in whole MiB, or exactly the minimum when that is all
+		// that fits; when even the minimum does not fit, it is priced at the minimum.
 		room := s.usable*MiB - rest.TotalBytes
-		size := max(room, 0) / MiB * MiB
+		fits := room >= minCache
+		size := max(room/MiB*MiB, minCache)
 		size = min(size, s.p.ExpertCacheBytes)
-		fits := size >= minCache
-		if !fits {
-			size = minCache // price the smallest useful cache
-		}
 		cfg.ExpertCacheBytes = size
 		br, err := Estimate(cfg, s.p, s.c)
 		if err != nil {

@@ -420,7 +420,8 @@ func TestBadInput(t *testing.T) {
 		{"NegativePrompt", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.PromptTokens = -5 }, ErrBadJob, "prompt_tokens must be ≥ 1"},
 		{"ZeroMaxTokens", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.MaxTokens = 0 }, ErrBadJob, "max_tokens must be ≥ 1, got 0"},
 		{"NegativeMaxTokens", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.MaxTokens = -1 }, ErrBadJob, "max_tokens must be ≥ 1, got -1"},
-		{"NegativeSlots", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.Slots = -2 }, ErrBadJob, "slots must be ≥ 0"},
+		{"NegativeSlots", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.Slots = -2 }, ErrBadJob, "slots must be within [0, 256] (0 means 1), got -2"},
+		{"TooManySlots", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.Slots = 1 << 40 }, ErrBadJob, "slots must be within [0, 256]"},
 		{"BeyondTrainedContext", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.PromptTokens = 262000 }, ErrBadJob, "exceeds the trained context of 262,144"},
 		{"HugeTokens", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.MaxTokens = 1 << 62 }, ErrBadJob, "exceeds the trained context"},
 		{"BadKV", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.Policy.KV = "q8" }, ErrBadJob, `policy kv "q8"`},
@@ -532,7 +533,7 @@ func FuzzChoose(f *testing.F) {
 	f.Add(-1, 0, -1, int64(0), int64(-1), -3, uint8(255))
 	p, c := redLiteProfile(f), RedLiteMetal()
 	f.Fuzz(func(t *testing.T, prompt, maxTokens, slots int, limit, margin int64, maxChunk int, knobs uint8) {
-		job := Job{PromptTokens: prompt, MaxTokens: maxTokens, Slots: slots % 64,
+		job := Job{PromptTokens: prompt, MaxTokens: maxTokens, Slots: slots,
 			Policy: Policy{MaxChunk: maxChunk, DisableMTP: knobs&1 != 0}}
 		job.Policy.KV = []Precision{"", F32, F16, ""}[knobs>>1&3]
 		job.Policy.ExpertCache = []ExpertCachePolicy{"", CacheNever, CacheAllow, CacheAuto}[knobs>>3&3]
