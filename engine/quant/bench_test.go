@@ -134,3 +134,16 @@ func BenchmarkDequantize(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkDotIQ2_XXSPureGo(b *testing.B) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	for _, n := range []int{1024, 4096} {
+		row, x := randomRow(IQ2_XXS, n, rng), randomVec(n, rng)
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			b.SetBytes(int64(len(row)))
+			for b.Loop() {
+				benchSink += dotIQ2_XXSGo(row, x)
+			}
+		})
+	}
+}

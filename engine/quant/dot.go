@@ -3,6 +3,7 @@ package quant
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 )
@@ -42,7 +43,7 @@ func DotF32(t Type, row []byte, x []float32) float32 {
 	case Q2_K:
 		return dotQ2_KGo(row, x)
 	case IQ2_XXS:
-		return dotIQ2_XXSGo(row, x)
+		return dotIQ2_XXS(row, x)
 	}
 	return dotGeneric(t, row, x)
 }
@@ -285,6 +286,22 @@ func dotQ2_KGo(row []byte, x []float32) float32 {
 	return sum
 }
 
+// iq2xxsGridF32 and iqSignMask widen the IQ2_XXS codebook and the sign patterns for the
+// assembly kernel: grid points as floats, signs as masks to XOR into the float sign bits.
+var iq2xxsGridF32, iqSignMask = func() (g [256][8]float32, s [128][8]uint32) {
+	for i, p := range iq2xxsGrid {
+		for j := range 8 {
+			g[i][j] = gridByte(p, j)
+		}
+	}
+	for i, m := range iqSigns {
+		for j := range 8 {
+			s[i][j] = uint32(m>>j&1) << 31
+		}
+	}
+	return g, s
+}()
+
 func dotIQ2_XXSGo(row []byte, x []float32) float32 {
 	var sum float32
 	for len(x) >= QK_K {
@@ -293,16 +310,17 @@ func dotIQ2_XXSGo(row []byte, x []float32) float32 {
 		qs := b[2:66]
 		for ib := 0; ib < 8; ib++ {
 			aux := binary.LittleEndian.Uint32(qs[8*ib+4:])
-			var s float32
+			var s0, s1 float32
 			for l := 0; l < 4; l++ {
-				g := iq2xxsGrid[qs[8*ib+l]]
-				sg := iqSigns[(aux>>(7*l))&127]
+				g := &iq2xxsGridF32[qs[8*ib+l]]
+				m := &iqSignMask[(aux>>(7*l))&127]
 				xx := x[32*ib+8*l : 32*ib+8*l+8]
-				for j := 0; j < 8; j++ {
-					s += gridByte(g, j) * signOf[sg>>j&1] * xx[j]
+				for j := 0; j < 8; j += 2 {
+					s0 += math.Float32frombits(math.Float32bits(g[j]*xx[j]) ^ m[j])
+					s1 += math.Float32frombits(math.Float32bits(g[j+1]*xx[j+1]) ^ m[j+1])
 				}
 			}
-			sum += d * (0.5 + float32(aux>>28)) * 0.25 * s
+			sum += d * (0.5 + float32(aux>>28)) * 0.25 * (s0 + s1)
 		}
 		row, x = row[66:], x[QK_K:]
 	}

@@ -99,3 +99,13 @@ func dotQ8_0Q8_0(w, a []byte) float32 {
 	}
 	return dotQ8_0Q8_0AVX2(&w[0], &a[0], len(w)/34)
 }
+
+//go:noescape
+func dotIQ2_XXSAVX2(row *byte, x *float32, nblocks int, grid *[256][8]float32, signs *[128][8]uint32) float32
+
+func dotIQ2_XXS(row []byte, x []float32) float32 {
+	if !useAsm {
+		return dotIQ2_XXSGo(row, x)
+	}
+	return dotIQ2_XXSAVX2(&row[0], &x[0], len(x)/QK_K, &iq2xxsGridF32, &iqSignMask)
+}

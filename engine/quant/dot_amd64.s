@@ -441,3 +441,72 @@ done:
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// IQ2_XXS super-block (66 bytes): f16 d, then per 32-element sub-block 4 grid indices and a
+// 32-bit word of four 7-bit sign indices plus a 4-bit scale s; the weights are
+// d·(2s+1)/8 · grid · sign. The grid and sign tables come pre-widened from Go
+// (iq2xxsGridF32: 8 floats per point; iqSignMask: 8 sign-bit masks per sign index), so each
+// group of 8 weights is one load, one XOR and one FMA.
+
+// IQ2XXSGROUP handles group L (0..3) of the sub-block at R11 with sign word BX.
+#define IQ2XXSGROUP(L, SHIFT, OP, ACC) \
+	MOVBLZX L(R11), AX; \
+	SHLQ    $5, AX; \
+	MOVL    BX, DX; \
+	SHRL    $SHIFT, DX; \
+	ANDL    $127, DX; \
+	SHLQ    $5, DX; \
+	VMOVUPS (R12)(AX*1), Y4; \
+	VXORPS  (R13)(DX*1), Y4, Y4; \
+	OP      (32*L)(DI), Y4, ACC
+
+// func dotIQ2_XXSAVX2(row *byte, x *float32, nblocks int, grid *[256][8]float32, signs *[128][8]uint32) float32
+TEXT ·dotIQ2_XXSAVX2(SB), NOSPLIT, $0-44
+	MOVQ         row+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nblocks+16(FP), CX
+	MOVQ         grid+24(FP), R12
+	MOVQ         signs+32(FP), R13
+	VXORPS       Y0, Y0, Y0
+	MOVL         $0x3e000000, AX // 0.125
+	VMOVD        AX, X7
+	VBROADCASTSS X7, Y7
+	TESTQ        CX, CX
+	JZ           done
+
+block:
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y7, Y8, Y8
+	VXORPS       Y5, Y5, Y5
+	LEAQ         2(SI), R11
+	XORQ         R10, R10
+
+sub:
+	MOVL 4(R11), BX
+	IQ2XXSGROUP(0, 0, VMULPS, Y2)
+	IQ2XXSGROUP(1, 7, VMULPS, Y3)
+	IQ2XXSGROUP(2, 14, VFMADD231PS, Y2)
+	IQ2XXSGROUP(3, 21, VFMADD231PS, Y3)
+	VADDPS       Y3, Y2, Y2
+	SHRL         $28, BX
+	LEAL         1(BX)(BX*1), BX
+	VCVTSI2SSL   BX, X6, X6
+	VBROADCASTSS X6, Y6
+	VFMADD231PS  Y6, Y2, Y5
+	ADDQ         $8, R11
+	ADDQ         $128, DI
+	INCQ         R10
+	CMPQ         R10, $8
+	JLT          sub
+
+	VFMADD231PS Y8, Y5, Y0
+	ADDQ        $66, SI
+	DECQ        CX
+	JNZ         block
+
+done:
+	HSUM0
+	VMOVSS X0, ret+40(FP)
+	VZEROUPPER
+	RET

@@ -150,6 +150,7 @@ func TestKernelsAsmVsGo(t *testing.T) {
 		{Q8_0, dotQ8_0, dotQ8_0Go},
 		{Q4_K, dotQ4_K, dotQ4_KGo},
 		{Q6_K, dotQ6_K, dotQ6_KGo},
+		{IQ2_XXS, dotIQ2_XXS, dotIQ2_XXSGo},
 	}
 	for _, k := range kernels {
 		for _, n := range []int{256, 512, 768, 4096} {

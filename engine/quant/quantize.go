@@ -39,7 +39,13 @@ func Quantize(t Type, src []float32, dst []byte) error {
 		}
 	default:
 		ts := t.TypeSize()
-		enc := map[Type]func([]float32, []byte){Q8_0: encQ8_0, Q4_K: encQ4_K, Q6_K: encQ6_K}[t]
+		enc := encQ8_0
+		switch t {
+		case Q4_K:
+			enc = encQ4_K
+		case Q6_K:
+			enc = encQ6_K
+		}
 		for i, o := 0, 0; i < len(src); i, o = i+bs, o+ts {
 			enc(src[i:i+bs], dst[o:o+ts])
 		}
@@ -67,7 +73,9 @@ func putHalfUp(b []byte, f float32) {
 func encQ8_0(x []float32, b []byte) {
 	var amax float32
 	for _, v := range x {
-		amax = max(amax, float32(math.Abs(float64(v))))
+		if a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31)); a > amax {
+			amax = a
+		}
 	}
 	putHalfUp(b, amax/127)
 	d := half(b) // quantize against the stored (rounded) scale
@@ -75,8 +83,10 @@ func encQ8_0(x []float32, b []byte) {
 	if d != 0 {
 		id = 1 / d
 	}
-	for j, v := range x {
-		b[2+j] = byte(int8(clampInt(roundInt(v*id), -127, 127)))
+	q := b[2:34]
+	for j, v := range x[:32] {
+		// |v·id| ≤ 127 since d was rounded up, so no clamp is needed.
+		q[j] = byte(int8(math.Round(float64(v * id))))
 	}
 }
 
