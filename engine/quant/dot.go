@@ -39,7 +39,7 @@ func DotF32(t Type, row []byte, x []float32) float32 {
 	case Q6_K:
 		return dotQ6_K(row, x)
 	case Q5_K:
-		return dotQ5_KGo(row, x)
+		return dotQ5_K(row, x)
 	case Q2_K:
 		return dotQ2_KGo(row, x)
 	case IQ2_XXS:

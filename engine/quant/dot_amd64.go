@@ -109,3 +109,13 @@ func dotIQ2_XXS(row []byte, x []float32) float32 {
 	}
 	return dotIQ2_XXSAVX2(&row[0], &x[0], len(x)/QK_K, &iq2xxsGridF32, &iqSignMask)
 }
+
+//go:noescape
+func dotQ5_KAVX2(row *byte, x *float32, nblocks int) float32
+
+func dotQ5_K(row []byte, x []float32) float32 {
+	if !useAsm {
+		return dotQ5_KGo(row, x)
+	}
+	return dotQ5_KAVX2(&row[0], &x[0], len(x)/QK_K)
+}

@@ -26,6 +26,46 @@
 	VXORPS Y2, Y2, Y2; \
 	VXORPS Y3, Y3, Y3
 
+// KSCALES unpacks the Q4_K/Q5_K scale bytes u0,u1,u2 at 4(SI) into eight 6-bit scales and
+// eight 6-bit mins (scales 0..3 = u0&0x3f, 4..7 = u2&0x0f | (u0>>6)<<4; mins 0..3 = u1&0x3f,
+// 4..7 = u2>>4 | (u1>>6)<<4, bytewise) and stores d·scale at 16(SP) and dmin·min at 48(SP).
+#define KSCALES \
+	MOVL 4(SI), AX; \
+	MOVL 8(SI), BX; \
+	MOVL 12(SI), DX; \
+	MOVL DX, R8; \
+	SHRL $4, R8; \
+	ANDL $0x0f0f0f0f, R8; \
+	MOVL BX, R9; \
+	SHRL $6, R9; \
+	ANDL $0x03030303, R9; \
+	SHLL $4, R9; \
+	ORL  R9, R8; \
+	MOVL R8, 12(SP); \
+	ANDL $0x3f3f3f3f, BX; \
+	MOVL BX, 8(SP); \
+	ANDL $0x0f0f0f0f, DX; \
+	MOVL AX, R9; \
+	SHRL $6, R9; \
+	ANDL $0x03030303, R9; \
+	SHLL $4, R9; \
+	ORL  R9, DX; \
+	MOVL DX, 4(SP); \
+	ANDL $0x3f3f3f3f, AX; \
+	MOVL AX, 0(SP); \
+	VPMOVZXBD    0(SP), Y4; \
+	VPMOVZXBD    8(SP), Y5; \
+	VCVTDQ2PS    Y4, Y4; \
+	VCVTDQ2PS    Y5, Y5; \
+	VPBROADCASTW (SI), X6; \
+	VCVTPH2PS    X6, Y6; \
+	VPBROADCASTW 2(SI), X7; \
+	VCVTPH2PS    X7, Y7; \
+	VMULPS       Y6, Y4, Y4; \
+	VMULPS       Y7, Y5, Y5; \
+	VMOVUPS      Y4, 16(SP); \
+	VMOVUPS      Y5, 48(SP)
+
 // func dotAVX2(a, b *float32, n int) float32; n is a multiple of 32.
 TEXT ·dotAVX2(SB), NOSPLIT, $0-28
 	MOVQ a+0(FP), SI
@@ -227,51 +267,7 @@ TEXT ·dotQ4_KAVX2(SB), NOSPLIT, $80-28
 	JZ           done
 
 block:
-	// Unpack the twelve scale bytes u0,u1,u2 into eight 6-bit scales and eight 6-bit mins.
-	MOVL 4(SI), AX
-	MOVL 8(SI), BX
-	MOVL 12(SI), DX
-
-	// mins 4..7 = (u2>>4 & 0x0f) | (u1>>6 & 3)<<4
-	MOVL DX, R8
-	SHRL $4, R8
-	ANDL $0x0f0f0f0f, R8
-	MOVL BX, R9
-	SHRL $6, R9
-	ANDL $0x03030303, R9
-	SHLL $4, R9
-	ORL  R9, R8
-	MOVL R8, 12(SP)
-
-	// mins 0..3 = u1 & 0x3f
-	ANDL $0x3f3f3f3f, BX
-	MOVL BX, 8(SP)
-
-	// scales 4..7 = (u2 & 0x0f) | (u0>>6 & 3)<<4
-	ANDL $0x0f0f0f0f, DX
-	MOVL AX, R9
-	SHRL $6, R9
-	ANDL $0x03030303, R9
-	SHLL $4, R9
-	ORL  R9, DX
-	MOVL DX, 4(SP)
-
-	// scales 0..3 = u0 & 0x3f
-	ANDL $0x3f3f3f3f, AX
-	MOVL AX, 0(SP)
-
-	VPMOVZXBD    0(SP), Y4
-	VPMOVZXBD    8(SP), Y5
-	VCVTDQ2PS    Y4, Y4
-	VCVTDQ2PS    Y5, Y5
-	VPBROADCASTW (SI), X6
-	VCVTPH2PS    X6, Y6
-	VPBROADCASTW 2(SI), X7
-	VCVTPH2PS    X7, Y7
-	VMULPS       Y6, Y4, Y4
-	VMULPS       Y7, Y5, Y5
-	VMOVUPS      Y4, 16(SP)
-	VMOVUPS      Y5, 48(SP)
+	KSCALES
 
 	XORQ R10, R10
 	LEAQ 16(SI), R11
@@ -508,5 +504,78 @@ sub:
 done:
 	HSUM0
 	VMOVSS X0, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// Q5_K super-block (176 bytes): as Q4_K, plus 32 bytes qh at 16 holding the fifth bit:
+// bit 2j of qh[l] for element 64j+l and bit 2j+1 for element 64j+32+l; nibbles at 48.
+// d·sc·q with q < 32 is still exact in float32, so VFMSUB rebuilds ggml's weights.
+
+#define Q5KGROUP(K, ACCLO, ACCHI) \
+	VPMOVZXBD   (8*K)(R11), Y12; \
+	VPMOVZXBD   (8*K)(R9), Y6; \
+	VPSRLD      X5, Y6, Y6; \
+	VPSLLD      $4, Y6, Y7; \
+	VPAND       Y14, Y7, Y7; \
+	VPSLLD      $3, Y6, Y6; \
+	VPAND       Y14, Y6, Y6; \
+	VPAND       Y15, Y12, Y13; \
+	VPSRLD      $4, Y12, Y12; \
+	VPOR        Y7, Y13, Y13; \
+	VPOR        Y6, Y12, Y12; \
+	VCVTDQ2PS   Y13, Y13; \
+	VCVTDQ2PS   Y12, Y12; \
+	VFMSUB213PS Y9, Y8, Y13; \
+	VFMSUB213PS Y11, Y10, Y12; \
+	VFMADD231PS (32*K)(DI), Y13, ACCLO; \
+	VFMADD231PS (128+32*K)(DI), Y12, ACCHI
+
+// func dotQ5_KAVX2(row *byte, x *float32, nblocks int) float32
+TEXT ·dotQ5_KAVX2(SB), NOSPLIT, $80-28
+	MOVQ         row+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nblocks+16(FP), CX
+	ZERO4
+	MOVL         $0x0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x10, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ        CX, CX
+	JZ           done
+
+block:
+	KSCALES
+
+	XORQ R10, R10
+	LEAQ 48(SI), R11
+	LEAQ 16(SI), R9
+
+chunk:
+	VBROADCASTSS 16(SP)(R10*8), Y8
+	VBROADCASTSS 48(SP)(R10*8), Y9
+	VBROADCASTSS 20(SP)(R10*8), Y10
+	VBROADCASTSS 52(SP)(R10*8), Y11
+	LEAQ         (R10)(R10*1), AX
+	VMOVQ        AX, X5
+	Q5KGROUP(0, Y0, Y2)
+	Q5KGROUP(1, Y1, Y3)
+	Q5KGROUP(2, Y0, Y2)
+	Q5KGROUP(3, Y1, Y3)
+	ADDQ         $32, R11
+	ADDQ         $256, DI
+	INCQ         R10
+	CMPQ         R10, $4
+	JLT          chunk
+
+	ADDQ $176, SI
+	DECQ CX
+	JNZ  block
+
+done:
+	FOLD4
+	HSUM0
+	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET

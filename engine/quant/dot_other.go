@@ -15,3 +15,5 @@ func dotQ6_K(row []byte, x []float32) float32 { return dotQ6_KGo(row, x) }
 func dotQ8_0Q8_0(w, a []byte) float32 { return dotQ8_0Q8_0Go(w, a) }
 
 func dotIQ2_XXS(row []byte, x []float32) float32 { return dotIQ2_XXSGo(row, x) }
+
+func dotQ5_K(row []byte, x []float32) float32 { return dotQ5_KGo(row, x) }

@@ -151,6 +151,7 @@ func TestKernelsAsmVsGo(t *testing.T) {
 		{Q4_K, dotQ4_K, dotQ4_KGo},
 		{Q6_K, dotQ6_K, dotQ6_KGo},
 		{IQ2_XXS, dotIQ2_XXS, dotIQ2_XXSGo},
+		{Q5_K, dotQ5_K, dotQ5_KGo},
 	}
 	for _, k := range kernels {
 		for _, n := range []int{256, 512, 768, 4096} {
