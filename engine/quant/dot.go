@@ -29,9 +29,13 @@ func DotF32(t Type, row []byte, x []float32) float32 {
 	}
 	switch t {
 	case F32:
-		return Dot(unsafe.Slice((*float32)(unsafe.Pointer(&row[0])), n), x)
+		if viewable(row, 4) {
+			return Dot(unsafe.Slice((*float32)(unsafe.Pointer(&row[0])), n), x)
+		}
 	case F16:
-		return dotF16(unsafe.Slice((*uint16)(unsafe.Pointer(&row[0])), n), x)
+		if viewable(row, 2) {
+			return dotF16(unsafe.Slice((*uint16)(unsafe.Pointer(&row[0])), n), x)
+		}
 	case Q8_0:
 		return dotQ8_0(row, x)
 	case Q4_K:
@@ -46,6 +50,16 @@ func DotF32(t Type, row []byte, x []float32) float32 {
 		return dotIQ2_XXS(row, x)
 	}
 	return dotGeneric(t, row, x)
+}
+
+// nativeLittleEndian is true on every machine we build for (amd64, arm64); elsewhere the
+// plain types go through the byte-order-aware generic path.
+var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// viewable reports whether row can be read in place as little-endian words of the given
+// size: GGUF aligns tensor data, but a caller's slice need not be.
+func viewable(row []byte, size uintptr) bool {
+	return nativeLittleEndian && uintptr(unsafe.Pointer(&row[0]))%size == 0
 }
 
 // decoderByID is decoders as an array, for a cheaper lookup on the hot path.

@@ -185,3 +185,18 @@ func TestDotF32RejectsBadLengths(t *testing.T) {
 	}()
 	DotF32(Q4_K, make([]byte, 143), make([]float32, 256))
 }
+
+// A plain-type row that is not word-aligned must still give the right answer.
+func TestDotF32UnalignedPlainRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, typ := range []Type{F32, F16, BF16} {
+		const n = 100
+		row, x := randomRow(typ, n, rng), randomVec(n, rng)
+		buf := make([]byte, len(row)+1)
+		copy(buf[1:], row)
+		want, mag := exactDot(t, typ, row, x)
+		if got := DotF32(typ, buf[1:], x); math.Abs(float64(got)-want) > dotTol(mag) {
+			t.Errorf("%v unaligned: %g, exact %g", typ, got, want)
+		}
+	}
+}
