@@ -187,6 +187,7 @@ type Status struct {
 	CompletedAt   time.Time
 	Deadline      time.Time     // zero when none
 	Timeout       time.Duration // zero when none
+	Retention     time.Duration // how long the result is kept after completion
 }
 
 // Status looks the job up in each of our queues.
@@ -205,6 +206,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 		CompletedAt:   info.CompletedAt,
 		Deadline:      info.Deadline,
 		Timeout:       info.Timeout,
+		Retention:     info.Retention,
 	}
 	if len(info.Result) > 0 {
 		env, err := DecodeEnvelope(info.Result)

@@ -90,13 +90,13 @@ const (
 	MaxTemperature  = 2.0
 	MaxTopK         = 1000
 	// MaxSeed is the largest integer a JSON number holds exactly in every language (2^53-1).
-	MaxSeed               = 1<<53 - 1
-	MaxModelBytes         = 256
-	MaxIdempotencyKeyLen  = 128
-	MaxMetadataBytes      = 16 << 10
-	MaxWebhookURLBytes    = 2048
-	MaxTimeoutSeconds     = 7 * 24 * 3600
-	MaxInstructionLength  = 200
-	MaxInstructionLang    = 64
-	MaxInstructionFocus   = 2000
+	MaxSeed              = 1<<53 - 1
+	MaxModelBytes        = 256
+	MaxIdempotencyKeyLen = 128
+	MaxMetadataBytes     = 16 << 10
+	MaxWebhookURLBytes   = 2048
+	MaxTimeoutSeconds    = 7 * 24 * 3600
+	MaxInstructionLength = 200
+	MaxInstructionLang   = 64
+	MaxInstructionFocus  = 2000
 )

@@ -1,0 +1,87 @@
+package jobs
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseRedisURL(t *testing.T) {
+	for _, tt := range []struct {
+		in     string
+		want   RedisURL
+		redact string
+	}{
+		{"redis://localhost", RedisURL{Addr: "localhost:6379"}, "redis://localhost:6379/0"},
+		{"redis://127.0.0.1:7000/3", RedisURL{Addr: "127.0.0.1:7000", DB: 3}, "redis://127.0.0.1:7000/3"},
+		{"redis://:s3cret@h:1/", RedisURL{Addr: "h:1", Password: "s3cret"}, "redis://:xxxxx@h:1/0"},
+		{"redis://app:s3cret@h/2", RedisURL{Addr: "h:6379", Username: "app", Password: "s3cret", DB: 2}, "redis://app:xxxxx@h:6379/2"},
+		{"redis://app@h", RedisURL{Addr: "h:6379", Username: "app"}, "redis://app@h:6379/0"},
+		{"rediss://h.example:6380/1", RedisURL{Addr: "h.example:6380", DB: 1, TLS: true}, "rediss://h.example:6380/1"},
+		{"redis://[::1]:7000", RedisURL{Addr: "[::1]:7000"}, "redis://[::1]:7000/0"},
+		{"redis://u:p%40ss@h", RedisURL{Addr: "h:6379", Username: "u", Password: "p@ss"}, "redis://u:xxxxx@h:6379/0"},
+	} {
+		got, err := ParseRedisURL(tt.in)
+		if err != nil {
+			t.Errorf("ParseRedisURL(%q): %v", tt.in, err)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("ParseRedisURL(%q) = %+v, want %+v", tt.in, got, tt.want)
+		}
+		if got.String() != tt.redact {
+			t.Errorf("String() = %q, want %q", got.String(), tt.redact)
+		}
+	}
+}
+
+func TestParseRedisURLErrors(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"", "redis url is empty; want redis://"},
+		{"localhost:6379", `redis url: scheme must be redis or rediss, got "localhost"`},
+		{"127.0.0.1:6379", "redis url: first path segment in URL cannot contain colon"},
+		{"http://h", `redis url: scheme must be redis or rediss, got "http"`},
+		{"h/0", "redis url: missing scheme"},
+		{"redis:h", "redis url: missing // after redis:"},
+		{"redis://", "redis url: missing host"},
+		{"redis://:pw@:6379", "redis url: missing host"},
+		{"redis://h:0", `redis url: port must be between 1 and 65535, got "0"`},
+		{"redis://h:99999", `redis url: port must be between 1 and 65535, got "99999"`},
+		{"redis://h:x", `invalid port ":x" after host`},
+		{"redis://h/db1", `redis url: database must be a number like /0 after the host, got "/db1"`},
+		{"redis://h/1/2", `redis url: database must be a number like /0 after the host, got "/1/2"`},
+		{"redis://h/-1", `redis url: database must be a number like /0 after the host, got "/-1"`},
+		{"redis://h/0?dial_timeout=3s", `redis url: query parameters are not supported, got "dial_timeout=3s"`},
+		{"redis://h/0#x", "redis url: a fragment (#…) is not supported"},
+		{"redis://u:s3cret@h:bad", `invalid port ":bad" after host`},
+	} {
+		_, err := ParseRedisURL(tt.in)
+		if err == nil {
+			t.Errorf("ParseRedisURL(%q) succeeded, want error containing %q", tt.in, tt.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseRedisURL(%q) = %q, want it to contain %q", tt.in, err, tt.want)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("ParseRedisURL(%q) error repeats the password: %q", tt.in, err)
+		}
+	}
+}
+
+func TestAsynqOpt(t *testing.T) {
+	u, err := ParseRedisURL("rediss://app:pw@cache.example:6380/4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := u.AsynqOpt()
+	if o.Addr != "cache.example:6380" || o.Username != "app" || o.Password != "pw" || o.DB != 4 {
+		t.Errorf("AsynqOpt = %+v", o)
+	}
+	if o.TLSConfig == nil || o.TLSConfig.ServerName != "cache.example" {
+		t.Errorf("TLSConfig = %+v, want ServerName cache.example", o.TLSConfig)
+	}
+	plain, _ := ParseRedisURL("redis://h")
+	if plain.AsynqOpt().TLSConfig != nil {
+		t.Error("redis:// got a TLS config")
+	}
+}
