@@ -96,8 +96,8 @@ func sampleResult(text string, meta json.RawMessage) Result {
 		Text: text, FinishReason: FinishStop,
 		Usage:   Usage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10},
 		Timings: Timings{QueueWaitMS: 1, PrefillMS: 2, PrefillTokensPerSecond: 3500, DecodeMS: 4, DecodeTokensPerSecond: 750, TotalMS: 6},
-		Plan: Plan{Context: 4096, Chunk: 512, KVPrecision: "f16", ExpertResidency: "full", Slots: 1, NeedMiB: 100, LimitMiB: 200},
-		Model: "test-model", Worker: "test-worker", Metadata: meta,
+		Plan:    Plan{Context: 4096, Chunk: 512, KVPrecision: "f16", ExpertResidency: "full", Slots: 1, NeedMiB: 100, LimitMiB: 200},
+		Model:   "test-model", Worker: "test-worker", Metadata: meta,
 	}
 }
 
