@@ -1,0 +1,122 @@
+// Package chat renders conversations into the prompt text a model was trained on, following
+// the chat template in its GGUF file (tokenizer.chat_template).
+//
+// Templates are Jinja programs. Rather than interpret Jinja, the package recognizes the
+// templates it knows by their shape and renders them natively:
+//
+//   - "chatml": the minimal ChatML loop, <|im_start|>role\ncontent<|im_end|>\n per message.
+//   - "qwen3": Qwen3's template with thinking support: earlier turns' <think> blocks are
+//     dropped from the history, and with thinking disabled the generation prompt carries an
+//     empty <think>\n\n</think>\n\n block.
+//
+// Any other template is refused with ErrUnsupportedTemplate rather than rendered wrongly.
+// The rendered text contains control tokens' text (<|im_start|>), so it is tokenized with
+// special-token parsing on.
+package chat
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/redlite/batch/engine/gguf"
+)
+
+// ErrUnsupportedTemplate is wrapped by New and FromGGUF for a template they do not recognize.
+var ErrUnsupportedTemplate = errors.New("chat: unsupported chat template")
+
+// KeyTemplate is the GGUF metadata key of the chat template.
+const KeyTemplate = "tokenizer.chat_template"
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role    string // "system", "user", "assistant" or "tool"
+	Content string
+}
+
+// RenderOpts controls Render.
+type RenderOpts struct {
+	// AddGenerationPrompt ends the prompt with the opening of an assistant turn, so that the
+	// model writes the reply.
+	AddGenerationPrompt bool
+	// EnableThinking lets a thinking model reason (<think> … </think>) before its answer.
+	// The zero value disables it, which for Qwen3 puts an empty think block after the
+	// generation prompt: a batch job wants the answer, not the reasoning. Templates without
+	// thinking support ignore it.
+	EnableThinking bool
+}
+
+// Template is a recognized chat template.
+type Template struct {
+	name   string
+	text   string
+	render func(*strings.Builder, []Message, RenderOpts)
+}
+
+// New recognizes a chat template's text.
+func New(text string) (*Template, error) {
+	if strings.TrimSpace(text) == "" {
+		return nil, fmt.Errorf("%w: the template is empty", ErrUnsupportedTemplate)
+	}
+	segs, err := lex(text)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (first line %q)", ErrUnsupportedTemplate, err, firstLine(text))
+	}
+	for _, r := range recognizers {
+		if r.match(segs) {
+			return &Template{name: r.name, text: text, render: r.render}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: first line %q", ErrUnsupportedTemplate, firstLine(text))
+}
+
+// FromGGUF recognizes the chat template stored in f.
+func FromGGUF(f *gguf.File) (*Template, error) {
+	text, err := f.String(KeyTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("chat: %w", err)
+	}
+	return New(text)
+}
+
+// Name says which kind of template this is ("chatml", "qwen3").
+func (t *Template) Name() string { return t.name }
+
+// Text is the template's source.
+func (t *Template) Text() string { return t.text }
+
+// Render turns msgs into prompt text. A system message may only come first; roles must be
+// system, user, assistant or tool. Neither template requires user and assistant turns to
+// alternate, so Render does not either.
+func (t *Template) Render(msgs []Message, o RenderOpts) (string, error) {
+	if len(msgs) == 0 {
+		return "", errors.New("chat: no messages")
+	}
+	for i, m := range msgs {
+		switch m.Role {
+		case "system":
+			if i > 0 {
+				return "", fmt.Errorf("chat: message %d: a system message must come first", i)
+			}
+		case "user", "assistant", "tool":
+		default:
+			return "", fmt.Errorf("chat: message %d has unknown role %q (want system, user, assistant or tool)", i, m.Role)
+		}
+	}
+	var sb strings.Builder
+	t.render(&sb, msgs, o)
+	return sb.String(), nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimLeft(s, " \t\r\n")
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i]
+	}
+	const limit = 80
+	if utf8.RuneCountInString(s) > limit {
+		s = string([]rune(s)[:limit]) + "…"
+	}
+	return s
+}
