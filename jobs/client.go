@@ -12,8 +12,8 @@ import (
 
 // DefaultPollInterval is how often Wait and Cancel look at a job. asynq has no completion
 // notification (a finished task is only a state change in a Redis hash), so waiting is
-// polling; half a second is far below a job's length and costs Redis one small script per
-// queue per poll.
+// polling; half a second is far below a job's length, and a poll costs Redis two small
+// commands per queue searched.
 const DefaultPollInterval = 500 * time.Millisecond
 
 // Client enqueues jobs and follows them. It is safe for concurrent use.

@@ -533,3 +533,34 @@ func TestNewClient(t *testing.T) {
 		t.Error("negative max retry accepted")
 	}
 }
+
+// TestTimeoutIsRetriedByAsynq pins down what asynq v0.26 does when a job's timeout passes,
+// which README.md tells worker authors: the attempt counts as failed with "context deadline
+// exceeded" and goes to retry (not archive), and ResultWriter refuses to write from then on.
+func TestTimeoutIsRetriedByAsynq(t *testing.T) {
+	ctx := context.Background()
+	c, b := setup(t)
+	job, err := c.Enqueue(ctx, &Generate{Prompt: "x", Common: Common{Timeout: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeErr := make(chan error, 1)
+	startWorker(t, b, func(hctx context.Context, task *asynq.Task) error {
+		<-hctx.Done()
+		_, err := task.ResultWriter().Write(EncodeProgress(Progress{Phase: PhaseDone}))
+		writeErr <- err
+		return hctx.Err()
+	})
+	st := waitState(t, c, job.ID, StateRetry)
+	if !strings.Contains(st.LastError, "context deadline exceeded") || st.Retried != 1 {
+		t.Errorf("after the timeout: last error %q, retried %d", st.LastError, st.Retried)
+	}
+	select {
+	case err := <-writeErr:
+		if err == nil {
+			t.Error("ResultWriter.Write succeeded after the timeout")
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("handler did not return")
+	}
+}

@@ -210,6 +210,11 @@ func TestDecode(t *testing.T) {
 		})
 	}
 
+	t.Run("TooBig", func(t *testing.T) {
+		doc := `{"version":1,"input":"` + strings.Repeat(`\n`, MaxPayloadBytes/2) + `"}`
+		_, err := DecodeSummarize([]byte(doc))
+		assertValidation(t, err, "payload must be at most 8388608 bytes, got 8388632")
+	})
 	t.Run("NullMeansAbsent", func(t *testing.T) {
 		g, err := DecodeGenerate([]byte(`{"version":1,"prompt":"x","max_tokens":null,"stop":null,"metadata":null}`))
 		if err != nil {
