@@ -125,6 +125,9 @@ func (t *Tokenizer) encodeWord(st *bpeState, word string, out []int32) []int32 {
 // merge runs byte-level BPE on word: one symbol per byte, then repeatedly the best-ranked
 // adjacent pair is merged until no pair has a merge rule.
 func (t *Tokenizer) merge(st *bpeState, word string, out []int32) []int32 {
+	if word == "" {
+		return out
+	}
 	syms := st.syms[:0]
 	for i := 0; i < len(word); i++ {
 		syms = append(syms, symbol{id: t.byteSym[word[i]], prev: int32(i - 1), next: int32(i + 1)})

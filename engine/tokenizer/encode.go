@@ -15,7 +15,8 @@ type EncodeOpts struct {
 	AddSpecial bool
 }
 
-// Encode tokenizes text, adding BOS only when the vocabulary's add_bos_token says so.
+// Encode tokenizes text, adding BOS (and EOS) only when the vocabulary's add_bos_token (and
+// add_eos_token) say so; see EncodeOpts for parseSpecial.
 func (t *Tokenizer) Encode(text string, parseSpecial bool) []int32 {
 	return t.EncodeWith(text, EncodeOpts{ParseSpecial: parseSpecial, AddSpecial: true})
 }
@@ -53,10 +54,10 @@ func (t *Tokenizer) EncodeWith(text string, o EncodeOpts) []int32 {
 // one at a time, longest first, and splits every remaining raw fragment at each occurrence,
 // so a longer token wins over a shorter one that overlaps it wherever they are.
 func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
-	frags := []fragment{{0, len(text), -1}}
 	if text == "" {
 		return nil
 	}
+	frags := []fragment{{0, len(text), -1}}
 	var next []fragment
 	for _, id := range t.specials {
 		typ := t.types[id]

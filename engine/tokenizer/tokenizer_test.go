@@ -326,3 +326,23 @@ func mapKeys(m map[string]any) func(func(string) bool) {
 		}
 	}
 }
+
+// TestConcurrentEncode shares one tokenizer (and its word cache) between goroutines; run it
+// with -race.
+func TestConcurrentEncode(t *testing.T) {
+	tok := load(t, "tokenizer/qwen3-vocab.gguf")
+	cases := loadCases(t, "tokenizer/qwen3-tokenize-cases.json")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				c := cases[(g+i)%len(cases)]
+				if got := tok.Encode(c.Text, true); !slices.Equal(got, c.IDsParseSpecial) {
+					t.Errorf("goroutine %d: %q = %v", g, c.Text, got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
