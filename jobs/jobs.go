@@ -82,7 +82,8 @@ const (
 	// (prompt, or all message contents). 2 MiB of text is ~500K tokens, more than the
 	// largest plan can hold; the planner gives the exact answer for each Mac.
 	MaxInputBytes = 2 << 20
-	// MaxPayloadBytes bounds the encoded payload: JSON escaping can triple a text.
+	// MaxPayloadBytes bounds the encoded payload: four times MaxInputBytes leaves room for
+	// JSON escaping of ordinary text (a newline or a quote takes two bytes).
 	MaxPayloadBytes = 8 << 20
 	MaxMessages     = 1024
 	MaxStop         = 16
