@@ -14,7 +14,8 @@ import (
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
 
-	_ "github.com/redlite/batch/engine/models/qwen3" // registers "qwen3"
+	_ "github.com/redlite/batch/engine/models/qwen3"     // registers "qwen3"
+	_ "github.com/redlite/batch/engine/models/qwen3next" // registers "qwen3next"
 )
 
 // Options configure Load.
@@ -23,6 +24,10 @@ type Options struct {
 	Backend ml.Backend
 	// Threads for the CPU backend; 0 means GOMAXPROCS.
 	Threads int
+	// ExpertCacheMiB bounds the routed experts held in memory to an LRU cache of this many
+	// MiB filled from the mapped file; 0 keeps every expert resident. It needs a backend
+	// that implements ml.ExpertResidency.
+	ExpertCacheMiB int
 }
 
 // Model is a loaded GGUF model.
@@ -43,6 +48,17 @@ func Load(path string, opts Options) (*Model, error) {
 	b := opts.Backend
 	if b == nil {
 		b = cpu.New(opts.Threads)
+	}
+	if opts.ExpertCacheMiB != 0 {
+		er, ok := b.(ml.ExpertResidency)
+		if !ok {
+			f.Close()
+			return nil, fmt.Errorf("load %s: backend %s has no expert cache (ExpertCacheMiB %d)", path, b.Name(), opts.ExpertCacheMiB)
+		}
+		if err := er.SetExpertCache(int64(opts.ExpertCacheMiB) << 20); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("load %s: %w", path, err)
+		}
 	}
 	g, err := model.Build(f, b)
 	if err != nil {
@@ -75,9 +91,10 @@ var ErrBadToken = errors.New("engine: token id outside the vocabulary")
 
 // Session is one sequence: its state and position.
 type Session struct {
-	m     *Model
-	state model.State
-	pos   int
+	m      *Model
+	state  model.State
+	pos    int
+	kvType ml.DType
 }
 
 // NewSession allocates a session's state.
@@ -93,7 +110,7 @@ func (m *Model) NewSession(o SessionOptions) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{m: m, state: st}, nil
+	return &Session{m: m, state: st, kvType: o.KV}, nil
 }
 
 // Pos is the number of tokens the session holds.

@@ -16,6 +16,8 @@ type Backend struct {
 	// Hook, when set, receives every intermediate named with Context.Name (for dumping and
 	// comparing against the oracle). The slice is only valid during the call.
 	Hook func(name string, layer int, shape []int, data []float32)
+	// experts decides where routed experts are read from (moe.go).
+	experts expertCache
 }
 
 // New returns a CPU backend using threads goroutines (0: GOMAXPROCS).

@@ -97,6 +97,41 @@ type Backend interface {
 	NewCache(layers, kvHeads, headDim, capacity int, dtype DType) (Cache, error)
 	// NewContext starts a forward pass.
 	NewContext() Context
+
+	// --- for hybrid/MoE models ---
+
+	// NewTensor allocates a zeroed float32 tensor that outlives every forward pass: the
+	// recurrent states of a sequence (a causal convolution's window, a delta rule's state
+	// matrices). Operations that update such state take it as an argument and modify it in
+	// place, as StoreKV does for a Cache.
+	NewTensor(shape ...int) (Tensor, error)
+}
+
+// ExpertResidency is implemented by backends that can hold routed experts (the [Experts, Rows,
+// Cols] weights of MatMulExperts) in a bounded cache instead of keeping all of them resident.
+// The cache is filled from the weight's bytes (the mapped GGUF) one expert slice — one
+// expert's rows of one weight — at a time and evicts the least recently used slice. The cache
+// changes only where bytes are read from, never the arithmetic, so outputs do not depend on
+// its size.
+//
+// On the CPU the cache is a heap copy of the slices, which bounds how much of the file must
+// stay paged in. A Metal backend would keep the slices in one GPU buffer of fixed-size slots:
+// the routing result must then be read on the host before the expert products of that layer
+// are encoded, so a bounded cache splits the command buffer at every MoE layer (the one place
+// a graph's values reach the host mid-pass); with every expert resident no split is needed.
+type ExpertResidency interface {
+	// SetExpertCache bounds the routed-expert slices held to bytes; 0 means all resident.
+	// A cache always holds at least the one slice being multiplied, whatever its size.
+	SetExpertCache(bytes int64) error
+	// ExpertStats reports the cache's counters since it was set.
+	ExpertStats() ExpertStats
+}
+
+// ExpertStats counts expert slice lookups. With every expert resident all are hits.
+type ExpertStats struct {
+	Hits, Misses, Evictions int64
+	Bytes                   int64 // slices held now
+	Capacity                int64 // 0: all resident
 }
 
 // RoPE says how rotary position embedding applies.
@@ -138,6 +173,62 @@ type Context interface {
 	// Name labels an intermediate (llama.cpp's cb(cur, "attn_norm", il)) so a debug hook can
 	// dump it; layer is −1 outside the layers. It returns t.
 	Name(t Tensor, name string, layer int) Tensor
+
+	// --- operations for hybrid/MoE models (Qwen3-Next: Gated DeltaNet, gated attention, MoE) ---
+	//
+	// Element-wise operations return a tensor of x's shape. "Last dimension" is the
+	// contiguous one. Tensors of expert ids hold small integers as float32 values (exact
+	// below 2^24), so ids stay on the backend between routing and the expert products.
+
+	// Sigmoid is 1/(1+e^−x); SiLU is x·sigmoid(x); Softplus is log(1+e^x) (x itself above 20).
+	Sigmoid(x Tensor) Tensor
+	SiLU(x Tensor) Tensor
+	Softplus(x Tensor) Tensor
+	// Scale multiplies every element by s.
+	Scale(x Tensor, s float32) Tensor
+	// AddVec and MulVec add or multiply the vector w (one value per element of the last
+	// dimension) to every row of x: biases and per-head constants.
+	AddVec(x Tensor, w Weight) Tensor
+	MulVec(x Tensor, w Weight) Tensor
+	// L2Norm divides each row of the last dimension by max(‖row‖₂, eps).
+	L2Norm(x Tensor, eps float32) Tensor
+	// Slice takes elements [start, start+n) of the last dimension of every row:
+	// x.shape[:last] + [n]. A backend may return a strided view or a copy.
+	Slice(x Tensor, start, n int) Tensor
+	// Concat joins tensors along the last dimension; the other dimensions must agree.
+	Concat(ts ...Tensor) Tensor
+	// Conv1DCausal is a depthwise causal convolution of x [n, channels] with w (GGUF dims
+	// {kernel, channels}): y[t][c] = Σ_i w[c][i] · x̃[t+i][c], where x̃ is the state
+	// [kernel−1, channels] (the previous kernel−1 inputs, oldest first) followed by x. It
+	// returns y [n, channels] and leaves the last kernel−1 rows of x̃ in state.
+	Conv1DCausal(x Tensor, w Weight, state Tensor) Tensor
+	// DeltaNet runs the gated delta rule over n tokens from the recurrent state and leaves
+	// the final state in place. q, k are [n, kHeads, dk] (L2-normalized by the caller), v is
+	// [n, vHeads, dv], g (log decay, ≤ 0) and beta are [n, vHeads]; value head h reads key
+	// head h/(vHeads/kHeads). state is [vHeads, dv, dk], the transpose of each head's dk×dv
+	// matrix S. Per token and head:
+	//	S ← e^g·S;  S ← S + k·(β·(v − Sᵀk))ᵀ;  o = scale·Sᵀq
+	// It returns o [n, vHeads, dv]. A backend may evaluate several tokens with the chunked
+	// (parallel) form of the rule; it must equal the token-by-token form up to rounding.
+	DeltaNet(q, k, v, g, beta, state Tensor, scale float32) Tensor
+	// Route picks experts from router logits [n, experts]: softmax over all experts, the k
+	// most probable (highest first, ties to the lower id), their probabilities renormalized
+	// to sum to 1 when norm is set. It returns ids and weights, both [n, k].
+	Route(logits Tensor, k int, norm bool) (ids, weights Tensor)
+	// MatMulExperts multiplies, for each token i and slot j, expert ids[i][j] of w
+	// [Experts, Rows, Cols] (GGUF dims {Cols, Rows, Experts}) by x[i] (x [n, Cols], shared
+	// by the slots) or x[i][j] (x [n, k, Cols]): [n, k, Rows]. It is llama.cpp's mul_mat_id.
+	MatMulExperts(w Weight, x, ids Tensor) Tensor
+	// WeightedSum combines x [n, k, d] with weights w [n, k]: Σ_j w[i][j]·x[i][j], summed in
+	// slot order: [n, d].
+	WeightedSum(x, w Tensor) Tensor
+	// LoadKV reads positions [pos0, pos0+n) of the cache's layer as float32 k and v
+	// [n, kvHeads, headDim] (for session snapshots).
+	LoadKV(c Cache, layer, pos0, n int) (k, v Tensor)
+	// Assign copies src into dst (same number of elements); dst is usually a Backend.NewTensor
+	// state being restored.
+	Assign(dst, src Tensor)
+
 	// Compute runs everything issued so far.
 	Compute()
 	// Read copies a tensor to the host (after Compute).

@@ -4,11 +4,14 @@
 package model
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
 )
 
 // Graph is a loaded architecture: weights bound on a backend and the forward pass.
@@ -26,6 +29,33 @@ type Graph interface {
 type State interface {
 	Capacity() int
 	Bytes() int64
+	// Snapshot encodes what the state holds after pos positions: the KV entries of positions
+	// [0, pos) in the cache's precision and every recurrent state. Positions beyond pos are
+	// not saved.
+	Snapshot(b ml.Backend, pos int) ([]byte, error)
+	// Restore loads a Snapshot of pos positions into this state, which must come from the
+	// same model with the same KV precision and hold at least pos positions.
+	Restore(b ml.Backend, pos int, data []byte) error
+}
+
+// Facts are the sizes a memory planner needs, derived from the bound weights and the
+// hyperparameters. Architectures implement it beside Graph.
+type Facts interface {
+	// ExpertBytes is the routed-expert payload of each layer (0 where a layer has none).
+	ExpertBytes() []int64
+	// ExpertTotalBytes is their sum.
+	ExpertTotalBytes() int64
+	// ExpertSliceBytes is one expert's gate, up and down bytes in layer l: what an expert
+	// cache holds per cached expert.
+	ExpertSliceBytes(l int) int64
+	// DenseBytes is every other weight of the main model (embeddings, output, attention,
+	// recurrent layers, shared experts, norms).
+	DenseBytes() int64
+	// KVBytesPerPosition is the KV cache of one position across the full-attention layers.
+	KVBytesPerPosition(dt ml.DType) int64
+	// RecurrentBytes is one sequence's recurrent state (conv windows and delta-rule state
+	// matrices, float32), independent of the context length.
+	RecurrentBytes() int64
 }
 
 // Config is the shape of a model, as far as sessions and planning care.
@@ -75,4 +105,107 @@ func Architectures() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// AppendKV appends positions [0, pos) of layers [0, layers) of c to dst, keys then values per
+// layer, as little-endian float32, or float16 bits for an f16 cache (which holds nothing
+// finer, so the round trip is exact).
+func AppendKV(dst []byte, b ml.Backend, c ml.Cache, layers, pos int) []byte {
+	if pos == 0 {
+		return dst
+	}
+	ctx := b.NewContext()
+	defer ctx.Close()
+	var ts []ml.Tensor
+	for l := 0; l < layers; l++ {
+		k, v := ctx.LoadKV(c, l, 0, pos)
+		ts = append(ts, k, v)
+	}
+	ctx.Compute()
+	for _, t := range ts {
+		dst = appendFloats(dst, ctx.Read(t), c.DType())
+	}
+	return dst
+}
+
+// RestoreKV reads what AppendKV wrote for rows of row values per position (kvHeads·headDim)
+// and returns the bytes after it.
+func RestoreKV(src []byte, b ml.Backend, c ml.Cache, layers, pos, kvHeads, headDim int) ([]byte, error) {
+	if pos == 0 {
+		return src, nil
+	}
+	if pos > c.Capacity() {
+		return nil, fmt.Errorf("model: snapshot of %d positions does not fit a cache of %d", pos, c.Capacity())
+	}
+	n := pos * kvHeads * headDim
+	ctx := b.NewContext()
+	defer ctx.Close()
+	for l := 0; l < layers; l++ {
+		var kv [2][]float32
+		for i := range kv {
+			var err error
+			kv[i], src, err = readFloats(src, n, c.DType(), fmt.Sprintf("layer %d KV", l))
+			if err != nil {
+				return nil, err
+			}
+		}
+		ctx.StoreKV(c, l, 0, ctx.Input(kv[0], pos, kvHeads, headDim), ctx.Input(kv[1], pos, kvHeads, headDim))
+	}
+	ctx.Compute()
+	return src, nil
+}
+
+// AppendTensors appends the values of backend state tensors as little-endian float32.
+func AppendTensors(dst []byte, b ml.Backend, ts ...ml.Tensor) []byte {
+	ctx := b.NewContext()
+	defer ctx.Close()
+	ctx.Compute()
+	for _, t := range ts {
+		dst = appendFloats(dst, ctx.Read(t), ml.F32)
+	}
+	return dst
+}
+
+// RestoreTensors reads what AppendTensors wrote into ts and returns the bytes after it.
+func RestoreTensors(src []byte, b ml.Backend, ts ...ml.Tensor) ([]byte, error) {
+	ctx := b.NewContext()
+	defer ctx.Close()
+	for i, t := range ts {
+		var v []float32
+		var err error
+		v, src, err = readFloats(src, ml.Numel(t.Shape()), ml.F32, fmt.Sprintf("state tensor %d", i))
+		if err != nil {
+			return nil, err
+		}
+		ctx.Assign(t, ctx.Input(v, t.Shape()...))
+	}
+	ctx.Compute()
+	return src, nil
+}
+
+func appendFloats(dst []byte, v []float32, dt ml.DType) []byte {
+	for _, x := range v {
+		if dt == ml.F16 {
+			dst = binary.LittleEndian.AppendUint16(dst, quant.F32ToF16(x))
+		} else {
+			dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(x))
+		}
+	}
+	return dst
+}
+
+func readFloats(src []byte, n int, dt ml.DType, what string) ([]float32, []byte, error) {
+	need := n * dt.Bytes()
+	if len(src) < need {
+		return nil, nil, fmt.Errorf("model: snapshot truncated in %s: %d bytes left, want %d", what, len(src), need)
+	}
+	v := make([]float32, n)
+	for i := range v {
+		if dt == ml.F16 {
+			v[i] = quant.F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		} else {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+		}
+	}
+	return v, src[need:], nil
 }

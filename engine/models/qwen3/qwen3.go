@@ -108,17 +108,36 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 func (m *Model) Config() model.Config { return m.cfg }
 
 // State is the KV cache of every layer.
-type State struct{ kv ml.Cache }
+type State struct {
+	kv              ml.Cache
+	layers, kvHeads int
+	headDim         int
+}
 
 func (s *State) Capacity() int { return s.kv.Capacity() }
 func (s *State) Bytes() int64  { return s.kv.Bytes() }
+
+func (s *State) Snapshot(b ml.Backend, pos int) ([]byte, error) {
+	return model.AppendKV(nil, b, s.kv, s.layers, pos), nil
+}
+
+func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
+	rest, err := model.RestoreKV(data, b, s.kv, s.layers, pos, s.kvHeads, s.headDim)
+	if err != nil {
+		return fmt.Errorf("qwen3: %w", err)
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("qwen3: snapshot has %d bytes past its KV cache", len(rest))
+	}
+	return nil
+}
 
 func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, error) {
 	c, err := b.NewCache(m.cfg.Layers, m.cfg.KVHeads, m.cfg.HeadDim, capacity, kv)
 	if err != nil {
 		return nil, fmt.Errorf("qwen3: %w", err)
 	}
-	return &State{kv: c}, nil
+	return &State{kv: c, layers: m.cfg.Layers, kvHeads: m.cfg.KVHeads, headDim: m.cfg.HeadDim}, nil
 }
 
 func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int, all bool) ml.Tensor {

@@ -1,0 +1,240 @@
+package cpu
+
+import (
+	"container/list"
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
+)
+
+// Mixture-of-experts operations: routing, the per-expert matrix products, and the cache
+// that decides where an expert's bytes are read from.
+
+// minRouteWeightSum keeps the renormalization finite; llama.cpp clamps the sum of the chosen
+// probabilities to the smallest normal float16.
+const minRouteWeightSum = 6.103515625e-5
+
+func (c *context) Route(logits ml.Tensor, k int, norm bool) (ml.Tensor, ml.Tensor) {
+	t := logits.(*tensor)
+	n, experts := t.rows2()
+	if k <= 0 || k > experts {
+		panic(fmt.Sprintf("cpu: route %d of %d experts", k, experts))
+	}
+	ids, weights := newTensor(n, k), newTensor(n, k)
+	c.b.pool.parallel(n, 16, func(lo, hi int) {
+		p := make([]float32, experts)
+		for i := lo; i < hi; i++ {
+			softmax(p, t.data[i*experts:(i+1)*experts])
+			id, w := ids.data[i*k:(i+1)*k], weights.data[i*k:(i+1)*k]
+			// k passes of selection: k is a handful, experts at most a few hundred.
+			var sum float64
+			for j := range id {
+				best := -1
+				for e, v := range p {
+					if v >= 0 && (best < 0 || v > p[best]) {
+						best = e
+					}
+				}
+				id[j], w[j] = float32(best), p[best]
+				sum += float64(p[best])
+				p[best] = -1 // taken; probabilities are ≥ 0
+			}
+			if norm {
+				s := max(float32(sum), minRouteWeightSum)
+				for j := range w {
+					w[j] /= s
+				}
+			}
+		}
+	})
+	return ids, weights
+}
+
+// softmax writes the softmax of x to p: exponentials in float32 after subtracting the
+// maximum, their sum in float64, then one scale, as ggml computes it.
+func softmax(p, x []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		m = max(m, v)
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		p[i] = e
+		sum += float64(e)
+	}
+	s := float32(1 / sum)
+	for i := range p {
+		p[i] *= s
+	}
+}
+
+func (c *context) MatMulExperts(wt ml.Weight, x, ids ml.Tensor) ml.Tensor {
+	w := wt.(*weight)
+	xt, it := x.(*tensor), ids.(*tensor)
+	if len(w.dims) != 3 || len(it.shape) != 2 {
+		panic(fmt.Sprintf("cpu: expert product of %s %v with ids %v", w.name, w.dims, it.shape))
+	}
+	cols, rows, experts := w.dims[0], w.dims[1], w.dims[2]
+	n, k := it.shape[0], it.shape[1]
+	shared := len(xt.shape) == 2
+	if !(shared && xt.shape[0] == n && xt.shape[1] == cols) &&
+		!(len(xt.shape) == 3 && xt.shape[0] == n && xt.shape[1] == k && xt.shape[2] == cols) {
+		panic(fmt.Sprintf("cpu: expert product of %s %v with x %v and ids %v", w.name, w.dims, xt.shape, it.shape))
+	}
+	// Group the (token, slot) pairs by expert: a counting sort over the ids.
+	start := make([]int, experts+1)
+	for _, v := range it.data {
+		e := int(v)
+		if e < 0 || e >= experts || float32(e) != v {
+			panic(fmt.Sprintf("cpu: expert id %v outside %s's %d experts", v, w.name, experts))
+		}
+		start[e+1]++
+	}
+	for e := 0; e < experts; e++ {
+		start[e+1] += start[e]
+	}
+	order := make([]int, len(it.data))
+	next := append([]int(nil), start[:experts]...)
+	for p, v := range it.data {
+		e := int(v)
+		order[next[e]] = p
+		next[e]++
+	}
+	out := newTensor(n, k, rows)
+	xs := make([]float32, 0, n*k*cols)
+	for e := 0; e < experts; e++ {
+		pairs := order[start[e]:start[e+1]]
+		if len(pairs) == 0 {
+			continue
+		}
+		xs = xs[:len(pairs)*cols]
+		for r, p := range pairs {
+			src := p * cols // x[i][j] with p = i·k + j
+			if shared {
+				src = p / k * cols
+			}
+			copy(xs[r*cols:(r+1)*cols], xt.data[src:src+cols])
+		}
+		data, release := c.b.experts.get(w, e)
+		y := c.MatMul(expertView(w, e, data), &tensor{shape: []int{len(pairs), cols}, data: xs}).(*tensor)
+		release()
+		for r, p := range pairs {
+			copy(out.data[p*rows:(p+1)*rows], y.data[r*rows:(r+1)*rows])
+		}
+	}
+	return out
+}
+
+// expertView is expert e of w as a matrix over data, that expert's bytes.
+func expertView(w *weight, e int, data []byte) *weight {
+	cols, rows := w.dims[0], w.dims[1]
+	v := &weight{name: fmt.Sprintf("%s[%d]", w.name, e), typ: w.typ, dims: []int{cols, rows}, data: data,
+		rows: rows, cols: cols, rowB: w.rowB}
+	if w.f32 != nil {
+		v.f32 = w.f32[e*rows*cols : (e+1)*rows*cols]
+	} else if w.typ == quant.F32 && uintptr(unsafe.Pointer(unsafe.SliceData(data)))%4 == 0 {
+		v.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(data))), rows*cols)
+	}
+	return v
+}
+
+// expertCache holds expert slices — one expert's rows of one weight — copied from the
+// weight's bytes, least recently used first out. Its zero value keeps every expert resident:
+// slices are read in place. Slices in use are pinned, so a product never reads a slice that
+// another goroutine evicts; when everything is pinned the cache briefly holds more than its
+// capacity rather than wait.
+type expertCache struct {
+	mu       sync.Mutex
+	capacity int64
+	lru      list.List // of *expertEntry, most recent at the front
+	entries  map[expertKey]*list.Element
+	stats    ml.ExpertStats
+}
+
+type expertKey struct {
+	w *weight
+	e int
+}
+
+type expertEntry struct {
+	key  expertKey
+	data []byte
+	pins int
+}
+
+func (b *Backend) SetExpertCache(bytes int64) error {
+	if bytes < 0 {
+		return fmt.Errorf("cpu: expert cache of %d bytes", bytes)
+	}
+	c := &b.experts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.capacity = bytes
+	c.lru.Init()
+	c.entries = map[expertKey]*list.Element{}
+	c.stats = ml.ExpertStats{Capacity: bytes}
+	return nil
+}
+
+func (b *Backend) ExpertStats() ml.ExpertStats {
+	c := &b.experts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// get returns expert e's bytes of w; release must be called when the product is done.
+func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
+	size := w.rows / w.dims[2] * w.rowB
+	direct := w.data[e*size : (e+1)*size]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.capacity == 0 {
+		c.stats.Hits++
+		return direct, func() {}
+	}
+	key := expertKey{w, e}
+	if el, ok := c.entries[key]; ok {
+		c.stats.Hits++
+		c.lru.MoveToFront(el)
+		ent := el.Value.(*expertEntry)
+		ent.pins++
+		return ent.data, c.unpin(ent)
+	}
+	c.stats.Misses++
+	var buf []byte
+	for el := c.lru.Back(); el != nil && c.stats.Bytes+int64(size) > c.capacity; {
+		prev := el.Prev()
+		if ent := el.Value.(*expertEntry); ent.pins == 0 {
+			c.lru.Remove(el)
+			delete(c.entries, ent.key)
+			c.stats.Bytes -= int64(len(ent.data))
+			c.stats.Evictions++
+			if len(ent.data) == size {
+				buf = ent.data
+			}
+		}
+		el = prev
+	}
+	if buf == nil {
+		buf = make([]byte, size)
+	}
+	copy(buf, direct)
+	ent := &expertEntry{key: key, data: buf, pins: 1}
+	c.entries[key] = c.lru.PushFront(ent)
+	c.stats.Bytes += int64(size)
+	return buf, c.unpin(ent)
+}
+
+func (c *expertCache) unpin(ent *expertEntry) func() {
+	return func() {
+		c.mu.Lock()
+		ent.pins--
+		c.mu.Unlock()
+	}
+}
