@@ -81,6 +81,9 @@ type SessionOptions struct {
 	Context int
 	// KV is the KV cache precision.
 	KV ml.DType
+	// MTP enables self-speculative decoding with the model's next-token-prediction head
+	// (DecodeGreedy); the model must have one.
+	MTP bool
 }
 
 // ErrContextFull is returned when a session has no room for more tokens.
@@ -95,6 +98,7 @@ type Session struct {
 	state  model.State
 	pos    int
 	kvType ml.DType
+	mtp    bool
 }
 
 // NewSession allocates a session's state.
@@ -110,7 +114,16 @@ func (m *Model) NewSession(o SessionOptions) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{m: m, state: st, kvType: o.KV}, nil
+	if o.MTP {
+		d, ok := m.Graph.(model.Drafter)
+		if !ok {
+			return nil, fmt.Errorf("engine: %s models have no MTP head", m.Config().Arch)
+		}
+		if err := d.EnableDraft(m.Backend, st); err != nil {
+			return nil, err
+		}
+	}
+	return &Session{m: m, state: st, kvType: o.KV, mtp: o.MTP}, nil
 }
 
 // Pos is the number of tokens the session holds.

@@ -3,8 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/engine/quant"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
@@ -395,4 +398,199 @@ func BenchmarkQwen3NextDecode(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+}
+
+// writeMTPModel writes the tiny F16 model with an MTP block appended (block_count 5,
+// nextn_predict_layers 1): the attention and MoE weights of layer 3 copied to layer 4, a
+// random eh_proj and unit enorm/hnorm, laid out as llama.cpp's converter names them.
+func writeMTPModel(t testing.TB) string {
+	t.Helper()
+	src, err := gguf.Open(fixtures.Path(t, "models", "tiny-qwen3next-F16.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w := gguf.NewWriter()
+	for _, kv := range src.KV {
+		w.Set(kv.Key, kv.Value)
+	}
+	w.Set("qwen3next.block_count", uint32(5))
+	w.Set("qwen3next.nextn_predict_layers", uint32(1))
+	add := func(name string, typ quant.Type, dims []uint64, data []byte) {
+		if err := w.AddTensorBytes(name, typ, dims, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range src.Tensors {
+		ti := &src.Tensors[i]
+		data := append([]byte(nil), src.Data(ti)...)
+		add(ti.Name, ti.Type, ti.Dims, data)
+		if rest, ok := strings.CutPrefix(ti.Name, "blk.3."); ok {
+			add("blk.4."+rest, ti.Type, ti.Dims, data)
+		}
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	f32 := func(n int, f func() float32) []byte {
+		b := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f()))
+		}
+		return b
+	}
+	add("blk.4.nextn.eh_proj.weight", quant.F32, []uint64{512, 256}, f32(512*256, func() float32 { return float32(rng.NormFloat64() / math.Sqrt(512)) }))
+	add("blk.4.nextn.enorm.weight", quant.F32, []uint64{256}, f32(256, func() float32 { return 1 }))
+	add("blk.4.nextn.hnorm.weight", quant.F32, []uint64{256}, f32(256, func() float32 { return 1 }))
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tiny-qwen3next-mtp.gguf")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// oracleDrafter replaces the MTP head's guesses with the known greedy continuation, wrong
+// on every third draft, so that both verification outcomes occur.
+type oracleDrafter struct {
+	model.Graph
+	model.Drafter
+	want   []int32 // greedy tokens, want[0] fed at position base
+	base   int
+	vocab  int
+	drafts int
+}
+
+func (o *oracleDrafter) Draft(ctx ml.Context, s model.State, token int32, pos int) ml.Tensor {
+	o.Drafter.Draft(ctx, s, token, pos) // keep the head's cache as the real path would
+	guess := o.want[pos-o.base+1]
+	if o.drafts++; o.drafts%3 == 0 {
+		guess = (guess + 1) % int32(o.vocab)
+	}
+	logits := make([]float32, o.vocab)
+	logits[guess] = 1
+	return ctx.Input(logits, 1, o.vocab)
+}
+
+// TestQwen3NextMTP checks self-speculative decoding with an MTP head: greedy tokens and the
+// session's state afterwards equal plain decoding's, with the real head and with drafts
+// that are right two times in three.
+func TestQwen3NextMTP(t *testing.T) {
+	path := writeMTPModel(t)
+	m, err := Load(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	plainModel := loadModel(t, "tiny-qwen3next-F16.gguf")
+	if f, g := m.Graph.(model.Facts), plainModel.Graph.(model.Facts); f.DenseBytes() != g.DenseBytes() || f.ExpertTotalBytes() != g.ExpertTotalBytes() {
+		t.Errorf("the MTP block changed the trunk's sizes: dense %d vs %d", f.DenseBytes(), g.DenseBytes())
+	}
+	prompt := loadReference(t, "tiny-qwen3next-F16", "seq64").Tokens[:20]
+	const n = 24
+	ctx := context.Background()
+	run := func(mtp bool) ([]int32, SpecStats, []float32, []float32) {
+		s, err := m.NewSession(SessionOptions{Context: 64, MTP: mtp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := s.Prefill(ctx, prompt, PrefillOptions{Chunk: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, st, err := s.DecodeGreedy(ctx, logits, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Pos() != len(prompt)+n-1 {
+			t.Fatalf("MTP %v: session at %d after %d tokens, want %d", mtp, s.Pos(), n, len(prompt)+n-1)
+		}
+		after, err := s.Decode(ctx, toks[n-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toks, st, logits, after
+	}
+	want, st, wantPrefill, wantAfter := run(false)
+	if st.Drafted != 0 || st.Passes != n-1 {
+		t.Errorf("plain decode stats %+v", st)
+	}
+	// The trunk of the MTP file is the fixture's model: its prefill matches llama.cpp.
+	ref := loadReference(t, "tiny-qwen3next-F16", "seq64-deqf32")
+	if d := compare(wantPrefill, ref.logits[19*512:20*512], 512); d.max > 1e-4 {
+		t.Errorf("prefill of the MTP file vs llama.cpp: %v", d)
+	}
+
+	got, st, prefill, after := run(true)
+	t.Logf("MTP head: %+v", st)
+	if fmt.Sprint(got) != fmt.Sprint(want) || !equalFloats(prefill, wantPrefill) || !equalFloats(after, wantAfter) {
+		t.Fatalf("with the MTP head: tokens %v, want %v (prefill same %v, next logits same %v)",
+			got, want, equalFloats(prefill, wantPrefill), equalFloats(after, wantAfter))
+	}
+	if st.Drafted == 0 {
+		t.Errorf("MTP session drafted nothing: %+v", st)
+	}
+
+	real := m.Graph
+	o := &oracleDrafter{Graph: real, Drafter: real.(model.Drafter), want: want, base: len(prompt), vocab: m.Config().Vocab}
+	m.Graph = o
+	got, st, _, after = run(true)
+	m.Graph = real
+	t.Logf("oracle drafts: %+v", st)
+	if fmt.Sprint(got) != fmt.Sprint(want) || !equalFloats(after, wantAfter) {
+		t.Fatalf("with oracle drafts: tokens %v, want %v", got, want)
+	}
+	if st.Accepted == 0 || st.Accepted == st.Drafted || st.Passes >= n-1 {
+		t.Errorf("oracle drafts: %+v, want some accepted, some rejected, fewer passes than %d", st, n-1)
+	}
+
+	// An MTP session's snapshot carries the head's state: a restored session drafts the
+	// same and continues with the same tokens.
+	s, err := m.NewSession(SessionOptions{Context: 64, MTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := s.Prefill(ctx, prompt, PrefillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := s.DecodeGreedy(ctx, logits, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.RestoreSession(snap, SessionOptions{Context: 64}); err == nil || !strings.Contains(err.Error(), "MTP") {
+		t.Errorf("restoring an MTP snapshot without MTP: %v", err)
+	}
+	r, err := m.RestoreSession(snap, SessionOptions{Context: 64, MTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, err := s.Decode(ctx, first[5])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := r.Decode(ctx, first[5])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta, sa, err := s.DecodeGreedy(ctx, la, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, sb, err := r.DecodeGreedy(ctx, lb, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ta) != fmt.Sprint(tb) || sa != sb || fmt.Sprint(append(first, ta...)) != fmt.Sprint(want[:14]) {
+		t.Errorf("after restore: %v %+v, original %v %+v, plain %v", tb, sb, ta, sa, want[:14])
+	}
+
+	if _, err := plainModel.NewSession(SessionOptions{Context: 8, MTP: true}); err == nil || !strings.Contains(err.Error(), "MTP") {
+		t.Errorf("MTP session on a file without the block: %v", err)
+	}
 }

@@ -19,6 +19,7 @@ import (
 //	u8    length of the architecture name, then the name
 //	u64   model fingerprint (architecture, metadata and tensor table of the file)
 //	u8    KV precision (ml.DType)
+//	u8    flags: 1 = the state includes the MTP head's
 //	u64   position
 //	u64   payload length
 //	u32   CRC-32 (IEEE) of the payload
@@ -26,7 +27,9 @@ import (
 const snapshotMagic = "RLSNAP01"
 
 // snapshotFields is the size of the fixed fields after the architecture name.
-const snapshotFields = 8 + 1 + 8 + 8 + 4
+const snapshotFields = 8 + 1 + 1 + 8 + 8 + 4
+
+const snapshotMTP = 1
 
 // ErrBadSnapshot is wrapped by every error about a snapshot that cannot be restored.
 var ErrBadSnapshot = errors.New("engine: bad session snapshot")
@@ -45,6 +48,11 @@ func (s *Session) Snapshot() ([]byte, error) {
 	out = append(out, arch...)
 	out = binary.LittleEndian.AppendUint64(out, s.m.fingerprint())
 	out = append(out, byte(kv))
+	var flags byte
+	if s.mtp {
+		flags |= snapshotMTP
+	}
+	out = append(out, flags)
 	out = binary.LittleEndian.AppendUint64(out, uint64(s.pos))
 	out = binary.LittleEndian.AppendUint64(out, uint64(len(payload)))
 	out = binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(payload))
@@ -63,9 +71,10 @@ func (m *Model) RestoreSession(data []byte, o SessionOptions) (*Session, error) 
 	}
 	fp := binary.LittleEndian.Uint64(h)
 	kv := ml.DType(h[8])
-	pos := binary.LittleEndian.Uint64(h[9:])
-	n := binary.LittleEndian.Uint64(h[17:])
-	sum := binary.LittleEndian.Uint32(h[25:])
+	mtp := h[9]&snapshotMTP != 0
+	pos := binary.LittleEndian.Uint64(h[10:])
+	n := binary.LittleEndian.Uint64(h[18:])
+	sum := binary.LittleEndian.Uint32(h[26:])
 	payload := h[snapshotFields:]
 	if fp != m.fingerprint() {
 		return nil, fmt.Errorf("%w: taken with another %s model file (hyperparameters or tensor table differ)", ErrBadSnapshot, arch)
@@ -78,6 +87,9 @@ func (m *Model) RestoreSession(data []byte, o SessionOptions) (*Session, error) 
 	}
 	if kv != o.KV {
 		return nil, fmt.Errorf("%w: snapshot holds a %v KV cache, the session asks for %v", ErrBadSnapshot, kv, o.KV)
+	}
+	if mtp != o.MTP {
+		return nil, fmt.Errorf("%w: snapshot MTP state %v, the session asks for MTP %v", ErrBadSnapshot, mtp, o.MTP)
 	}
 	s, err := m.NewSession(o)
 	if err != nil {

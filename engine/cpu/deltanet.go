@@ -83,8 +83,10 @@ func sameShape(a, b []int) bool {
 }
 
 func (c *context) DeltaNet(q, k, v, g, beta, state ml.Tensor, scale float32) ml.Tensor {
+	// Decode and two-token speculative verification steps use the recurrent form, so a
+	// verified step computes exactly what two single-token steps would.
 	chunk := deltaChunk
-	if q.Shape()[0] == 1 {
+	if q.Shape()[0] <= 2 {
 		chunk = 1
 	}
 	return c.deltaNet(q.(*tensor), k.(*tensor), v.(*tensor), g.(*tensor), beta.(*tensor), state.(*tensor), scale, chunk)

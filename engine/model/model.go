@@ -38,6 +38,24 @@ type State interface {
 	Restore(b ml.Backend, pos int, data []byte) error
 }
 
+// Drafter is implemented by graphs with a next-token-prediction (MTP) head, for
+// self-speculative decoding: the head drafts the token after next, and one two-token
+// forward pass verifies it.
+type Drafter interface {
+	// EnableDraft allocates the head's part of s (its KV cache, the hidden state it carries,
+	// room for a checkpoint). From then on Forward also runs the head over every token so its
+	// cache follows the sequence.
+	EnableDraft(b ml.Backend, s State) error
+	// Draft runs the head for token at pos — the token the main model has just predicted,
+	// not yet fed to it — and returns the head's logits for the token after it: [1, vocab].
+	Draft(ctx ml.Context, s State, token int32, pos int) ml.Tensor
+	// Checkpoint copies s's recurrent state; Rollback restores the copy, undoing the
+	// Forward calls in between. KV entries need no copy: positions past the rollback point
+	// are simply written again.
+	Checkpoint(ctx ml.Context, s State)
+	Rollback(ctx ml.Context, s State)
+}
+
 // Facts are the sizes a memory planner needs, derived from the bound weights and the
 // hyperparameters. Architectures implement it beside Graph.
 type Facts interface {
@@ -56,6 +74,9 @@ type Facts interface {
 	// RecurrentBytes is one sequence's recurrent state (conv windows and delta-rule state
 	// matrices, float32), independent of the context length.
 	RecurrentBytes() int64
+	// MTPBytes is the next-token-prediction block's weights, 0 without one; it is not part
+	// of DenseBytes or the expert payload.
+	MTPBytes() int64
 }
 
 // Config is the shape of a model, as far as sessions and planning care.

@@ -46,7 +46,22 @@ type Model struct {
 	stateLayer []int // per layer: index of its recurrent state, or −1 for attention layers
 	deltaCount int
 
+	mtp *mtpBlock // nil without a next-token-prediction block
+
 	facts facts
+}
+
+// mtpBlock is the next-token-prediction (NextN) head stored after the main layers: it mixes
+// the embedding of a token with the main model's final hidden state at the position before
+// it and runs one full-attention + MoE layer to predict the token after.
+type mtpBlock struct {
+	layer              // full attention and MoE, as the trunk's
+	ehProj   ml.Weight // (2·d, d) over [norm(embedding) | norm(hidden)]
+	enorm    ml.Weight // (d)
+	hnorm    ml.Weight // (d)
+	embed    ml.Weight // (d, vocab) or nil: the main embedding table
+	headNorm ml.Weight // (d) or nil: output_norm
+	head     ml.Weight // (d, vocab) or nil: the main output matrix
 }
 
 type layer struct {
@@ -158,7 +173,7 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 		}
 	}
 
-	d, hd := c.Embedding, c.HeadDim
+	d := c.Embedding
 	m.tokenEmbd = bd.Weight("token_embd.weight")
 	if m.tokenEmbd != nil {
 		c.Vocab = m.tokenEmbd.Dims()[len(m.tokenEmbd.Dims())-1]
@@ -190,27 +205,58 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 			l.norm = bd.Layer(i, "ssm_norm.weight", m.dv)
 			l.out = bd.Layer(i, "ssm_out.weight", m.hv*m.dv, d)
 		} else {
-			l.q = bd.Layer(i, "attn_q.weight", d, c.Heads*2*hd)
-			l.k = bd.Layer(i, "attn_k.weight", d, c.KVHeads*hd)
-			l.v = bd.Layer(i, "attn_v.weight", d, c.KVHeads*hd)
-			l.qNorm = bd.Layer(i, "attn_q_norm.weight", hd)
-			l.kNorm = bd.Layer(i, "attn_k_norm.weight", hd)
-			l.o = bd.Layer(i, "attn_output.weight", c.Heads*hd, d)
+			m.bindAttention(bd, i, l)
 		}
-		l.router = bd.Layer(i, "ffn_gate_inp.weight", d, m.experts)
-		l.gateExps = bd.Layer(i, "ffn_gate_exps.weight", d, m.ffExp, m.experts)
-		l.upExps = bd.Layer(i, "ffn_up_exps.weight", d, m.ffExp, m.experts)
-		l.downExps = bd.Layer(i, "ffn_down_exps.weight", m.ffExp, d, m.experts)
-		l.shGate = bd.Layer(i, "ffn_gate_inp_shexp.weight", d)
-		l.shGateFF = bd.Layer(i, "ffn_gate_shexp.weight", d, m.ffShexp)
-		l.shUp = bd.Layer(i, "ffn_up_shexp.weight", d, m.ffShexp)
-		l.shDown = bd.Layer(i, "ffn_down_shexp.weight", m.ffShexp, d)
+		m.bindMoE(bd, i, l)
+	}
+	if nextn > 0 {
+		bd.Check(nextn == 1, "nextn_predict_layers %d: only one MTP block is supported", nextn)
+		i := c.Layers
+		opt := func(suffix string, want ...int) ml.Weight {
+			return bd.Optional(fmt.Sprintf("blk.%d.%s", i, suffix), want...)
+		}
+		t := &mtpBlock{
+			ehProj:   bd.Layer(i, "nextn.eh_proj.weight", 2*d, d),
+			enorm:    bd.Layer(i, "nextn.enorm.weight", d),
+			hnorm:    bd.Layer(i, "nextn.hnorm.weight", d),
+			embed:    opt("nextn.embed_tokens.weight", d, c.Vocab),
+			headNorm: opt("nextn.shared_head_norm.weight", d),
+			head:     opt("nextn.shared_head_head.weight", d, c.Vocab),
+		}
+		t.attnNorm = bd.Layer(i, "attn_norm.weight", d)
+		t.postNorm = bd.Layer(i, "post_attention_norm.weight", d)
+		m.bindAttention(bd, i, &t.layer)
+		m.bindMoE(bd, i, &t.layer)
+		m.mtp = t
 	}
 	if err := bd.Err(); err != nil {
 		return nil, err
 	}
 	m.facts = newFacts(f, m)
 	return m, nil
+}
+
+func (m *Model) bindAttention(bd *model.Binder, i int, l *layer) {
+	c := m.cfg
+	d, hd := c.Embedding, c.HeadDim
+	l.q = bd.Layer(i, "attn_q.weight", d, c.Heads*2*hd)
+	l.k = bd.Layer(i, "attn_k.weight", d, c.KVHeads*hd)
+	l.v = bd.Layer(i, "attn_v.weight", d, c.KVHeads*hd)
+	l.qNorm = bd.Layer(i, "attn_q_norm.weight", hd)
+	l.kNorm = bd.Layer(i, "attn_k_norm.weight", hd)
+	l.o = bd.Layer(i, "attn_output.weight", c.Heads*hd, d)
+}
+
+func (m *Model) bindMoE(bd *model.Binder, i int, l *layer) {
+	d := m.cfg.Embedding
+	l.router = bd.Layer(i, "ffn_gate_inp.weight", d, m.experts)
+	l.gateExps = bd.Layer(i, "ffn_gate_exps.weight", d, m.ffExp, m.experts)
+	l.upExps = bd.Layer(i, "ffn_up_exps.weight", d, m.ffExp, m.experts)
+	l.downExps = bd.Layer(i, "ffn_down_exps.weight", m.ffExp, d, m.experts)
+	l.shGate = bd.Layer(i, "ffn_gate_inp_shexp.weight", d)
+	l.shGateFF = bd.Layer(i, "ffn_gate_shexp.weight", d, m.ffShexp)
+	l.shUp = bd.Layer(i, "ffn_up_shexp.weight", d, m.ffShexp)
+	l.shDown = bd.Layer(i, "ffn_down_shexp.weight", m.ffShexp, d)
 }
 
 func has(f *gguf.File, layer int, suffix string) bool {
@@ -279,6 +325,16 @@ type State struct {
 	kv    ml.Cache
 	conv  []ml.Tensor
 	delta []ml.Tensor
+	mtp   *mtpState // set by EnableDraft
+}
+
+// mtpState is the MTP head's part of a sequence: its one-layer KV cache, the main model's
+// last hidden state (paired with the next token), and copies of the recurrent states for
+// rolling back a rejected draft.
+type mtpState struct {
+	kv      ml.Cache
+	pending ml.Tensor // [1, d]
+	saved   []ml.Tensor
 }
 
 func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, error) {
@@ -303,12 +359,23 @@ func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, 
 }
 
 func (s *State) Capacity() int { return s.kv.Capacity() }
-func (s *State) Bytes() int64  { return s.kv.Bytes() + s.m.RecurrentBytes() }
+func (s *State) Bytes() int64 {
+	n := s.kv.Bytes() + s.m.RecurrentBytes()
+	if s.mtp != nil {
+		n += s.mtp.kv.Bytes() + s.m.RecurrentBytes() + 2*int64(s.m.cfg.Embedding)*4
+	}
+	return n
+}
 
 func (s *State) Snapshot(b ml.Backend, pos int) ([]byte, error) {
 	out := model.AppendKV(nil, b, s.kv, s.m.cfg.AttnLayers, pos)
 	out = model.AppendTensors(out, b, s.conv...)
-	return model.AppendTensors(out, b, s.delta...), nil
+	out = model.AppendTensors(out, b, s.delta...)
+	if s.mtp != nil {
+		out = model.AppendKV(out, b, s.mtp.kv, 1, pos)
+		out = model.AppendTensors(out, b, s.mtp.pending)
+	}
+	return out, nil
 }
 
 func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
@@ -319,6 +386,12 @@ func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
 	}
 	if err == nil {
 		rest, err = model.RestoreTensors(rest, b, s.delta...)
+	}
+	if err == nil && s.mtp != nil {
+		rest, err = model.RestoreKV(rest, b, s.mtp.kv, 1, pos, c.KVHeads, c.HeadDim)
+		if err == nil {
+			rest, err = model.RestoreTensors(rest, b, s.mtp.pending)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", arch, err)
@@ -342,13 +415,30 @@ func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int
 		if l.recurrent {
 			a = m.deltaNet(ctx, s, i, l, xn, n)
 		} else {
-			a = m.attention(ctx, s, i, l, xn, n, pos0)
+			a = m.attention(ctx, s.kv, m.cacheLayer[i], i, l, xn, n, pos0)
 		}
 		h := ctx.Name(ctx.Add(a, x), "attn_residual", i)
 
 		// MoE block: out = h + moe(norm(h))
 		hn := ctx.Name(ctx.RMSNorm(h, l.postNorm, m.eps), "attn_post_norm", i)
 		x = ctx.Name(ctx.Add(m.moe(ctx, i, l, hn, n), h), "l_out", i)
+	}
+	if s.mtp != nil {
+		// The MTP head follows the sequence: token t at position p is paired with the
+		// hidden state of position p−1 (the one that predicted it).
+		h := ctx.Name(ctx.RMSNorm(x, m.outputNorm, m.eps), "h_nextn", -1) // [n, d]
+		prev := s.mtp.pending
+		if n > 1 {
+			d := m.cfg.Embedding
+			flat := ctx.Concat(ctx.Reshape(prev, 1, d), ctx.Reshape(ctx.Rows(h, 0, n-1), 1, (n-1)*d))
+			prev = ctx.Reshape(flat, n, d)
+		}
+		m.mtpForward(ctx, s, tokens, prev, pos0, false)
+		ctx.Assign(s.mtp.pending, ctx.Rows(h, n-1, 1))
+		if !all {
+			h = ctx.Rows(h, n-1, 1)
+		}
+		return ctx.Name(ctx.MatMul(m.output, ctx.Name(h, "result_norm", -1)), "result_output", -1)
 	}
 	if !all {
 		x = ctx.Rows(x, n-1, 1)
@@ -357,9 +447,39 @@ func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int
 	return ctx.Name(ctx.MatMul(m.output, x), "result_output", -1)
 }
 
+// mtpForward runs the MTP head for tokens at pos0 … paired with hidden states h [n, d],
+// writing its KV cache; with logits set it returns the head's logits for the last token.
+func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor, pos0 int, logits bool) ml.Tensor {
+	t, n, il := m.mtp, len(tokens), m.cfg.Layers
+	embed := t.embed
+	if embed == nil {
+		embed = m.tokenEmbd
+	}
+	e := ctx.RMSNorm(ctx.Embed(embed, tokens), t.enorm, m.eps)
+	hn := ctx.RMSNorm(h, t.hnorm, m.eps)
+	x := ctx.Name(ctx.MatMul(t.ehProj, ctx.Concat(e, hn)), "mtp_eh_proj", il) // [n, d]
+
+	xn := ctx.RMSNorm(x, t.attnNorm, m.eps)
+	a := m.attention(ctx, s.mtp.kv, 0, il, &t.layer, xn, n, pos0)
+	hr := ctx.Add(a, x)
+	out := ctx.Name(ctx.Add(m.moe(ctx, il, &t.layer, ctx.RMSNorm(hr, t.postNorm, m.eps), n), hr), "mtp_post_ffn", il)
+	if !logits {
+		return out
+	}
+	norm, head := t.headNorm, t.head
+	if norm == nil {
+		norm = m.outputNorm
+	}
+	if head == nil {
+		head = m.output
+	}
+	out = ctx.RMSNorm(ctx.Rows(out, n-1, 1), norm, m.eps)
+	return ctx.Name(ctx.MatMul(head, out), "mtp_result_output", il)
+}
+
 // attention is gated full attention: softmax attention of normed, partially rotated q and k,
 // multiplied by sigmoid of a gate that the q projection carries beside each head's query.
-func (m *Model) attention(ctx ml.Context, s *State, i int, l *layer, xn ml.Tensor, n, pos0 int) ml.Tensor {
+func (m *Model) attention(ctx ml.Context, kv ml.Cache, cl, i int, l *layer, xn ml.Tensor, n, pos0 int) ml.Tensor {
 	c := m.cfg
 	hd := c.HeadDim
 	qg := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, 2*hd)                       // per head: query | gate
@@ -369,9 +489,8 @@ func (m *Model) attention(ctx ml.Context, s *State, i int, l *layer, xn ml.Tenso
 	v := ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, hd)
 	q = ctx.Name(ctx.RoPE(ctx.RMSNorm(q, l.qNorm, m.eps), pos0, m.rope), "Qcur", i) // per-head norm, rotate the first rope.Dims
 	k = ctx.Name(ctx.RoPE(ctx.RMSNorm(k, l.kNorm, m.eps), pos0, m.rope), "Kcur", i)
-	cl := m.cacheLayer[i]
-	ctx.StoreKV(s.kv, cl, pos0, k, v)
-	a := ctx.Attention(q, s.kv, cl, pos0, float32(1/math.Sqrt(float64(hd)))) // [n, H·hd]
+	ctx.StoreKV(kv, cl, pos0, k, v)
+	a := ctx.Attention(q, kv, cl, pos0, float32(1/math.Sqrt(float64(hd)))) // [n, H·hd]
 	a = ctx.Name(ctx.Mul(a, ctx.Sigmoid(gate)), "attn_gated", i)
 	return ctx.Name(ctx.MatMul(l.o, a), "attn_output", i)
 }

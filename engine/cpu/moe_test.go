@@ -1,0 +1,189 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
+)
+
+func TestRoute(t *testing.T) {
+	c := New(1).NewContext().(*context)
+	// Row 0: a clear order. Row 1: a tie between experts 1 and 3 goes to the lower id.
+	logits := &tensor{shape: []int{2, 4}, data: []float32{0, 2, 1, -1, 0, 1, -3, 1}}
+	ids, w := c.Route(logits, 2, false)
+	if got := ids.(*tensor).data; !equal32(got, []float32{1, 2, 1, 3}) {
+		t.Fatalf("ids %v, want [1 2 1 3]", got)
+	}
+	e := []float64{1, math.E * math.E, math.E, 1 / math.E}
+	sum := e[0] + e[1] + e[2] + e[3]
+	want := []float64{e[1] / sum, e[2] / sum}
+	for i, v := range w.(*tensor).data[:2] {
+		if math.Abs(float64(v)-want[i]) > 1e-6 {
+			t.Fatalf("weights %v, want %v", w.(*tensor).data[:2], want)
+		}
+	}
+	_, wn := c.Route(logits, 2, true)
+	for i := 0; i < 2; i++ {
+		row := wn.(*tensor).data[2*i : 2*i+2]
+		if s := row[0] + row[1]; math.Abs(float64(s)-1) > 1e-6 {
+			t.Fatalf("normalized weights %v sum to %v", row, s)
+		}
+	}
+}
+
+// expertStack is a random Q8_0 [experts, rows, cols] weight.
+func expertStack(t testing.TB, b *Backend, rng *rand.Rand, experts, rows, cols int) ml.Weight {
+	t.Helper()
+	nb := experts * rows * cols / 32
+	data := make([]byte, 0, nb*34)
+	for range nb {
+		d := quant.F32ToF16(float32(0.001 + 0.01*rng.Float64()))
+		data = append(data, byte(d), byte(d>>8))
+		for range 32 {
+			data = append(data, byte(rng.IntN(256)))
+		}
+	}
+	w, err := b.Weight("ffn_up_exps.weight", quant.Q8_0, []int{cols, rows, experts}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func randomTensor(rng *rand.Rand, shape ...int) *tensor {
+	x := newTensor(shape...)
+	for i := range x.data {
+		x.data[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+// TestMatMulExperts checks each (token, slot) product against the dense product with that
+// expert's rows, for x shared by the slots and x per slot.
+func TestMatMulExperts(t *testing.T) {
+	b := New(2)
+	c := b.NewContext().(*context)
+	rng := rand.New(rand.NewPCG(1, 1))
+	const experts, rows, cols, n, k = 6, 40, 64, 5, 3
+	w := expertStack(t, b, rng, experts, rows, cols).(*weight)
+	ids := newTensor(n, k)
+	for i := range ids.data {
+		ids.data[i] = float32(rng.IntN(experts))
+	}
+	for _, x := range []*tensor{randomTensor(rng, n, cols), randomTensor(rng, n, k, cols)} {
+		got := c.MatMulExperts(w, x, ids).(*tensor)
+		for i := 0; i < n; i++ {
+			for j := 0; j < k; j++ {
+				e := int(ids.data[i*k+j])
+				xi := x.data[i*cols : (i+1)*cols]
+				if len(x.shape) == 3 {
+					xi = x.data[(i*k+j)*cols : (i*k+j+1)*cols]
+				}
+				size := rows * w.rowB
+				view := expertView(w, e, w.data[e*size:(e+1)*size])
+				want := c.MatMul(view, &tensor{shape: []int{1, cols}, data: xi}).(*tensor).data
+				if !equal32(got.data[(i*k+j)*rows:(i*k+j+1)*rows], want) {
+					t.Fatalf("x %v: token %d slot %d (expert %d) differs from the dense product", x.shape, i, j, e)
+				}
+			}
+		}
+	}
+}
+
+// TestExpertCache runs expert products from several goroutines through a cache smaller
+// than one product's experts and checks the results against all-resident ones, and that
+// the cache stays within its capacity once nothing is in use.
+func TestExpertCache(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	const experts, rows, cols, n, k = 8, 32, 64, 6, 4
+	resident := New(2)
+	w := expertStack(t, resident, rng, experts, rows, cols)
+	x := randomTensor(rng, n, cols)
+	ids := newTensor(n, k)
+	for i := range ids.data {
+		ids.data[i] = float32(rng.IntN(experts))
+	}
+	want := resident.NewContext().MatMulExperts(w, x, ids).(*tensor).data
+
+	cached := New(2)
+	slice := int64(rows * w.(*weight).rowB)
+	if err := cached.SetExpertCache(2*slice + slice/2); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := cached.Weight(w.Name(), w.Type(), w.Dims(), w.(*weight).data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				got := cached.NewContext().MatMulExperts(wc, x, ids).(*tensor).data
+				if !equal32(got, want) {
+					errs <- "cached product differs from the resident one"
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	st := cached.ExpertStats()
+	t.Logf("stats %+v", st)
+	if st.Bytes > st.Capacity || st.Misses == 0 || st.Evictions == 0 {
+		t.Errorf("stats %+v: want misses and evictions, and at most %d bytes held", st, st.Capacity)
+	}
+	if err := cached.SetExpertCache(-1); err == nil {
+		t.Error("a negative cache size was accepted")
+	}
+}
+
+// BenchmarkMoELayer times the routed experts of a Qwen3-Next-80B-shaped MoE block (hidden
+// 2048, experts of 512, 10 of 64 chosen; Q8_0) for one decode token and a 64-token chunk,
+// with all experts resident and with a cache of half of them.
+func BenchmarkMoELayer(b *testing.B) {
+	const d, ff, experts, used = 2048, 512, 64, 10
+	for _, cache := range []bool{false, true} {
+		be := New(0)
+		rng := rand.New(rand.NewPCG(3, 3))
+		gate := expertStack(b, be, rng, experts, ff, d)
+		up := expertStack(b, be, rng, experts, ff, d)
+		down := expertStack(b, be, rng, experts, d, ff)
+		router := randomTensor(rng, d*experts)
+		rw, err := be.Weight("ffn_gate_inp.weight", quant.F32, []int{d, experts}, f32bytes(router.data))
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := "resident"
+		if cache {
+			name = "cache-half"
+			slice := int64(ff*gate.(*weight).rowB) * 3
+			if err := be.SetExpertCache(slice * experts / 2 * 4); err != nil { // four layers' worth of halves
+				b.Fatal(err)
+			}
+		}
+		for _, n := range []int{1, 64} {
+			x := randomTensor(rng, n, d)
+			b.Run(name+"/tokens="+strconv.Itoa(n), func(b *testing.B) {
+				for b.Loop() {
+					c := be.NewContext()
+					ids, w := c.Route(c.MatMul(rw, x), used, true)
+					y := c.MatMulExperts(down, c.SwiGLU(c.MatMulExperts(gate, x, ids), c.MatMulExperts(up, x, ids)), ids)
+					c.WeightedSum(y, w)
+				}
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
+}
