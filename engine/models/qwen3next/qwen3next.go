@@ -448,7 +448,8 @@ func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int
 }
 
 // mtpForward runs the MTP head for tokens at pos0 … paired with hidden states h [n, d],
-// writing its KV cache; with logits set it returns the head's logits for the last token.
+// writing its KV cache; with logits set it returns the head's logits for the last token,
+// else nil.
 func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor, pos0 int, logits bool) ml.Tensor {
 	t, n, il := m.mtp, len(tokens), m.cfg.Layers
 	embed := t.embed
@@ -460,12 +461,14 @@ func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor
 	x := ctx.Name(ctx.MatMul(t.ehProj, ctx.Concat(e, hn)), "mtp_eh_proj", il) // [n, d]
 
 	xn := ctx.RMSNorm(x, t.attnNorm, m.eps)
+	if !logits {
+		// Following the sequence only needs the head's keys and values.
+		m.storeKV(ctx, s.mtp.kv, 0, il, &t.layer, xn, n, pos0)
+		return nil
+	}
 	a := m.attention(ctx, s.mtp.kv, 0, il, &t.layer, xn, n, pos0)
 	hr := ctx.Add(a, x)
 	out := ctx.Name(ctx.Add(m.moe(ctx, il, &t.layer, ctx.RMSNorm(hr, t.postNorm, m.eps), n), hr), "mtp_post_ffn", il)
-	if !logits {
-		return out
-	}
 	norm, head := t.headNorm, t.head
 	if norm == nil {
 		norm = m.outputNorm
@@ -482,17 +485,24 @@ func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor
 func (m *Model) attention(ctx ml.Context, kv ml.Cache, cl, i int, l *layer, xn ml.Tensor, n, pos0 int) ml.Tensor {
 	c := m.cfg
 	hd := c.HeadDim
-	qg := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, 2*hd)                       // per head: query | gate
-	q := ctx.Slice(qg, 0, hd)                                                      // [n, H, hd]
-	gate := ctx.Name(ctx.Reshape(ctx.Slice(qg, hd, hd), n, c.Heads*hd), "gate", i) // [n, H·hd]
-	k := ctx.Reshape(ctx.MatMul(l.k, xn), n, c.KVHeads, hd)
-	v := ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, hd)
+	qg := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, 2*hd)                        // per head: query | gate
+	q := ctx.Slice(qg, 0, hd)                                                       // [n, H, hd]
+	gate := ctx.Name(ctx.Reshape(ctx.Slice(qg, hd, hd), n, c.Heads*hd), "gate", i)  // [n, H·hd]
 	q = ctx.Name(ctx.RoPE(ctx.RMSNorm(q, l.qNorm, m.eps), pos0, m.rope), "Qcur", i) // per-head norm, rotate the first rope.Dims
-	k = ctx.Name(ctx.RoPE(ctx.RMSNorm(k, l.kNorm, m.eps), pos0, m.rope), "Kcur", i)
-	ctx.StoreKV(kv, cl, pos0, k, v)
+	m.storeKV(ctx, kv, cl, i, l, xn, n, pos0)
 	a := ctx.Attention(q, kv, cl, pos0, float32(1/math.Sqrt(float64(hd)))) // [n, H·hd]
 	a = ctx.Name(ctx.Mul(a, ctx.Sigmoid(gate)), "attn_gated", i)
 	return ctx.Name(ctx.MatMul(l.o, a), "attn_output", i)
+}
+
+// storeKV projects, normalizes and rotates the keys and the values of xn and writes them
+// to layer cl of kv.
+func (m *Model) storeKV(ctx ml.Context, kv ml.Cache, cl, i int, l *layer, xn ml.Tensor, n, pos0 int) {
+	c := m.cfg
+	k := ctx.Reshape(ctx.MatMul(l.k, xn), n, c.KVHeads, c.HeadDim)
+	v := ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, c.HeadDim)
+	k = ctx.Name(ctx.RoPE(ctx.RMSNorm(k, l.kNorm, m.eps), pos0, m.rope), "Kcur", i)
+	ctx.StoreKV(kv, cl, pos0, k, v)
 }
 
 // deltaNet is a Gated DeltaNet layer: project to q, k, v (and the output gate z), run them
