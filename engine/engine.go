@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/engine/tokenizer"
 
 	_ "github.com/redlite/batch/engine/models/qwen3"     // registers "qwen3"
 	_ "github.com/redlite/batch/engine/models/qwen3next" // registers "qwen3next"
@@ -36,6 +38,10 @@ type Model struct {
 	Graph    model.Graph
 	Backend  ml.Backend
 	LoadTime time.Duration
+
+	tokOnce sync.Once
+	tok     *tokenizer.Tokenizer
+	tokErr  error
 }
 
 // Load maps the GGUF at path and binds its architecture's weights.
@@ -70,6 +76,17 @@ func Load(path string, opts Options) (*Model, error) {
 
 // Close unmaps the file; sessions must not be used afterwards.
 func (m *Model) Close() error { return m.File.Close() }
+
+// Tokenizer builds (once) the tokenizer from the file's tokenizer.ggml.* metadata.
+func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) {
+	m.tokOnce.Do(func() {
+		m.tok, m.tokErr = tokenizer.FromGGUF(m.File)
+		if m.tokErr == nil && m.tok.VocabSize() < m.Config().Vocab {
+			m.tokErr = fmt.Errorf("engine: the tokenizer has %d tokens but the model has %d rows", m.tok.VocabSize(), m.Config().Vocab)
+		}
+	})
+	return m.tok, m.tokErr
+}
 
 // Config returns the model's shape.
 func (m *Model) Config() model.Config { return m.Graph.Config() }

@@ -30,14 +30,16 @@ type Vocabulary interface {
 
 // GenerateOptions configure Generate.
 type GenerateOptions struct {
-	MaxTokens int              // at least 1
-	Sampler   *sample.Sampler  // nil means greedy
-	Stop      []string         // stop strings; the text ends before the first one found
-	Chunk     int              // prefill chunk; 0 means the whole prompt at once
-	Vocab     Vocabulary       // end-of-generation tokens; nil means none
-	Stream    TextStream       // required: decodes ids to text
+	MaxTokens int             // at least 1
+	Sampler   *sample.Sampler // nil means greedy
+	Stop      []string        // stop strings; the text ends before the first one found
+	Chunk     int             // prefill chunk; 0 means the whole prompt at once
+	Vocab     Vocabulary      // end-of-generation tokens; nil means none
+	Stream    TextStream      // required: decodes ids to text
 	OnPrefill func(done, total int)
-	OnToken   func(id int32, text string) // text is what became safe to emit (may be "")
+	// OnToken is called after each generated token with the count so far and the text that
+	// became safe to emit (may be ""), and once more at the end with any text held back.
+	OnToken func(generated int, text string)
 }
 
 // Generation is the outcome of Generate.
@@ -72,11 +74,17 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		}
 		return o.Sampler.Sample(logits)
 	}
+	emit := func(text string) {
+		g.Text += text
+		if o.OnToken != nil {
+			o.OnToken(len(g.Tokens), text)
+		}
+	}
 	cancelled := func(err error) (Generation, error) {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			g.FinishReason = FinishCancelled
-			g.Text += stops.Flush()
-			return g, err
+			out, _ := stops.Push(o.Stream.Flush())
+			emit(out + stops.Flush())
 		}
 		return g, err
 	}
@@ -90,13 +98,6 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 
 	start = time.Now()
 	defer func() { g.Decode = time.Since(start) }()
-	emit := func(text string) {
-		out, _ := stops.Push(text)
-		g.Text += out
-		if o.OnToken != nil && len(g.Tokens) > 0 {
-			o.OnToken(g.Tokens[len(g.Tokens)-1], out)
-		}
-	}
 	for {
 		id, err := pick(logits)
 		if err != nil {
@@ -108,7 +109,8 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		}
 		g.Tokens = append(g.Tokens, id)
 		g.CompletionTokens = len(g.Tokens)
-		emit(o.Stream.Next(id))
+		out, _ := stops.Push(o.Stream.Next(id))
+		emit(out)
 		if stops.Hit() {
 			g.FinishReason = FinishStop
 			break
@@ -124,7 +126,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 	}
 	if !stops.Hit() {
 		out, _ := stops.Push(o.Stream.Flush())
-		g.Text += out + stops.Flush()
+		emit(out + stops.Flush())
 	}
 	g.Decode = time.Since(start)
 	return g, nil
