@@ -88,12 +88,12 @@ func (t FileType) LlamaFileType() uint32 { return fileTypes[t].llama }
 type role int
 
 const (
-	roleVector   role = iota // norms, biases and other 1-D tensors: always F32
-	roleMatrix               // any other matrix
-	roleEmbed                // token_embd
-	roleOutput               // output.weight, or token_embd when it doubles as the output
-	roleAttnV                // attn_v
-	roleFFNDown              // ffn_down
+	roleVector  role = iota // norms, biases and other 1-D tensors: always F32
+	roleMatrix              // any other matrix
+	roleEmbed               // token_embd
+	roleOutput              // output.weight, or token_embd when it doubles as the output
+	roleAttnV               // attn_v
+	roleFFNDown             // ffn_down
 )
 
 // tensorType picks the storage type of a tensor of role r in layer il of n layers.
@@ -193,7 +193,9 @@ type model struct {
 	tensors []tensorSpec
 }
 
-func (m *model) set(key string, v any) { m.kv = append(m.kv, gguf.KV{Key: key, Value: gguf.NewValue(v)}) }
+func (m *model) set(key string, v any) {
+	m.kv = append(m.kv, gguf.KV{Key: key, Value: gguf.NewValue(v)})
+}
 
 // New lays out the named shape and returns a writer that generates the weights while it
 // writes. The writer may be written once; cancelling ctx stops it between tensors.
