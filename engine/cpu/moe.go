@@ -207,20 +207,7 @@ func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
 		return ent.data, c.unpin(ent)
 	}
 	c.stats.Misses++
-	var buf []byte
-	for el := c.lru.Back(); el != nil && c.stats.Bytes+int64(size) > c.capacity; {
-		prev := el.Prev()
-		if ent := el.Value.(*expertEntry); ent.pins == 0 {
-			c.lru.Remove(el)
-			delete(c.entries, ent.key)
-			c.stats.Bytes -= int64(len(ent.data))
-			c.stats.Evictions++
-			if len(ent.data) == size {
-				buf = ent.data
-			}
-		}
-		el = prev
-	}
+	buf := c.shrink(int64(size), size)
 	if buf == nil {
 		buf = make([]byte, size)
 	}
@@ -231,10 +218,35 @@ func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
 	return buf, c.unpin(ent)
 }
 
+// shrink evicts unpinned slices, least recent first, until room more bytes fit. It returns
+// an evicted buffer of reuse bytes, if one came free. Called with mu held.
+func (c *expertCache) shrink(room int64, reuse int) []byte {
+	var buf []byte
+	for el := c.lru.Back(); el != nil && c.stats.Bytes+room > c.capacity; {
+		prev := el.Prev()
+		if ent := el.Value.(*expertEntry); ent.pins == 0 {
+			c.lru.Remove(el)
+			delete(c.entries, ent.key)
+			c.stats.Bytes -= int64(len(ent.data))
+			c.stats.Evictions++
+			if len(ent.data) == reuse {
+				buf = ent.data
+			}
+		}
+		el = prev
+	}
+	return buf
+}
+
+// unpin returns the release function of a lookup; the last release of an over-full cache
+// (pinned slices made it overshoot) brings it back within capacity.
 func (c *expertCache) unpin(ent *expertEntry) func() {
 	return func() {
 		c.mu.Lock()
 		ent.pins--
+		if c.stats.Bytes > c.capacity {
+			c.shrink(0, 0)
+		}
 		c.mu.Unlock()
 	}
 }
