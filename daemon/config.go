@@ -1,0 +1,246 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
+)
+
+// Config is the daemon's configuration, read from REDLITE_* environment variables. Every
+// default is in the envDefault tag and in docs/daemon.md; an empty variable means the default.
+type Config struct {
+	// RedisURL is redis://[[user]:password@]host[:port][/db] or rediss:// for TLS.
+	RedisURL string `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	// Model is the GGUF file to serve. Empty means the built-in default model (random
+	// weights: its output is meaningless text), written to CacheDir on first use.
+	Model string `env:"REDLITE_MODEL"`
+	// ModelName is the name results report and payloads' "model" is matched against.
+	// Empty means the GGUF's general.name, or the file name without .gguf.
+	ModelName string `env:"REDLITE_MODEL_NAME"`
+	// CacheDir holds the built-in default model. Empty means os.UserCacheDir()/redlite.
+	CacheDir string `env:"REDLITE_CACHE_DIR"`
+	// Queues maps queue names to weights ("critical=6,default=3,low=1"). Empty means
+	// jobs.QueueWeights().
+	Queues map[string]int `env:"REDLITE_QUEUES" envSeparator:"," envKeyValSeparator:"="`
+	// StrictPriority empties higher-weight queues before looking at lower ones.
+	StrictPriority bool `env:"REDLITE_STRICT_PRIORITY" envDefault:"false"`
+	// Concurrency is the number of jobs run at once (engine slots). Each plan is sized for
+	// this many sequences.
+	Concurrency int `env:"REDLITE_CONCURRENCY" envDefault:"1"`
+	// Threads for the CPU backend; 0 means one per core.
+	Threads int `env:"REDLITE_THREADS" envDefault:"0"`
+
+	// KV forces the KV cache precision: auto (the planner chooses), f32 or f16.
+	KV string `env:"REDLITE_KV" envDefault:"auto"`
+	// MaxChunk caps the prefill chunk in tokens; 0 means the planner's largest (2048).
+	MaxChunk int `env:"REDLITE_MAX_CHUNK" envDefault:"0"`
+	// DisableMTP keeps multi-token prediction off.
+	DisableMTP bool `env:"REDLITE_DISABLE_MTP" envDefault:"false"`
+	// PlanPreference orders the planner's choices among plans that fit.
+	PlanPreference string `env:"REDLITE_PLAN_PREFERENCE" envDefault:"kv,mtp,chunk"`
+	// GPULimitMiB overrides the device's memory limit; 0 means the device's own
+	// (macOS: the Metal limit) or, on Linux, RAMFraction of physical memory.
+	GPULimitMiB int64 `env:"REDLITE_GPU_LIMIT_MIB" envDefault:"0"`
+	// RAMFraction is the share of physical memory a Linux worker plans into.
+	RAMFraction float64 `env:"REDLITE_RAM_FRACTION" envDefault:"0.75"`
+	// MarginMiB is kept free below the limit.
+	MarginMiB int64 `env:"REDLITE_MARGIN_MIB" envDefault:"0"`
+	// Calibration is a JSON file of backend constants (planner.Calibration); empty means
+	// the built-in CPU placeholder.
+	Calibration string `env:"REDLITE_CALIBRATION"`
+
+	// HTTPAddr serves /healthz, /readyz and /metrics; "off" disables it.
+	HTTPAddr string `env:"REDLITE_HTTP_ADDR" envDefault:":9464"`
+	// ShutdownTimeout is how long a running job may go on after SIGTERM before it is
+	// handed back to its queue.
+	ShutdownTimeout time.Duration `env:"REDLITE_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	// RetryDelay is the first back-off after an engine fault; it doubles per retry, up to
+	// MaxRetryDelay.
+	RetryDelay    time.Duration `env:"REDLITE_RETRY_DELAY" envDefault:"10s"`
+	MaxRetryDelay time.Duration `env:"REDLITE_MAX_RETRY_DELAY" envDefault:"10m"`
+	// ProgressInterval is the least time between two progress writes of one job.
+	ProgressInterval time.Duration `env:"REDLITE_PROGRESS_INTERVAL" envDefault:"250ms"`
+	// TaskCheckInterval is how often an idle worker looks for new jobs (asynq polls).
+	TaskCheckInterval time.Duration `env:"REDLITE_TASK_CHECK_INTERVAL" envDefault:"1s"`
+	// DelayedTaskCheckInterval is how often retrying and scheduled jobs are moved to their
+	// queue when due.
+	DelayedTaskCheckInterval time.Duration `env:"REDLITE_DELAYED_TASK_CHECK_INTERVAL" envDefault:"5s"`
+	// WebhookTimeout bounds one POST of a result to a payload's webhook_url.
+	WebhookTimeout time.Duration `env:"REDLITE_WEBHOOK_TIMEOUT" envDefault:"10s"`
+	// WorkerName is what results report as "worker"; empty means the host name.
+	WorkerName string `env:"REDLITE_WORKER_NAME"`
+
+	// LogFormat is text or json; LogLevel is debug, info, warn or error.
+	LogFormat string `env:"REDLITE_LOG_FORMAT" envDefault:"text"`
+	LogLevel  string `env:"REDLITE_LOG_LEVEL" envDefault:"info"`
+}
+
+// ConfigFromEnv reads the configuration from environ (os.Environ() form, "KEY=value"), fills
+// defaults and validates it. Errors name the variable.
+func ConfigFromEnv(environ []string) (Config, error) {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
+			// An empty variable means the default, as docs/daemon.md says; env would
+			// otherwise parse "" for numbers and fail.
+			m[k] = v
+		}
+	}
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: m})
+	if err != nil {
+		return Config{}, translateEnvError(err)
+	}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = jobs.QueueWeights()
+	}
+	return cfg, cfg.Validate()
+}
+
+// DefaultConfig is the configuration of an empty environment.
+func DefaultConfig() Config {
+	cfg, err := ConfigFromEnv(nil)
+	if err != nil {
+		panic("daemon: the defaults do not validate: " + err.Error()) // a bug in the tags
+	}
+	return cfg
+}
+
+// Validate reports the first setting that cannot work, naming its variable.
+func (c Config) Validate() error {
+	bad := func(name, format string, args ...any) error {
+		return fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
+	}
+	if _, err := jobs.ParseRedisURL(c.RedisURL); err != nil {
+		return bad("REDLITE_REDIS_URL", "%v", err)
+	}
+	if len(c.Queues) == 0 {
+		return bad("REDLITE_QUEUES", "no queues; want name=weight pairs like critical=6,default=3,low=1")
+	}
+	for q, w := range c.Queues {
+		if q == "" || w < 1 {
+			return bad("REDLITE_QUEUES", "queue %q has weight %d; want a name and a weight ≥ 1", q, w)
+		}
+	}
+	switch {
+	case c.Concurrency < 1 || c.Concurrency > planner.MaxSlots:
+		return bad("REDLITE_CONCURRENCY", "must be between 1 and %d, got %d", planner.MaxSlots, c.Concurrency)
+	case c.Threads < 0:
+		return bad("REDLITE_THREADS", "must be ≥ 0 (0: one per core), got %d", c.Threads)
+	case c.MaxChunk < 0:
+		return bad("REDLITE_MAX_CHUNK", "must be ≥ 0 (0: no cap), got %d", c.MaxChunk)
+	case c.GPULimitMiB < 0:
+		return bad("REDLITE_GPU_LIMIT_MIB", "must be ≥ 0 (0: the device's limit), got %d", c.GPULimitMiB)
+	case !(c.RAMFraction > 0 && c.RAMFraction <= 1):
+		return bad("REDLITE_RAM_FRACTION", "must be within (0, 1], got %v", c.RAMFraction)
+	case c.MarginMiB < 0:
+		return bad("REDLITE_MARGIN_MIB", "must be ≥ 0, got %d", c.MarginMiB)
+	case c.GPULimitMiB > 0 && c.MarginMiB >= c.GPULimitMiB:
+		return bad("REDLITE_MARGIN_MIB", "%d leaves nothing of REDLITE_GPU_LIMIT_MIB %d", c.MarginMiB, c.GPULimitMiB)
+	case c.ShutdownTimeout <= 0:
+		return bad("REDLITE_SHUTDOWN_TIMEOUT", "must be > 0, got %v", c.ShutdownTimeout)
+	case c.RetryDelay <= 0:
+		return bad("REDLITE_RETRY_DELAY", "must be > 0, got %v", c.RetryDelay)
+	case c.MaxRetryDelay < c.RetryDelay:
+		return bad("REDLITE_MAX_RETRY_DELAY", "%v is below REDLITE_RETRY_DELAY %v", c.MaxRetryDelay, c.RetryDelay)
+	case c.ProgressInterval <= 0:
+		return bad("REDLITE_PROGRESS_INTERVAL", "must be > 0, got %v", c.ProgressInterval)
+	case c.TaskCheckInterval <= 0:
+		return bad("REDLITE_TASK_CHECK_INTERVAL", "must be > 0, got %v", c.TaskCheckInterval)
+	case c.DelayedTaskCheckInterval <= 0:
+		return bad("REDLITE_DELAYED_TASK_CHECK_INTERVAL", "must be > 0, got %v", c.DelayedTaskCheckInterval)
+	case c.WebhookTimeout <= 0:
+		return bad("REDLITE_WEBHOOK_TIMEOUT", "must be > 0, got %v", c.WebhookTimeout)
+	}
+	if _, err := c.policy(); err != nil {
+		return err
+	}
+	if c.HTTPAddr != "off" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return bad("REDLITE_HTTP_ADDR", "want host:port, :port or off, got %q: %v", c.HTTPAddr, err)
+		}
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return bad("REDLITE_LOG_FORMAT", "want text or json, got %q", c.LogFormat)
+	}
+	if _, err := c.logLevel(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// policy is the planner policy the KV, chunk, MTP and preference settings make.
+func (c Config) policy() (planner.Policy, error) {
+	p := planner.Policy{MaxChunk: c.MaxChunk, DisableMTP: c.DisableMTP,
+		// The engine binds experts once at load: a per-job bounded cache would need a reload.
+		ExpertCache: planner.CacheNever}
+	if c.KV != "auto" {
+		prec, err := planner.ParsePrecision(c.KV)
+		if err != nil {
+			return p, fmt.Errorf("REDLITE_KV: want auto, f32 or f16, got %q", c.KV)
+		}
+		p.KV = prec
+	}
+	pref, err := planner.ParsePreference(c.PlanPreference)
+	if err != nil {
+		return p, fmt.Errorf("REDLITE_PLAN_PREFERENCE: %w", err)
+	}
+	p.Preference = pref
+	if c.MaxChunk > 0 && c.MaxChunk < planner.CPUPlaceholder().MinChunk && c.Calibration == "" {
+		return p, fmt.Errorf("REDLITE_MAX_CHUNK: %d is below the smallest chunk %d", c.MaxChunk, planner.CPUPlaceholder().MinChunk)
+	}
+	return p, nil
+}
+
+func (c Config) logLevel() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return 0, fmt.Errorf("REDLITE_LOG_LEVEL: want debug, info, warn or error, got %q", c.LogLevel)
+	}
+	return l, nil
+}
+
+// translateEnvError names the variable rather than the Go field env reports.
+func translateEnvError(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	var msgs []string
+	t := reflect.TypeFor[Config]()
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			name := pe.Name
+			if f, ok := t.FieldByName(pe.Name); ok {
+				name = f.Tag.Get("env")
+			}
+			msgs = append(msgs, fmt.Sprintf("%s: %s", name, parseErrText(pe)))
+			continue
+		}
+		msgs = append(msgs, e.Error())
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+func parseErrText(pe env.ParseError) string {
+	var ne *strconv.NumError
+	if errors.As(pe.Err, &ne) {
+		return fmt.Sprintf("%q is not a valid %s", ne.Num, pe.Type)
+	}
+	if pe.Type == reflect.TypeFor[time.Duration]() {
+		return fmt.Sprintf("want a duration like 250ms, 15s or 10m: %v", pe.Err)
+	}
+	return pe.Err.Error()
+}

@@ -1,0 +1,267 @@
+// Package daemon is redlited: an asynq server whose handlers run Red Lite Batch jobs on the
+// engine. A job is decoded and validated (jobs), tokenized with the model's chat template,
+// planned to fit the worker's memory limit (planner), run in an engine session with the
+// plan's context, KV precision and prefill chunk, and its result written back to Redis.
+// Progress is published while it runs; cancellation, deadlines and timeouts stop the engine
+// within one chunk or token. Beside the worker an HTTP server answers /healthz, /readyz and
+// /metrics.
+//
+// Components each live in their own file with a start and a terminate: worker.go (asynq
+// server and pipeline.go), http.go, progress.go (one per job). Daemon.Shutdown stops them in
+// the order that loses nothing: see its comment.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hibiken/asynq"
+	asynqmetrics "github.com/hibiken/asynq/x/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
+)
+
+// Options are what a caller injects; the zero value is fine.
+type Options struct {
+	// Logger receives the daemon's logs; nil means NewLogger(cfg, os.Stderr).
+	Logger *slog.Logger
+	// Registry receives the metrics and is served at /metrics; nil means a new registry
+	// with the Go runtime and process collectors.
+	Registry *prometheus.Registry
+	// Observer receives pipeline events (tests).
+	Observer Observer
+}
+
+// Daemon is a running redlited.
+type Daemon struct {
+	cfg    Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	m      *metrics
+	redis  jobs.RedisURL
+	client *jobs.Client
+	insp   *asynq.Inspector
+	http   *httpServer // nil with REDLITE_HTTP_ADDR=off
+	obs    Observer
+
+	lm *loadedModel
+	w  *worker
+}
+
+// New checks the configuration, connects lazily to Redis and binds the HTTP port, so that
+// every configuration mistake surfaces before the model loads.
+func New(cfg Config, o Options) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		var err error
+		if log, err = NewLogger(cfg, os.Stderr); err != nil {
+			return nil, err
+		}
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	ru, err := jobs.ParseRedisURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+	}
+	client, err := jobs.NewClient(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+	}
+	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, client: client, obs: o.Observer,
+		insp: asynq.NewInspector(ru.AsynqOpt())}
+	if err := reg.Register(asynqmetrics.NewQueueMetricsCollector(d.insp)); err != nil {
+		d.closeClients()
+		return nil, fmt.Errorf("register asynq queue metrics: %w", err)
+	}
+	if cfg.HTTPAddr != "off" {
+		if d.http, err = newHTTPServer(cfg.HTTPAddr, log, client, reg); err != nil {
+			d.closeClients()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// HTTPAddr is the address /healthz, /readyz and /metrics are served on ("" when off).
+func (d *Daemon) HTTPAddr() string {
+	if d.http == nil {
+		return ""
+	}
+	return d.http.addr()
+}
+
+// ModelName is the name results report, once Start has loaded the model.
+func (d *Daemon) ModelName() string {
+	if d.lm == nil {
+		return ""
+	}
+	return d.lm.name
+}
+
+// Start serves HTTP (healthy, not yet ready), loads the model, plans the budget and starts
+// taking jobs; then /readyz turns ready. On error the caller still calls Shutdown.
+func (d *Daemon) Start(ctx context.Context) error {
+	if d.http != nil {
+		d.http.start()
+		d.log.Info("http listening", "addr", d.http.addr(), "paths", "/healthz /readyz /metrics")
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	if err := d.client.Ping(pctx); err != nil {
+		// asynq keeps trying to connect; /readyz says why the worker is not ready.
+		d.log.Warn("redis is not reachable yet; will keep trying", "redis", d.redis.String(), "err", err)
+	}
+	cancel()
+
+	path := d.cfg.Model
+	if path == "" {
+		var err error
+		if path, err = DefaultModel(d.cfg.CacheDir); err != nil {
+			return err
+		}
+		d.log.Warn("REDLITE_MODEL is not set: serving the built-in default model, whose random weights write meaningless text; set REDLITE_MODEL to a GGUF file for real output", "path", path)
+	}
+	lm, err := loadModel(path, d.cfg.ModelName, d.cfg.Threads)
+	if err != nil {
+		return err
+	}
+	d.lm = lm
+	d.m.modelLoad.Set(lm.m.LoadTime.Seconds())
+	d.m.modelInfo.WithLabelValues(lm.name, lm.profile.Architecture).Set(1)
+	if lm.tmpl == nil {
+		d.log.Warn("the model's chat template cannot be rendered: generate jobs with messages and summarize jobs will be refused", "err", lm.tmplErr)
+	}
+
+	budget, err := DeviceBudget(d.cfg)
+	if err != nil {
+		return fmt.Errorf("memory budget: %w", err)
+	}
+	d.m.limitBytes.Set(float64(budget.UsableMiB() * planner.MiB))
+	cal, err := d.calibration()
+	if err != nil {
+		return err
+	}
+	policy, err := d.cfg.policy()
+	if err != nil {
+		return err
+	}
+	name := d.cfg.WorkerName
+	if name == "" {
+		if name, err = os.Hostname(); err != nil {
+			name = "redlited"
+		}
+	}
+	d.w = newWorker(&worker{cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, name: name,
+		budget: budget, cal: cal, policy: policy, observer: d.obs}, d.redis)
+	if err := d.w.start(); err != nil {
+		d.w = nil
+		return err
+	}
+	d.log.Info("redlited started", "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
+		"load_time", lm.m.LoadTime.Round(time.Millisecond), "worker", name, "redis", d.redis.String(),
+		"queues", d.cfg.Queues, "concurrency", d.cfg.Concurrency,
+		"limit_mib", budget.UsableMiB(), "budget_source", budget.Source, "calibration", cal.Name)
+	if d.http != nil {
+		d.http.ready.Store(true)
+	}
+	return nil
+}
+
+func (d *Daemon) calibration() (planner.Calibration, error) {
+	if d.cfg.Calibration == "" {
+		c := planner.CPUPlaceholder()
+		d.log.Info("planning with the CPU placeholder calibration (not measured); set REDLITE_CALIBRATION to a measured set", "calibration", c.Name)
+		return c, nil
+	}
+	f, err := os.Open(d.cfg.Calibration)
+	if err != nil {
+		return planner.Calibration{}, fmt.Errorf("REDLITE_CALIBRATION: %w", err)
+	}
+	defer f.Close()
+	c, err := planner.ReadCalibration(f)
+	if err != nil {
+		return planner.Calibration{}, fmt.Errorf("REDLITE_CALIBRATION=%s: %w", d.cfg.Calibration, err)
+	}
+	return c, nil
+}
+
+// Shutdown stops the daemon without losing a job. The order matters:
+//  1. /readyz turns unready, so that nothing counts on this worker any more;
+//  2. the worker stops taking jobs, lets running ones finish within REDLITE_SHUTDOWN_TIMEOUT,
+//     has asynq put the others back in their queues, then stops their engine work;
+//  3. the HTTP server stops (a scrape during the drain still sees the last metrics);
+//  4. the model is closed (no session uses it any more) and the Redis clients last, since
+//     the worker and /readyz use them until then.
+func (d *Daemon) Shutdown() {
+	if d.http != nil {
+		d.http.ready.Store(false)
+	}
+	if d.w != nil {
+		d.log.Info("shutting down: no new jobs; waiting for running jobs", "timeout", d.cfg.ShutdownTimeout)
+		d.w.terminate()
+	}
+	if d.http != nil {
+		d.http.terminate()
+	}
+	if d.lm != nil {
+		if err := d.lm.close(); err != nil {
+			d.log.Warn("close model", "err", err)
+		}
+	}
+	d.closeClients()
+	d.log.Info("redlited stopped")
+}
+
+func (d *Daemon) closeClients() {
+	if err := d.insp.Close(); err != nil {
+		d.log.Debug("close inspector", "err", err)
+	}
+	if err := d.client.Close(); err != nil {
+		d.log.Debug("close redis client", "err", err)
+	}
+}
+
+// Run starts the daemon, serves until ctx ends (SIGTERM or SIGINT in redlited), then shuts
+// it down gracefully.
+func Run(ctx context.Context, cfg Config, o Options) error {
+	d, err := New(cfg, o)
+	if err != nil {
+		return err
+	}
+	if err := d.Start(ctx); err != nil {
+		d.Shutdown()
+		return err
+	}
+	<-ctx.Done()
+	d.Shutdown()
+	return nil
+}
+
+// DefaultCacheDir is where the built-in default model is written: os.UserCacheDir()/redlite.
+func DefaultCacheDir() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("find a cache directory for the default model (set REDLITE_CACHE_DIR or REDLITE_MODEL): %w", err)
+	}
+	return filepath.Join(dir, "redlite"), nil
+}
+
+var errNoDefaultModel = errors.New("REDLITE_MODEL is not set and this build has no built-in default model; set REDLITE_MODEL to a GGUF file")

@@ -1,0 +1,266 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redlite/batch/internal/fixtures"
+	"github.com/redlite/batch/internal/redistest"
+	"github.com/redlite/batch/jobs"
+)
+
+// waitLimit bounds every wait for an event; nothing waits by sleeping.
+const waitLimit = 30 * time.Second
+
+// TestMain lets the test binary run as redlited, configured by the environment, so that
+// tests can SIGTERM and kill -9 a real daemon process without building one.
+func TestMain(m *testing.M) {
+	if os.Getenv("REDLITE_TEST_AS_DAEMON") == "1" {
+		os.Exit(runAsDaemon())
+	}
+	os.Exit(m.Run())
+}
+
+func runAsDaemon() int {
+	cfg, err := ConfigFromEnv(os.Environ())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redlited:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := Run(ctx, cfg, Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "redlited:", err)
+		return 1
+	}
+	return 0
+}
+
+type testBundle struct {
+	redis  *redistest.Server
+	client *jobs.Client
+	insp   *asynq.Inspector
+	cfg    Config
+	model  string
+}
+
+// setup starts a Redis and returns the configuration of a daemon that serves the tiny
+// fixture model from it, with short polling intervals.
+func setup(t *testing.T, opts ...redistest.Option) *testBundle {
+	t.Helper()
+	model := fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf")
+	r := redistest.Start(t, opts...)
+	cfg := DefaultConfig()
+	cfg.RedisURL = r.URL(0)
+	cfg.Model = model
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.WorkerName = "test-worker"
+	cfg.GPULimitMiB = 4096
+	cfg.MaxChunk = 512
+	cfg.TaskCheckInterval = 20 * time.Millisecond
+	cfg.DelayedTaskCheckInterval = 100 * time.Millisecond
+	cfg.ProgressInterval = 10 * time.Millisecond
+	cfg.RetryDelay = 100 * time.Millisecond
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.LogLevel = "debug"
+	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	ru, _ := jobs.ParseRedisURL(cfg.RedisURL)
+	insp := asynq.NewInspector(ru.AsynqOpt())
+	t.Cleanup(func() { insp.Close() })
+	return &testBundle{redis: r, client: client, insp: insp, cfg: cfg, model: model}
+}
+
+// testLogger writes the daemon's log to the test log, dropped once the test has ended.
+func testLogger(t *testing.T) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// startDaemon runs a daemon in-process until the test ends.
+func startDaemon(t *testing.T, cfg Config, obs Observer) *Daemon {
+	t.Helper()
+	d, err := New(cfg, Options{Logger: testLogger(t), Registry: prometheus.NewRegistry(), Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		d.Shutdown()
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Shutdown)
+	return d
+}
+
+// daemonProcess is redlited as a child process (this test binary, see TestMain).
+type daemonProcess struct {
+	cmd    *exec.Cmd
+	out    *lockedBuffer
+	exited chan struct{}
+	err    error
+}
+
+func startDaemonProcess(t *testing.T, cfg Config) *daemonProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "REDLITE_TEST_AS_DAEMON=1",
+		"REDLITE_REDIS_URL="+cfg.RedisURL,
+		"REDLITE_MODEL="+cfg.Model,
+		"REDLITE_HTTP_ADDR=off",
+		"REDLITE_WORKER_NAME="+cfg.WorkerName,
+		"REDLITE_GPU_LIMIT_MIB="+fmt.Sprint(cfg.GPULimitMiB),
+		"REDLITE_MAX_CHUNK="+fmt.Sprint(cfg.MaxChunk),
+		"REDLITE_TASK_CHECK_INTERVAL="+cfg.TaskCheckInterval.String(),
+		"REDLITE_DELAYED_TASK_CHECK_INTERVAL="+cfg.DelayedTaskCheckInterval.String(),
+		"REDLITE_PROGRESS_INTERVAL="+cfg.ProgressInterval.String(),
+		"REDLITE_RETRY_DELAY="+cfg.RetryDelay.String(),
+		"REDLITE_SHUTDOWN_TIMEOUT="+cfg.ShutdownTimeout.String(),
+	)
+	p := &daemonProcess{cmd: cmd, out: &lockedBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("daemon process output:\n%s", p.out.String())
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit error.
+func (p *daemonProcess) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(waitLimit):
+		t.Fatalf("daemon process did not exit within %v; output:\n%s", waitLimit, p.out.String())
+		return nil
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitFor polls the job's status until cond holds: asynq announces no state change, so
+// polling Redis is how anyone learns of one.
+func waitFor(t *testing.T, c *jobs.Client, id, what string, cond func(jobs.Status) bool) jobs.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	var last jobs.Status
+	for {
+		st, err := c.Status(ctx, id)
+		if err == nil {
+			last = st
+			if cond(st) {
+				return st
+			}
+		} else if !errors.Is(err, jobs.ErrNotFound) {
+			t.Fatalf("status of %s: %v", id, err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("job %s: %s did not happen within %v; last status %+v", id, what, waitLimit, last)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func decoding(st jobs.Status) bool {
+	return st.State == jobs.StateActive && st.Progress != nil && st.Progress.Generated > 0
+}
+
+func waitResult(t *testing.T, c *jobs.Client, id string, onProgress func(jobs.Progress)) (jobs.Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	return c.Wait(ctx, id, onProgress)
+}
+
+func enqueue(t *testing.T, c *jobs.Client, p jobs.Payload, opts ...jobs.EnqueueOption) jobs.Job {
+	t.Helper()
+	job, err := c.Enqueue(context.Background(), p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// longGenerate is a greedy job that runs for many seconds on the tiny model: nothing in its
+// 32,768 tokens is an end-of-generation token (greedy decoding of the random model loops
+// through ordinary tokens), so only a cancel, deadline or shutdown ends it early.
+func longGenerate() *jobs.Generate {
+	return &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(jobs.MaxMaxTokens), Temperature: ptr(0.0)}
+}
+
+func getURL(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

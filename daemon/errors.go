@@ -1,0 +1,39 @@
+package daemon
+
+import (
+	"errors"
+
+	"github.com/hibiken/asynq"
+)
+
+// ErrEngineFault matches every *EngineFault.
+var ErrEngineFault = errors.New("engine fault")
+
+// EngineFault is a failure while running a job that another attempt may not meet: an engine
+// error, or a panic anywhere in the pipeline (Stack holds the goroutine's stack). asynq
+// retries the job with back-off.
+type EngineFault struct {
+	Err   error
+	Stack string
+}
+
+func (e *EngineFault) Error() string { return "engine fault: " + e.Err.Error() }
+
+func (e *EngineFault) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrEngineFault) true.
+func (e *EngineFault) Is(target error) bool { return target == ErrEngineFault }
+
+// permanentError is a failure no retry can cure (a bad payload, a job that does not fit): it
+// matches asynq.SkipRetry, so asynq archives the job at once, while its message, which asynq
+// stores as the job's last error, is only the reason.
+type permanentError struct{ err error }
+
+func permanent(err error) error { return &permanentError{err} }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() []error { return []error{e.err, asynq.SkipRetry} }
+
+// errShuttingDown is the cause of the handlers' context when the daemon stops a job that did
+// not finish within the shutdown timeout; asynq has already put the job back in its queue.
+var errShuttingDown = errors.New("daemon shutting down: job handed back to its queue")

@@ -1,0 +1,283 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlite/batch/internal/redistest"
+	"github.com/redlite/batch/jobs"
+)
+
+func TestSIGTERM(t *testing.T) {
+	t.Run("JobFinishesWithinTimeout", func(t *testing.T) {
+		b := setup(t)
+		b.cfg.ShutdownTimeout = waitLimit
+		p := startDaemonProcess(t, b.cfg)
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(1500), Temperature: ptr(0.0)})
+		waitFor(t, b.client, job.ID, "decoding", decoding)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.wait(t); err != nil {
+			t.Fatalf("daemon exit after SIGTERM: %v", err)
+		}
+		res, err := b.client.Result(context.Background(), job.ID)
+		if err != nil {
+			t.Fatalf("job after a graceful stop: %v", err)
+		}
+		if res.Usage.CompletionTokens != 1500 {
+			t.Errorf("result %+v", res)
+		}
+	})
+
+	t.Run("JobBackInQueueAfterTimeout", func(t *testing.T) {
+		b := setup(t)
+		b.cfg.ShutdownTimeout = 200 * time.Millisecond
+		p := startDaemonProcess(t, b.cfg)
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(3000), Temperature: ptr(0.0)})
+		waitFor(t, b.client, job.ID, "decoding", decoding)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.wait(t); err != nil {
+			t.Fatalf("daemon exit after SIGTERM: %v", err)
+		}
+		st, err := b.client.Status(context.Background(), job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != jobs.StatePending || st.Retried != 0 {
+			t.Fatalf("after SIGTERM the job is %s (retried %d), want pending and not counted as a failure", st.State, st.Retried)
+		}
+		// And it runs to the end on the next daemon.
+		startDaemon(t, b.cfg, Observer{})
+		res, err := waitResult(t, b.client, job.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Usage.CompletionTokens != 3000 {
+			t.Errorf("result %+v", res)
+		}
+	})
+}
+
+// TestKill9 kills the daemon mid-job. asynq's lease brings the job back: the dead worker
+// stops extending its 30-second lease, and a live server's recoverer moves a job whose lease
+// expired 30 seconds ago or more to retry. That takes a minute of wall time, so the test
+// moves the lease's expiry one minute back in Redis, as if that minute had passed, and starts
+// a new daemon, whose recoverer runs at start.
+func TestKill9(t *testing.T) {
+	b := setup(t)
+	p := startDaemonProcess(t, b.cfg)
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(1000), Temperature: ptr(0.0)})
+	waitFor(t, b.client, job.ID, "decoding", decoding)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	st, err := b.client.Status(context.Background(), job.ID)
+	if err != nil || st.State != jobs.StateActive {
+		t.Fatalf("after kill -9: %+v, %v; want the job still active (leased to the dead worker)", st, err)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
+	defer rdb.Close()
+	lease := "asynq:{" + job.Queue + "}:lease"
+	expired := time.Now().Add(-61 * time.Second).Unix()
+	if n, err := rdb.ZAddXX(context.Background(), lease, redis.Z{Score: float64(expired), Member: job.ID}).Result(); err != nil || n != 0 {
+		// ZADD XX reports 0 added for an update.
+		t.Fatalf("move the lease back: %d, %v", n, err)
+	}
+	if score, err := rdb.ZScore(context.Background(), lease, job.ID).Result(); err != nil || int64(score) != expired {
+		t.Fatalf("lease score %v, %v", score, err)
+	}
+
+	b.cfg.WorkerName = "second-worker"
+	startDaemon(t, b.cfg, Observer{})
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ = b.client.Status(context.Background(), job.ID)
+	if res.Worker != "second-worker" || res.Usage.CompletionTokens != 1000 || st.Retried != 1 || !strings.Contains(st.LastError, "lease expired") {
+		t.Errorf("rerun: worker %q, %d tokens, retried %d, last error %q", res.Worker, res.Usage.CompletionTokens, st.Retried, st.LastError)
+	}
+}
+
+// TestHTTPAndRedisRestart checks /healthz, /readyz and /metrics, and that a daemon whose
+// Redis restarts reconnects and goes on.
+func TestHTTPAndRedisRestart(t *testing.T) {
+	// With persistence, as a production Redis has: asynq's client remembers which queues it
+	// has registered and would not register them again in an emptied Redis.
+	b := setup(t, redistest.WithAOF())
+	d := startDaemon(t, b.cfg, Observer{})
+	base := "http://" + d.HTTPAddr()
+	if code, body := getURL(t, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	if code, body := getURL(t, base+"/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %q", code, body)
+	}
+	job := enqueue(t, b.client, &jobs.Summarize{Input: "A short note about nothing in particular.", MaxTokens: ptr(16)})
+	if _, err := waitResult(t, b.client, job.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("Metrics", func(t *testing.T) {
+		code, body := getURL(t, base+"/metrics")
+		if code != 200 {
+			t.Fatalf("/metrics: %d", code)
+		}
+		for _, re := range []string{
+			`redlite_jobs_total\{outcome="completed",type="summarize"\} 1`,
+			`redlite_job_duration_seconds_bucket\{outcome="completed",type="summarize",le="\+Inf"\} 1`,
+			`redlite_job_queue_wait_seconds`,
+			`redlite_prompt_tokens_total\{type="summarize"\} [1-9]`,
+			`redlite_generated_tokens_total\{type="summarize"\} [1-9]`,
+			`redlite_prefill_tokens_per_second_count\{type="summarize"\} 1`,
+			`redlite_decode_tokens_per_second_count\{type="summarize"\} 1`,
+			`redlite_jobs_running\{phase="decode"\} 0`,
+			`redlite_model_load_seconds [0-9]`,
+			`redlite_model_info\{architecture="qwen3",model="tiny-qwen3"\} 1`,
+			`redlite_plans_total\{chunk="512",kv_precision="f32",mtp="false",residency="full"\} [1-9]`,
+			`redlite_plan_need_bytes_count [1-9]`,
+			`redlite_planned_memory_bytes 0`,
+			`redlite_memory_limit_bytes 4\.294967296e\+09`,
+			`redlite_progress_writes_total\{outcome="ok"\} [1-9]`,
+			`asynq_tasks_processed_total\{queue="default"\} [1-9]`,
+			`asynq_queue_size\{queue="default"\} [0-9]`,
+		} {
+			if !regexp.MustCompile(`(?m)^` + re).MatchString(body) {
+				t.Errorf("/metrics lacks %s", re)
+			}
+		}
+		if t.Failed() {
+			t.Logf("/metrics:\n%s", body)
+		}
+	})
+
+	t.Run("RedisRestart", func(t *testing.T) {
+		b.redis.Stop()
+		waitHTTP(t, base+"/readyz", 503)
+		b.redis.Restart()
+		waitHTTP(t, base+"/readyz", 200)
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: "After the restart", MaxTokens: ptr(8)})
+		if _, err := waitResult(t, b.client, job.ID, nil); err != nil {
+			t.Fatalf("job after the Redis restart: %v", err)
+		}
+	})
+
+	t.Run("NotReadyAfterShutdown", func(t *testing.T) {
+		d.http.ready.Store(false) // what Shutdown does first
+		if code, body := getURL(t, base+"/readyz"); code != 503 || !strings.Contains(body, "shutting down") {
+			t.Errorf("/readyz while shutting down: %d %q", code, body)
+		}
+		d.http.ready.Store(true)
+	})
+}
+
+// waitHTTP polls url until it answers code.
+func waitHTTP(t *testing.T, url string, code int) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	last := 0
+	for time.Now().Before(deadline) {
+		if last, _ = getURL(t, url); last == code {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling an HTTP probe is what probes are for
+	}
+	t.Fatalf("%s answered %d, not %d, for %v", url, last, code, waitLimit)
+}
+
+// TestRawRedisEnqueue backs jobs/README.md's "Enqueueing with raw Redis commands": a job
+// written with plain Redis commands and a hand-encoded TaskMessage (no asynq, no protobuf
+// library) runs on the daemon; so does one from jobs/examples/raw_enqueue.py.
+func TestRawRedisEnqueue(t *testing.T) {
+	b := setup(t)
+	startDaemon(t, b.cfg, Observer{})
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
+	defer rdb.Close()
+
+	payload := []byte(`{"version":1,"input":"Raw Redis enqueue test document.","max_tokens":12,"metadata":{"from":"raw"}}`)
+	msg := rawTaskMessage(jobs.TypeSummarize, payload, "raw-1", jobs.QueueDefault, 3, 600, 3600)
+	if err := rdb.SAdd(ctx, "asynq:queues", jobs.QueueDefault).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const script = `if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'state', 'pending', 'pending_since', ARGV[3])
+redis.call('LPUSH', KEYS[2], ARGV[2])
+return 1`
+	n, err := rdb.Eval(ctx, script, []string{"asynq:{default}:t:raw-1", "asynq:{default}:pending"}, msg, "raw-1", time.Now().UnixNano()).Int()
+	if err != nil || n != 1 {
+		t.Fatalf("EVAL: %d, %v", n, err)
+	}
+	res, err := waitResult(t, b.client, "raw-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Usage.CompletionTokens == 0 || string(res.Metadata) != `{"from":"raw"}` {
+		t.Errorf("raw job result %+v", res)
+	}
+	// What a raw client reads back: the state and the envelope, by plain HGET.
+	if st, _ := rdb.HGet(ctx, "asynq:{default}:t:raw-1", "state").Result(); st != "completed" {
+		t.Errorf("HGET state = %q", st)
+	}
+	raw, _ := rdb.HGet(ctx, "asynq:{default}:t:raw-1", "result").Bytes()
+	if env, err := jobs.DecodeEnvelope(raw); err != nil || env.Type != jobs.EnvelopeResult {
+		t.Errorf("HGET result: %v %+v", err, env)
+	}
+
+	t.Run("Python", func(t *testing.T) {
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			t.Skip("python3 not on PATH; the Go commands above are the same")
+		}
+		cmd := exec.Command(py, "../jobs/examples/raw_enqueue.py", "--addr", b.redis.Addr(), "--type", jobs.TypeGenerate)
+		cmd.Stdin = strings.NewReader(`{"version":1,"prompt":"From Python","max_tokens":6,"priority":"high"}`)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("raw_enqueue.py: %v: %s", err, errb.String())
+		}
+		res, err := waitResult(t, b.client, strings.TrimSpace(out.String()), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Usage.CompletionTokens != 6 {
+			t.Errorf("python job result %+v", res)
+		}
+	})
+}
+
+// rawTaskMessage hand-encodes asynq's TaskMessage as jobs/README.md describes.
+func rawTaskMessage(typ string, payload []byte, id, queue string, retry, timeout, retention int64) []byte {
+	var b []byte
+	str := func(field int, s []byte) {
+		b = binary.AppendUvarint(b, uint64(field<<3|2))
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	num := func(field int, v int64) {
+		b = binary.AppendUvarint(b, uint64(field<<3))
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	str(1, []byte(typ))
+	str(2, payload)
+	str(3, []byte(id))
+	str(4, []byte(queue))
+	num(5, retry)
+	num(8, timeout)
+	num(12, retention)
+	return b
+}

@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
+)
+
+// Job outcomes, the "outcome" label of redlite_jobs_total and redlite_job_duration_seconds.
+const (
+	outcomeCompleted  = "completed"    // result written
+	outcomeCancelled  = "cancelled"    // cancel, deadline or timeout; partial result written
+	outcomeInvalid    = "invalid"      // bad payload or a model this worker does not serve: archived
+	outcomeDoesNotFit = "does_not_fit" // no plan fits: archived with the planner's explanation
+	outcomeFault      = "engine_fault" // retried with back-off
+	outcomeRequeued   = "requeued"     // shutdown took the job back to its queue
+)
+
+// metrics are the daemon's Prometheus metrics, registered on an injected registry. Names end
+// in their unit, as Prometheus's naming guide asks.
+type metrics struct {
+	jobs           *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	queueWait      *prometheus.HistogramVec
+	promptTokens   *prometheus.CounterVec
+	genTokens      *prometheus.CounterVec
+	prefillRate    *prometheus.HistogramVec
+	decodeRate     *prometheus.HistogramVec
+	phase          *prometheus.GaugeVec
+	modelLoad      prometheus.Gauge
+	modelInfo      *prometheus.GaugeVec
+	plans          *prometheus.CounterVec
+	plannedBytes   prometheus.Gauge
+	limitBytes     prometheus.Gauge
+	planNeedBytes  prometheus.Histogram
+	webhooks       *prometheus.CounterVec
+	progressWrites *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	// Jobs last from a second (a short generate on a small model) to hours (a long document
+	// on a small Mac).
+	durations := []float64{0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200}
+	rates := prometheus.ExponentialBuckets(1, 2, 18) // 1 … 131,072 tokens/s
+	m := &metrics{
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_jobs_total", Help: "Job attempts finished, by task type and outcome (completed, cancelled, invalid, does_not_fit, engine_fault, requeued).",
+		}, []string{"type", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redlite_job_duration_seconds", Help: "Time from the start of an attempt to its end, by task type and outcome.", Buckets: durations,
+		}, []string{"type", "outcome"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redlite_job_queue_wait_seconds", Help: "Time from enqueue to the start of the attempt, for jobs whose enqueue time is known (the enqueued_at task header).", Buckets: durations,
+		}, []string{"type"}),
+		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_prompt_tokens_total", Help: "Prompt tokens prefilled, chat template included.",
+		}, []string{"type"}),
+		genTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_generated_tokens_total", Help: "Tokens generated.",
+		}, []string{"type"}),
+		prefillRate: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redlite_prefill_tokens_per_second", Help: "Prefill speed of each job.", Buckets: rates,
+		}, []string{"type"}),
+		decodeRate: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redlite_decode_tokens_per_second", Help: "Decode speed of each job.", Buckets: rates,
+		}, []string{"type"}),
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlite_jobs_running", Help: "Jobs running now, by phase (tokenizing, planning, prefill, decode).",
+		}, []string{"phase"}),
+		modelLoad: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlite_model_load_seconds", Help: "Time the model took to load.",
+		}),
+		modelInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlite_model_info", Help: "The model this worker serves (always 1).",
+		}, []string{"model", "architecture"}),
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_plans_total", Help: "Plans chosen, by KV precision, prefill chunk, MTP and expert residency.",
+		}, []string{"kv_precision", "chunk", "mtp", "residency"}),
+		plannedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlite_planned_memory_bytes", Help: "Memory the running jobs' plans need (compare with redlite_memory_limit_bytes).",
+		}),
+		limitBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlite_memory_limit_bytes", Help: "The memory limit plans must fit: the GPU limit less the margin.",
+		}),
+		planNeedBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "redlite_plan_need_bytes", Help: "Memory need of each chosen plan.", Buckets: prometheus.ExponentialBuckets(64<<20, 2, 12), // 64 MiB … 128 GiB
+		}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_webhook_deliveries_total", Help: "Result POSTs to webhook_url, by outcome (ok, error).",
+		}, []string{"outcome"}),
+		progressWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_progress_writes_total", Help: "Progress envelopes written to Redis, by outcome (ok, error).",
+		}, []string{"outcome"}),
+	}
+	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
+		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.plans, m.plannedBytes,
+		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Series exist from the start, so that a dashboard shows 0 rather than nothing.
+	for _, typ := range []string{jobs.TypeSummarize, jobs.TypeGenerate} {
+		m.queueWait.WithLabelValues(typ)
+		m.promptTokens.WithLabelValues(typ)
+		m.genTokens.WithLabelValues(typ)
+	}
+	for _, p := range []jobs.Phase{jobs.PhaseTokenizing, jobs.PhasePlanning, jobs.PhasePrefill, jobs.PhaseDecode} {
+		m.phase.WithLabelValues(string(p))
+	}
+	return m, nil
+}
+
+func (m *metrics) plan(p planner.Plan) {
+	m.plans.WithLabelValues(string(p.KV), strconv.Itoa(p.Chunk), strconv.FormatBool(p.MTP), string(p.Residency)).Inc()
+	m.planNeedBytes.Observe(float64(p.NeedMiB * planner.MiB))
+}

@@ -1,0 +1,191 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/chat"
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/tokenizer"
+	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
+)
+
+// loadedModel is the model the daemon serves: loaded once at start and kept, with what every
+// job needs from it.
+type loadedModel struct {
+	m       *engine.Model
+	name    string
+	path    string
+	tok     *tokenizer.Tokenizer
+	tmpl    *chat.Template // nil when the file has no template we can render
+	tmplErr error
+	profile planner.Profile
+}
+
+func loadModel(path, name string, threads int) (*loadedModel, error) {
+	m, err := engine.Load(path, engine.Options{Threads: threads})
+	if err != nil {
+		return nil, fmt.Errorf("load model (REDLITE_MODEL=%s): %w", path, err)
+	}
+	lm := &loadedModel{m: m, path: path, name: name}
+	if lm.tok, err = m.Tokenizer(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("load model %s: tokenizer: %w", path, err)
+	}
+	lm.tmpl, lm.tmplErr = chat.FromGGUF(m.File)
+	if lm.profile, err = profileOf(m); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("load model %s: %w", path, err)
+	}
+	if lm.name == "" {
+		lm.name = modelName(m, path)
+	}
+	return lm, nil
+}
+
+func (lm *loadedModel) close() error { return lm.m.Close() }
+
+// modelName is general.name when the file has one, else the file name without .gguf.
+func modelName(m *engine.Model, path string) string {
+	if n, err := m.File.String("general.name"); err == nil && strings.TrimSpace(n) != "" {
+		return strings.TrimSpace(n)
+	}
+	return strings.TrimSuffix(filepath.Base(path), ".gguf")
+}
+
+// serves reports whether a payload's "model" names this model: its name, its file name,
+// or the file name without .gguf.
+func (lm *loadedModel) serves(want string) bool {
+	if want == "" {
+		return true
+	}
+	base := filepath.Base(lm.path)
+	return strings.EqualFold(want, lm.name) || want == base || want == strings.TrimSuffix(base, ".gguf")
+}
+
+// engineFacts is the engine's model.Facts method set, declared here so that the daemon uses
+// it wherever an architecture implements it without depending on its declaration.
+type engineFacts interface {
+	RecurrentBytes() int64
+}
+
+// profileOf derives the planner's model profile from the GGUF: tensor bytes by class from
+// the tensor list, KV bytes from the hyperparameters, the recurrent state from the
+// architecture when it reports it.
+func profileOf(m *engine.Model) (planner.Profile, error) {
+	cfg := m.Config()
+	f := m.File
+	arch := cfg.Arch
+	facts := planner.Facts{
+		Architecture:    arch,
+		Name:            modelName(m, f.Path),
+		Source:          f.Path,
+		ContextLength:   cfg.ContextLength,
+		AttentionLayers: cfg.AttnLayers,
+		KVHeads:         cfg.KVHeads,
+		KeyLength:       cfg.HeadDim,
+		ValueLength:     cfg.HeadDim,
+	}
+	if n, err := f.IntOr(arch+".expert_count", 0); err == nil {
+		facts.ExpertCount = int(n)
+	}
+	if n, err := f.IntOr(arch+".expert_used_count", 0); err == nil {
+		facts.ExpertUsedCount = int(n)
+	}
+	if ef, ok := m.Graph.(engineFacts); ok {
+		facts.RecurrentStateBytes = ef.RecurrentBytes()
+	}
+	// NextN (MTP) blocks follow the main stack and are counted in block_count.
+	mtpFirst := 0
+	if n, err := f.IntOr(arch+".nextn_predict_layers", 0); err == nil && n > 0 {
+		if blocks, err := f.Int(arch + ".block_count"); err == nil {
+			mtpFirst = int(blocks - n)
+		}
+	}
+	for _, t := range f.Tensors {
+		layer, class := planner.ClassifyTensor(t.Name, mtpFirst)
+		facts.Tensors = append(facts.Tensors, planner.TensorFact{Name: t.Name, Layer: layer, Class: class, Bytes: int64(t.Size)})
+	}
+	p, err := planner.ProfileFromFacts(facts)
+	if err != nil {
+		return planner.Profile{}, fmt.Errorf("model profile: %w", err)
+	}
+	return p, nil
+}
+
+// errNoTemplate is returned for chat jobs when the model's chat template is missing or not
+// one the engine renders.
+var errNoTemplate = errors.New("the model has no chat template this worker can render")
+
+// tokenize turns a payload into prompt token ids.
+func (lm *loadedModel) tokenize(p jobs.Payload) ([]int32, error) {
+	switch p := p.(type) {
+	case *jobs.Generate:
+		if p.Prompt != "" {
+			// A raw prompt is the client's text: control-token text in it stays text.
+			return lm.tok.EncodeWith(p.Prompt, tokenizer.EncodeOpts{AddSpecial: true}), nil
+		}
+		return lm.encodeChat(p.Messages)
+	case *jobs.Summarize:
+		return lm.encodeChat(jobs.SummarizeMessages(p))
+	}
+	return nil, fmt.Errorf("tokenize: unknown payload type %T", p)
+}
+
+// encodeChat renders msgs with the model's chat template and tokenizes the result. The
+// template's own text is tokenized with special tokens on (it holds <|im_start|> and
+// friends), but system and user contents are tokenized as plain text, so that a document
+// containing "<|im_end|>" cannot end its own turn and speak as the system. To keep the two
+// apart, those contents are rendered as unique markers and spliced in after tokenizing.
+// Assistant turns are rendered as they are: the template rewrites them (it drops earlier
+// reasoning), and they are the client's own earlier output.
+func (lm *loadedModel) encodeChat(msgs []jobs.Message) ([]int32, error) {
+	if lm.tmpl == nil {
+		return nil, fmt.Errorf("%w: %v; use \"prompt\" instead of \"messages\"", errNoTemplate, lm.tmplErr)
+	}
+	cm := make([]chat.Message, len(msgs))
+	type span struct {
+		marker, content string
+	}
+	var spans []span
+	for i, m := range msgs {
+		cm[i] = chat.Message{Role: m.Role, Content: m.Content}
+		if m.Role != jobs.RoleAssistant {
+			mk := fmt.Sprintf("\x00redlite-content-%d\x00", i)
+			spans = append(spans, span{mk, m.Content})
+			cm[i].Content = mk
+		}
+	}
+	text, err := lm.tmpl.Render(cm, chat.RenderOpts{AddGenerationPrompt: true})
+	if err != nil {
+		return nil, fmt.Errorf("render chat template: %w", err)
+	}
+	// BOS, when the vocabulary asks for one, goes first; never an EOS after the prompt.
+	var ids []int32
+	if lm.tok.AddBOS() {
+		ids = append(ids, lm.tok.BOS())
+	}
+	special := tokenizer.EncodeOpts{ParseSpecial: true}
+	for _, s := range spans {
+		before, after, ok := strings.Cut(text, s.marker)
+		if !ok || strings.Contains(after, s.marker) {
+			return nil, fmt.Errorf("render chat template %s: a message content was not rendered exactly once", lm.tmpl.Name())
+		}
+		ids = append(ids, lm.tok.EncodeWith(before, special)...)
+		ids = append(ids, lm.tok.EncodeWith(s.content, tokenizer.EncodeOpts{})...)
+		text = after
+	}
+	return append(ids, lm.tok.EncodeWith(text, special)...), nil
+}
+
+// kvType maps a plan's precision to the engine's.
+func kvType(p planner.Precision) ml.DType {
+	if p == planner.F16 {
+		return ml.F16
+	}
+	return ml.F32
+}

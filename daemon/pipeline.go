@@ -1,0 +1,361 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/sample"
+	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
+)
+
+// HeaderEnqueuedAt is the asynq task header from which the worker reads when a job was
+// enqueued (Unix nanoseconds or RFC 3339), to report its queue wait. asynq keeps no enqueue
+// time once a task runs: without the header, queue_wait_ms is 0.
+const HeaderEnqueuedAt = "enqueued_at"
+
+// Observer receives the pipeline's events as they happen, on the job's goroutine; callbacks
+// must return quickly. ctx is the job's context (done once the job is cancelled). Tests use
+// it to act at an exact point of a job, e.g. cancel it after its first prefill chunk.
+type Observer struct {
+	PrefillChunk func(ctx context.Context, id string, done, total int)
+	Token        func(ctx context.Context, id string, generated int)
+}
+
+// run is one attempt of one job.
+type run struct {
+	w       *worker
+	task    *asynq.Task
+	id      string
+	queue   string
+	log     *slog.Logger
+	start   time.Time
+	phase   jobs.Phase
+	prog    *progressWriter
+	outcome string
+}
+
+// process is the asynq handler: decode → validate → tokenize → plan → session → generate →
+// result. Permanent failures are archived at once (SkipRetry); engine faults and panics are
+// retried with back-off.
+func (w *worker) process(ctx context.Context, task *asynq.Task) (err error) {
+	w.running.Add(1)
+	defer w.running.Done()
+	r := &run{w: w, task: task, start: time.Now(), outcome: outcomeFault}
+	r.id, _ = asynq.GetTaskID(ctx)
+	r.queue, _ = asynq.GetQueueName(ctx)
+	retried, _ := asynq.GetRetryCount(ctx)
+	r.log = w.log.With("job", r.id, "type", task.Type(), "queue", r.queue, "attempt", retried+1)
+	r.prog = newProgressWriter(task.ResultWriter(), w.cfg.ProgressInterval, r.log, w.m)
+	r.prog.start()
+	defer func() {
+		if p := recover(); p != nil {
+			// asynq would recover too, but as a plain error; ours is a typed, retried fault
+			// with the stack in the log.
+			err = &EngineFault{Err: fmt.Errorf("panic: %v", p), Stack: string(debug.Stack())}
+			r.outcome = outcomeFault
+		}
+		r.prog.terminate()
+		r.setPhase("")
+		w.m.jobs.WithLabelValues(task.Type(), r.outcome).Inc()
+		w.m.duration.WithLabelValues(task.Type(), r.outcome).Observe(time.Since(r.start).Seconds())
+		r.finishLog(err)
+	}()
+	return r.do(ctx)
+}
+
+func (r *run) finishLog(err error) {
+	d := time.Since(r.start).Round(time.Millisecond)
+	var fault *EngineFault
+	switch {
+	case err == nil:
+		r.log.Info("job done", "outcome", r.outcome, "duration", d)
+	case errors.As(err, &fault):
+		r.log.Error("job failed; it will be retried", "err", err, "duration", d, "stack", fault.Stack)
+	default:
+		r.log.Warn("job ended", "outcome", r.outcome, "err", err, "duration", d)
+	}
+}
+
+// setPhase moves the job between the phase gauges and publishes the phase; "" ends it.
+func (r *run) setPhase(p jobs.Phase) {
+	if r.phase == p {
+		return
+	}
+	if r.phase != "" {
+		r.w.m.phase.WithLabelValues(string(r.phase)).Dec()
+	}
+	r.phase = p
+	if p == "" {
+		return
+	}
+	r.w.m.phase.WithLabelValues(string(p)).Inc()
+	r.prog.update(func(pr *jobs.Progress) { pr.Phase = p })
+}
+
+func (r *run) do(ctx context.Context) error {
+	w := r.w
+	r.setPhase(jobs.PhaseTokenizing)
+	p, err := jobs.Decode(r.task.Type(), r.task.Payload())
+	if err != nil {
+		r.outcome = outcomeInvalid
+		return permanent(fmt.Errorf("invalid payload: %w", err))
+	}
+	opts := p.Options()
+	if !w.lm.serves(opts.Model) {
+		r.outcome = outcomeInvalid
+		return permanent(fmt.Errorf("model: this worker serves %q, not %q", w.lm.name, opts.Model))
+	}
+	// asynq enforces the task message's timeout and deadline; a raw client may have put
+	// them only in the payload, so they are applied here too.
+	if opts.Deadline != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, *opts.Deadline)
+		defer cancel()
+	}
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(opts.Timeout)*time.Second)
+		defer cancel()
+	}
+	var sampling jobs.Sampling
+	switch p := p.(type) {
+	case *jobs.Generate:
+		sampling = p.Sampling()
+	case *jobs.Summarize:
+		sampling = p.Sampling()
+	}
+
+	ids, err := w.lm.tokenize(p)
+	if err != nil {
+		r.outcome = outcomeInvalid
+		return permanent(fmt.Errorf("tokenize: %w", err))
+	}
+	r.prog.update(func(pr *jobs.Progress) { pr.PromptTokens, pr.MaxTokens = len(ids), sampling.MaxTokens })
+
+	r.setPhase(jobs.PhasePlanning)
+	plan, err := w.plan(len(ids), sampling.MaxTokens)
+	if err != nil {
+		if errors.Is(err, planner.ErrDoesNotFit) || errors.Is(err, planner.ErrBadJob) {
+			r.outcome = outcomeDoesNotFit
+			return permanent(fmt.Errorf("does not fit on worker %s: %w", w.name, err))
+		}
+		return &EngineFault{Err: fmt.Errorf("plan: %w", err)}
+	}
+	w.m.plan(plan)
+	need := plan.NeedMiB * planner.MiB
+	w.m.plannedBytes.Add(float64(need))
+	defer w.m.plannedBytes.Sub(float64(need))
+	r.log.Debug("planned", "prompt_tokens", len(ids), "max_tokens", sampling.MaxTokens, "context", plan.Context,
+		"chunk", plan.Chunk, "kv", plan.KV, "need_mib", plan.NeedMiB, "limit_mib", plan.LimitMiB)
+
+	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: kvType(plan.KV)})
+	if err != nil {
+		return &EngineFault{Err: fmt.Errorf("open session: %w", err)}
+	}
+	params := sample.Params{
+		Temperature: float32(sampling.Temperature),
+		TopK:        sampling.TopK,
+		TopP:        float32(sampling.TopP),
+		MinP:        float32(sampling.MinP),
+		Seed:        rand.Uint64(),
+	}
+	if sampling.Seed != nil {
+		params.Seed = uint64(*sampling.Seed)
+	}
+	smp, err := sample.New(params)
+	if err != nil {
+		r.outcome = outcomeInvalid
+		return permanent(fmt.Errorf("sampling: %w", err))
+	}
+
+	r.setPhase(jobs.PhasePrefill)
+	generated := 0
+	gen, genErr := sess.Generate(ctx, ids, engine.GenerateOptions{
+		MaxTokens: sampling.MaxTokens,
+		Sampler:   smp,
+		Stop:      sampling.Stop,
+		Chunk:     plan.Chunk,
+		Vocab:     w.lm.tok,
+		Stream:    w.lm.tok.NewStreamDecoder(),
+		OnPrefill: func(done, total int) {
+			r.prog.update(func(pr *jobs.Progress) { pr.Prefilled = done })
+			if f := w.observer.PrefillChunk; f != nil {
+				f(ctx, r.id, done, total)
+			}
+		},
+		OnToken: func(n int, _ string) {
+			// Also called with an unchanged count for text held back until the end.
+			if n <= generated {
+				return
+			}
+			generated = n
+			if n == 1 {
+				r.setPhase(jobs.PhaseDecode)
+			}
+			r.prog.update(func(pr *jobs.Progress) { pr.Generated = n })
+			if f := w.observer.Token; f != nil {
+				f(ctx, r.id, n)
+			}
+		},
+	})
+	res := r.result(p, gen, plan)
+	typ := r.task.Type()
+	w.m.promptTokens.WithLabelValues(typ).Add(float64(min(gen.PromptTokens, r.prog.snapshot().Prefilled)))
+	w.m.genTokens.WithLabelValues(typ).Add(float64(gen.CompletionTokens))
+
+	if genErr != nil {
+		if gen.FinishReason != engine.FinishCancelled {
+			return &EngineFault{Err: genErr}
+		}
+		return r.cancelled(ctx, res, genErr)
+	}
+	if gen.Prefill > 0 {
+		w.m.prefillRate.WithLabelValues(typ).Observe(res.Timings.PrefillTokensPerSecond)
+	}
+	if gen.Decode > 0 && gen.CompletionTokens > 0 {
+		w.m.decodeRate.WithLabelValues(typ).Observe(res.Timings.DecodeTokensPerSecond)
+	}
+	if wait, ok := r.queueWait(); ok {
+		w.m.queueWait.WithLabelValues(typ).Observe(wait.Seconds())
+	}
+	r.prog.terminate()
+	env, err := jobs.EncodeResult(res)
+	if err != nil {
+		return &EngineFault{Err: err}
+	}
+	// A result that cannot be written is a failed attempt: the job runs again rather than
+	// being marked completed without a result.
+	if _, err := r.task.ResultWriter().Write(env); err != nil {
+		return fmt.Errorf("write result: %w", err)
+	}
+	r.outcome = outcomeCompleted
+	if u := p.Options().WebhookURL; u != "" {
+		w.postWebhook(ctx, r.log, u, r.id, env)
+	}
+	return nil
+}
+
+// cancelled records the partial result of a job whose context ended and returns the error
+// that tells asynq what happened.
+func (r *run) cancelled(ctx context.Context, res jobs.Result, genErr error) error {
+	w := r.w
+	if errors.Is(context.Cause(ctx), errShuttingDown) {
+		// asynq has requeued the job; a result here would be stale when it runs again.
+		r.outcome = outcomeRequeued
+		return genErr
+	}
+	r.outcome = outcomeCancelled
+	r.prog.terminate()
+	env, err := jobs.EncodeResult(res)
+	if err == nil {
+		// asynq's ResultWriter refuses once the task context is done; WriteEnvelope writes
+		// the same field while the task exists.
+		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = w.client.WriteEnvelope(wctx, r.queue, r.id, env)
+		cancel()
+	}
+	if err != nil {
+		r.log.Warn("could not record the cancelled result", "err", err)
+	}
+	if d := r.payloadDeadline(); !d.IsZero() && !time.Now().Before(d) {
+		// A job past its deadline cannot succeed on another attempt.
+		return permanent(fmt.Errorf("deadline %s passed: %w", d.Format(time.RFC3339), genErr))
+	}
+	return genErr
+}
+
+func (r *run) payloadDeadline() time.Time {
+	p, err := jobs.Decode(r.task.Type(), r.task.Payload())
+	if err != nil || p.Options().Deadline == nil {
+		return time.Time{}
+	}
+	return *p.Options().Deadline
+}
+
+// result assembles the job's result from what the engine returned.
+func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) jobs.Result {
+	res := jobs.Result{
+		Text:         g.Text,
+		FinishReason: jobs.FinishReason(g.FinishReason),
+		Usage: jobs.Usage{
+			PromptTokens:     g.PromptTokens,
+			CompletionTokens: g.CompletionTokens,
+			TotalTokens:      g.PromptTokens + g.CompletionTokens,
+		},
+		Timings: jobs.Timings{
+			PrefillMS:              ms(g.Prefill),
+			PrefillTokensPerSecond: perSecond(g.PromptTokens, g.Prefill),
+			DecodeMS:               ms(g.Decode),
+			DecodeTokensPerSecond:  perSecond(g.CompletionTokens, g.Decode),
+			TotalMS:                ms(time.Since(r.start)),
+		},
+		Plan:     resultPlan(plan),
+		Model:    r.w.lm.name,
+		Worker:   r.w.name,
+		Metadata: p.Options().Metadata,
+	}
+	if wait, ok := r.queueWait(); ok {
+		res.Timings.QueueWaitMS = ms(wait)
+	}
+	if res.FinishReason == "" {
+		res.FinishReason = jobs.FinishCancelled
+	}
+	return res
+}
+
+// queueWait is the time from enqueue to the start of this attempt, when the enqueue time is
+// known.
+func (r *run) queueWait() (time.Duration, bool) {
+	v, ok := r.task.Headers()[HeaderEnqueuedAt]
+	if !ok {
+		return 0, false
+	}
+	var at time.Time
+	if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+		at = time.Unix(0, ns)
+	} else if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		at = t
+	} else {
+		return 0, false
+	}
+	return max(r.start.Sub(at), 0), true
+}
+
+func resultPlan(p planner.Plan) jobs.Plan {
+	return jobs.Plan{
+		Context:         p.Context,
+		Chunk:           p.Chunk,
+		KVPrecision:     string(p.KV),
+		ExpertResidency: string(p.Residency),
+		ExpertCacheMiB:  int(p.ExpertCacheBytes / planner.MiB),
+		MTP:             p.MTP,
+		Slots:           p.Slots,
+		NeedMiB:         int(p.NeedMiB),
+		LimitMiB:        int(p.LimitMiB),
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func perSecond(n int, d time.Duration) float64 {
+	if d <= 0 || n == 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// plan asks the planner for a job of promptTokens + maxTokens on this worker.
+func (w *worker) plan(promptTokens, maxTokens int) (planner.Plan, error) {
+	job := planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Slots: w.cfg.Concurrency, Policy: w.policy}
+	return planner.Choose(job, w.lm.profile, w.cal, w.budget)
+}

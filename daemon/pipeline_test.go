@@ -1,0 +1,308 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
+)
+
+// checkResult checks every field a result must carry.
+func checkResult(t *testing.T, res jobs.Result, maxTokens int, wantMeta string) {
+	t.Helper()
+	if res.Version != jobs.Version {
+		t.Errorf("version %d", res.Version)
+	}
+	switch res.FinishReason {
+	case jobs.FinishStop, jobs.FinishLength:
+	default:
+		t.Errorf("finish_reason %q", res.FinishReason)
+	}
+	u := res.Usage
+	if u.PromptTokens <= 0 || u.CompletionTokens <= 0 || u.CompletionTokens > maxTokens || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
+		t.Errorf("usage %+v (max_tokens %d)", u, maxTokens)
+	}
+	if res.FinishReason == jobs.FinishLength && u.CompletionTokens != maxTokens {
+		t.Errorf("finish_reason length after %d of %d tokens", u.CompletionTokens, maxTokens)
+	}
+	if res.Text == "" {
+		t.Error("empty text")
+	}
+	tm := res.Timings
+	if tm.PrefillMS <= 0 || tm.PrefillTokensPerSecond <= 0 || tm.DecodeMS <= 0 || tm.DecodeTokensPerSecond <= 0 ||
+		tm.TotalMS < tm.PrefillMS+tm.DecodeMS || tm.QueueWaitMS < 0 {
+		t.Errorf("timings %+v", tm)
+	}
+	p := res.Plan
+	if p.Context != u.PromptTokens+maxTokens || p.Chunk != 512 || p.KVPrecision != "f32" || p.ExpertResidency != "full" ||
+		p.Slots != 1 || p.NeedMiB <= 0 || p.NeedMiB > p.LimitMiB || p.LimitMiB != 4096 || p.MTP {
+		t.Errorf("plan %+v (prompt %d + max_tokens %d)", p, u.PromptTokens, maxTokens)
+	}
+	if res.Model != "tiny-qwen3-Q8_0" && res.Model == "" {
+		t.Errorf("model %q", res.Model)
+	}
+	if res.Worker != "test-worker" {
+		t.Errorf("worker %q", res.Worker)
+	}
+	if string(res.Metadata) != wantMeta {
+		t.Errorf("metadata %s, want %s", res.Metadata, wantMeta)
+	}
+}
+
+func TestJobs(t *testing.T) {
+	b := setup(t)
+	startDaemon(t, b.cfg, Observer{})
+
+	t.Run("Summarize", func(t *testing.T) {
+		job := enqueue(t, b.client, &jobs.Summarize{
+			Input:        "The committee met on 4 March. It approved the budget of 1.2 million and postponed the vote on the new building to April.",
+			Instructions: &jobs.Instructions{Style: jobs.StyleBullets, Focus: "decisions"},
+			MaxTokens:    ptr(24),
+			Common:       jobs.Common{Metadata: json.RawMessage(`{"doc":"minutes"}`)},
+		})
+		res, err := waitResult(t, b.client, job.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, res, 24, `{"doc":"minutes"}`)
+	})
+
+	t.Run("GenerateMessagesWithProgress", func(t *testing.T) {
+		job := enqueue(t, b.client, &jobs.Generate{
+			Messages:    []jobs.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Tell me a story."}},
+			MaxTokens:   ptr(600),
+			Temperature: ptr(0.7),
+			Seed:        ptr(int64(7)),
+			Common:      jobs.Common{Priority: jobs.PriorityHigh},
+		})
+		var mu sync.Mutex
+		var seen []jobs.Progress
+		res, err := waitResult(t, b.client, job.ID, func(p jobs.Progress) {
+			mu.Lock()
+			seen = append(seen, p)
+			mu.Unlock()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, res, 600, "")
+		mu.Lock()
+		defer mu.Unlock()
+		running := false
+		for _, p := range seen {
+			if p.Phase == jobs.PhaseDecode && p.Generated > 0 && p.PromptTokens == res.Usage.PromptTokens && p.MaxTokens == 600 {
+				running = true
+			}
+		}
+		if !running {
+			t.Errorf("no decode progress seen while the job ran: %+v", seen)
+		}
+	})
+
+	t.Run("GenerateRawPromptAndStop", func(t *testing.T) {
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(40), Temperature: ptr(0.0)})
+		first, err := waitResult(t, b.client, job.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, first, 40, "")
+		// Greedy output is reproducible; stopping at a piece of it ends the text before it.
+		cut := strings.TrimSpace(first.Text[len(first.Text)/2:])
+		if len(cut) < 2 {
+			t.Skipf("greedy text %q too short to pick a stop string", first.Text)
+		}
+		stop := cut[:2]
+		job = enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(40), Temperature: ptr(0.0), Stop: []string{stop}})
+		res, err := waitResult(t, b.client, job.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _, _ := strings.Cut(first.Text, stop)
+		if res.FinishReason != jobs.FinishStop || res.Text != want {
+			t.Errorf("with stop %q: %q (%s), want %q", stop, res.Text, res.FinishReason, want)
+		}
+	})
+
+	t.Run("InvalidPayloadArchived", func(t *testing.T) {
+		c := asynq.NewClient(mustRedisOpt(t, b.cfg.RedisURL))
+		defer c.Close()
+		for _, tc := range []struct {
+			typ, payload, want string
+		}{
+			{jobs.TypeSummarize, `{"version":1,"input":"x","max_tokens":0}`, "max_tokens: must be between 1 and 32768, got 0"},
+			{jobs.TypeGenerate, `{"version":1,"prompt":"x","colour":"red"}`, "colour: unknown field"},
+			{"translate", `{"version":1}`, "type: must be summarize or generate"},
+			{jobs.TypeGenerate, `{"version":1,"prompt":"x","model":"qwen3-235b"}`, `model: this worker serves`},
+		} {
+			info, err := c.Enqueue(asynq.NewTask(tc.typ, []byte(tc.payload)), asynq.Queue(jobs.QueueDefault), asynq.MaxRetry(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := waitFor(t, b.client, info.ID, "archive", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
+			if !strings.Contains(st.LastError, tc.want) || st.Retried != 0 {
+				t.Errorf("%s %s: archived after %d retries with %q, want it to contain %q", tc.typ, tc.payload, st.Retried, st.LastError, tc.want)
+			}
+		}
+	})
+
+	t.Run("CancelMidPrefill", func(t *testing.T) {
+		// A fresh daemon whose observer cancels the job after its first prefill chunk and
+		// holds the engine until the cancellation has reached the job's context: whatever the
+		// timing, the engine may then run no further chunk.
+		b := setup(t)
+		var (
+			mu     sync.Mutex
+			chunks []int
+		)
+		cancelled := make(chan error, 1)
+		startDaemon(t, b.cfg, Observer{PrefillChunk: func(ctx context.Context, id string, done, total int) {
+			mu.Lock()
+			chunks = append(chunks, done)
+			first := len(chunks) == 1
+			mu.Unlock()
+			if !first {
+				return
+			}
+			go func() {
+				cctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+				defer cancel()
+				cancelled <- b.client.Cancel(cctx, id)
+			}()
+			select {
+			case <-ctx.Done():
+			case <-time.After(waitLimit):
+				t.Error("the job's context was not cancelled")
+			}
+		}})
+		prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 50) // 1,451 tokens: 3 chunks
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(8), Common: jobs.Common{Metadata: json.RawMessage(`{"k":1}`)}})
+		if err := <-cancelled; err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.client.Result(context.Background(), job.ID)
+		if !errors.Is(err, jobs.ErrCancelled) {
+			t.Fatalf("result error %v, want ErrCancelled", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(chunks) != 1 || chunks[0] != 512 {
+			t.Errorf("prefill chunks run: %v, want only the first of 512 tokens", chunks)
+		}
+		if res.FinishReason != jobs.FinishCancelled || res.Usage.CompletionTokens != 0 || res.Usage.PromptTokens < 1024 ||
+			string(res.Metadata) != `{"k":1}` || res.Worker != "test-worker" {
+			t.Errorf("cancelled result %+v", res)
+		}
+	})
+
+	t.Run("DeadlinePasses", func(t *testing.T) {
+		g := longGenerate()
+		g.Deadline = ptr(time.Now().Add(3 * time.Second).Truncate(time.Second))
+		job := enqueue(t, b.client, g)
+		waitFor(t, b.client, job.ID, "decoding", decoding)
+		st := waitFor(t, b.client, job.ID, "stop at the deadline", func(st jobs.Status) bool { return st.State != jobs.StateActive })
+		if st.State != jobs.StateArchived && st.State != jobs.StateRetry {
+			t.Errorf("state after the deadline: %s", st.State)
+		}
+		if !strings.Contains(st.LastError, "deadline") {
+			t.Errorf("last error %q", st.LastError)
+		}
+		r := st.Result
+		if r == nil || r.FinishReason != jobs.FinishCancelled || r.Usage.CompletionTokens == 0 || r.Usage.CompletionTokens >= jobs.MaxMaxTokens {
+			t.Errorf("result after the deadline: %+v", r)
+		}
+	})
+
+	t.Run("PanicIsRetriedEngineFault", func(t *testing.T) {
+		b := setup(t)
+		var once sync.Once
+		startDaemon(t, b.cfg, Observer{PrefillChunk: func(context.Context, string, int, int) {
+			once.Do(func() { panic("boom") })
+		}})
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: "hello", MaxTokens: ptr(4)})
+		res, err := waitResult(t, b.client, job.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := b.client.Status(context.Background(), job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Retried != 1 || !strings.Contains(st.LastError, "engine fault: panic: boom") || res.Usage.CompletionTokens == 0 {
+			t.Errorf("after a panic: retried %d, last error %q, result %+v", st.Retried, st.LastError, res)
+		}
+	})
+}
+
+func mustRedisOpt(t *testing.T, url string) asynq.RedisClientOpt {
+	t.Helper()
+	u, err := jobs.ParseRedisURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.AsynqOpt()
+}
+
+// TestPlanning is issue 4's end-to-end check: the daemon plans every job against its limit.
+func TestPlanning(t *testing.T) {
+	b := setup(t)
+	lm, err := loadModel(b.model, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	// The limit at which a job of a 1,451-token prompt and 600 output tokens fits only with
+	// f16 KV: the f16 plan's need.
+	const maxTokens = 600
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 50)
+	promptTokens := len(lm.tok.Encode(prompt, false))
+	need := func(kv planner.Precision, limit int64) (int64, error) {
+		p, err := planner.Choose(planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Policy: planner.Policy{KV: kv, MaxChunk: 512}},
+			lm.profile, planner.CPUPlaceholder(), planner.Budget{LimitMiB: limit, Source: planner.SourceOverride})
+		return p.NeedMiB, err
+	}
+	limit, err := need(planner.F16, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f32, _ := need(planner.F32, 1<<20); f32 <= limit {
+		t.Fatalf("f32 needs %d MiB, f16 %d MiB: no limit separates them", f32, limit)
+	}
+	cfg := b.cfg
+	cfg.GPULimitMiB = limit
+	startDaemon(t, cfg, Observer{})
+
+	t.Run("FitsOnlyWithF16", func(t *testing.T) {
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)})
+		res, err := waitResult(t, b.client, job.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := res.Plan; p.KVPrecision != "f16" || p.NeedMiB != int(limit) || p.LimitMiB != int(limit) || p.Context != promptTokens+maxTokens {
+			t.Errorf("plan %+v, want f16 KV needing the whole %d MiB limit", p, limit)
+		}
+		if res.Usage.PromptTokens != promptTokens || res.Usage.CompletionTokens != maxTokens {
+			t.Errorf("usage %+v (%s), want %d prompt and %d generated tokens", res.Usage, res.FinishReason, promptTokens, maxTokens)
+		}
+	})
+
+	t.Run("TooLargeIsArchivedWithExplanation", func(t *testing.T) {
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(jobs.MaxMaxTokens)})
+		st := waitFor(t, b.client, job.ID, "archive", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
+		for _, want := range []string{"does not fit on worker test-worker", "but the limit is", "fits with max_tokens ≤"} {
+			if !strings.Contains(st.LastError, want) {
+				t.Errorf("last error %q lacks %q", st.LastError, want)
+			}
+		}
+		if st.Retried != 0 {
+			t.Errorf("retried %d times", st.Retried)
+		}
+	})
+}

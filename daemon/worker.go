@@ -1,0 +1,90 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
+)
+
+// worker is the asynq server and the job pipeline it runs (pipeline.go).
+type worker struct {
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	lm       *loadedModel
+	client   *jobs.Client // writes results once a task's context has ended
+	name     string
+	budget   planner.Budget
+	cal      planner.Calibration
+	policy   planner.Policy
+	observer Observer
+
+	srv *asynq.Server
+	// base is the parent of every handler's context. It is cancelled only after asynq has
+	// stopped and handed unfinished jobs back, to stop the engine work asynq abandoned.
+	base       context.Context
+	cancelBase context.CancelCauseFunc
+	running    sync.WaitGroup // handlers still executing
+}
+
+func newWorker(w *worker, redis jobs.RedisURL) *worker {
+	w.base, w.cancelBase = context.WithCancelCause(context.Background())
+	w.srv = asynq.NewServer(redis.AsynqOpt(), asynq.Config{
+		Concurrency:              w.cfg.Concurrency,
+		BaseContext:              func() context.Context { return w.base },
+		Queues:                   w.cfg.Queues,
+		StrictPriority:           w.cfg.StrictPriority,
+		RetryDelayFunc:           w.retryDelay,
+		IsFailure:                func(err error) bool { return !errors.Is(err, errShuttingDown) },
+		Logger:                   asynqLogger{w.log.With("component", "asynq")},
+		LogLevel:                 asynqLevel(w.log),
+		ShutdownTimeout:          w.cfg.ShutdownTimeout,
+		TaskCheckInterval:        w.cfg.TaskCheckInterval,
+		DelayedTaskCheckInterval: w.cfg.DelayedTaskCheckInterval,
+	})
+	return w
+}
+
+func (w *worker) start() error {
+	if err := w.srv.Start(asynq.HandlerFunc(w.process)); err != nil {
+		return fmt.Errorf("start asynq server: %w", err)
+	}
+	return nil
+}
+
+// terminate stops taking jobs and lets running ones finish within the shutdown timeout;
+// asynq then puts the unfinished ones back in their queues (nothing is lost). Only after
+// that are their handlers cancelled, so that a handler never sees its job cancelled while
+// asynq could still count the attempt as failed; the engine stops within a chunk or token,
+// and terminate returns when every handler has, so the model can be closed.
+func (w *worker) terminate() {
+	w.srv.Shutdown()
+	w.cancelBase(errShuttingDown)
+	w.running.Wait()
+}
+
+// retryDelay is asynq's back-off for a failed attempt: RetryDelay doubled per retry up to
+// MaxRetryDelay. A job whose deadline has passed retries at once, since each further attempt
+// ends at once and it is archived when its retries are spent.
+func (w *worker) retryDelay(n int, err error, t *asynq.Task) time.Duration {
+	if errors.Is(err, context.DeadlineExceeded) {
+		if p, derr := jobs.Decode(t.Type(), t.Payload()); derr == nil {
+			if d := p.Options().Deadline; d != nil && time.Now().After(*d) {
+				return 0
+			}
+		}
+	}
+	d := w.cfg.RetryDelay
+	for i := 0; i < n && d < w.cfg.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, w.cfg.MaxRetryDelay)
+}
