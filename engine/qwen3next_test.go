@@ -17,6 +17,7 @@ import (
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/engine/quant"
+	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
@@ -649,4 +650,43 @@ func FuzzRestoreSession(f *testing.F) {
 			t.Fatalf("restored %d positions into 8", r.Pos())
 		}
 	})
+}
+
+// TestQwen3NextMTPSynth checks MTP decoding on the file `redlite synth` writes with an MTP
+// block (tiny-qwen3next-mtp): greedy tokens with and without the head are the same.
+func TestQwen3NextMTPSynth(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny-qwen3next-mtp.gguf")
+	if _, err := synth.WriteFile(context.Background(), path, "tiny-qwen3next-mtp", synth.Options{Type: synth.Q8_0, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Graph.(model.Facts).MTPBytes() == 0 {
+		t.Fatal("no MTP block bound")
+	}
+	ctx := context.Background()
+	greedy := func(mtp bool) ([]int32, SpecStats) {
+		s, err := m.NewSession(SessionOptions{Context: 64, KV: ml.F16, MTP: mtp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := s.Prefill(ctx, []int32{5, 77, 300, 12, 9, 480}, PrefillOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, st, err := s.DecodeGreedy(ctx, logits, 30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toks, st
+	}
+	want, _ := greedy(false)
+	got, st := greedy(true)
+	t.Logf("MTP: %+v", st)
+	if fmt.Sprint(got) != fmt.Sprint(want) || st.Drafted == 0 {
+		t.Fatalf("with MTP %v (%+v), without %v", got, st, want)
+	}
 }
