@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +126,25 @@ func toChat(msgs []jobs.Message) []chat.Message {
 		out[i] = chat.Message{Role: m.Role, Content: m.Content}
 	}
 	return out
+}
+
+func TestDefaultModel(t *testing.T) {
+	dir := t.TempDir()
+	path, err := DefaultModel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := loadModel(path, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	if lm.tmpl == nil || lm.profile.Architecture != "qwen3" {
+		t.Errorf("default model: template %v (%v), architecture %q", lm.tmpl, lm.tmplErr, lm.profile.Architecture)
+	}
+	st, _ := os.Stat(path)
+	again, err := DefaultModel(dir)
+	if st2, _ := os.Stat(again); err != nil || again != path || !st2.ModTime().Equal(st.ModTime()) {
+		t.Errorf("second call: %q, %v; want the same file, not rewritten", again, err)
+	}
 }

@@ -13,7 +13,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -264,4 +263,3 @@ func DefaultCacheDir() (string, error) {
 	return filepath.Join(dir, "redlite"), nil
 }
 
-var errNoDefaultModel = errors.New("REDLITE_MODEL is not set and this build has no built-in default model; set REDLITE_MODEL to a GGUF file")
