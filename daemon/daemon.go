@@ -262,4 +262,3 @@ func DefaultCacheDir() (string, error) {
 	}
 	return filepath.Join(dir, "redlite"), nil
 }
-
