@@ -140,6 +140,9 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 		m.ffShexp = ff
 	}
 	bd.Check(c.Layers > 0 && nextn >= 0, "block_count %d with nextn_predict_layers %d leaves no layers", blocks, nextn)
+	// Every block has tensors, so a count beyond the file's tensors is corrupt (and would
+	// size the per-layer tables).
+	bd.Check(blocks <= len(f.Tensors), "block_count %d exceeds the file's %d tensors", blocks, len(f.Tensors))
 	bd.Check(c.Embedding > 0 && c.Heads > 0 && c.HeadDim > 0, "embedding_length, head_count and key_length must be positive")
 	bd.Check(c.KVHeads > 0 && c.Heads%c.KVHeads == 0, "head_count %d is not a multiple of head_count_kv %d", c.Heads, c.KVHeads)
 	bd.Check(vdim == c.HeadDim, "value_length %d differs from key_length %d", vdim, c.HeadDim)
