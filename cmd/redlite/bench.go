@@ -7,7 +7,9 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"text/tabwriter"
 	"time"
 
@@ -42,6 +44,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reps := fs.Int("r", 3, "repetitions of each test")
 	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
 	asJSON := fs.Bool("json", false, "print JSON")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to `file`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -60,6 +63,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer m.Close()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	vocab := m.Config().Vocab
 	// Random tokens, as llama-bench uses: the speed does not depend on which ids they are.
 	rng := rand.New(rand.NewPCG(1, 2))
