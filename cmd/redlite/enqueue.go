@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/redlite/batch/jobs"
+)
+
+func init() {
+	register(command{name: "enqueue", summary: "submit a summarize or generate job (--wait prints the result)", run: runEnqueue})
+}
+
+// jobsEnv is the CLI's share of the daemon's environment: the same Redis, and the retention
+// and retries the jobs it enqueues get (asynq stores both in the task at enqueue time).
+type jobsEnv struct {
+	RedisURL  string        `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	Retention time.Duration `env:"REDLITE_RESULT_RETENTION" envDefault:"24h"`
+	MaxRetry  int           `env:"REDLITE_MAX_RETRY" envDefault:"3"`
+}
+
+// jobsFlags are the connection flags every job command takes.
+type jobsFlags struct {
+	redisURL *string
+	env      jobsEnv
+	envErr   error
+}
+
+func addJobsFlags(fs *flag.FlagSet) *jobsFlags {
+	jf := &jobsFlags{}
+	jf.env, jf.envErr = env.ParseAs[jobsEnv]()
+	jf.redisURL = fs.String("redis", jf.env.RedisURL, "Redis `URL` (default $REDLITE_REDIS_URL)")
+	return jf
+}
+
+// open connects to Redis; the caller closes the client.
+func (jf *jobsFlags) open(pollEvery time.Duration) (*jobs.Client, error) {
+	if jf.envErr != nil {
+		return nil, fmt.Errorf("environment: %w", jf.envErr)
+	}
+	opts := []jobs.ClientOption{jobs.WithRetention(jf.env.Retention), jobs.WithMaxRetry(jf.env.MaxRetry)}
+	if pollEvery > 0 {
+		opts = append(opts, jobs.WithPollInterval(pollEvery))
+	}
+	c, err := jobs.NewClient(*jf.redisURL, opts...)
+	if err != nil {
+		return nil, usageErr("--redis: %v", err)
+	}
+	return c, nil
+}
+
+func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintln(stderr, "usage: redlite enqueue summarize|generate [flags]  (redlite enqueue summarize -h for the flags)")
+			return flag.ErrHelp
+		}
+		return usageErr("usage: redlite enqueue summarize|generate [flags]")
+	}
+	typ := args[0]
+	if typ != jobs.TypeSummarize && typ != jobs.TypeGenerate {
+		return usageErr("job type must be summarize or generate, got %q", typ)
+	}
+	fs := newFlags("enqueue "+typ, stderr)
+	jf := addJobsFlags(fs)
+	file := fs.String("file", "", "read the whole payload (JSON, jobs/schema) from `F`, or - for stdin; other payload flags then override its fields")
+	maxTokens := fs.Int("max-tokens", 0, "most tokens to generate (default: the job type's)")
+	var metadata, priority, deadline, key, webhook, model string
+	var timeout time.Duration
+	fs.StringVar(&priority, "priority", "", "high, normal or low")
+	fs.DurationVar(&timeout, "timeout", 0, "how long one attempt may run (whole seconds; default 1h)")
+	fs.StringVar(&deadline, "deadline", "", "RFC 3339 time by which the job must be done")
+	fs.StringVar(&key, "idempotency-key", "", "job id; enqueueing the same key twice gives one job")
+	fs.StringVar(&metadata, "metadata", "", "JSON object echoed back in the result")
+	fs.StringVar(&webhook, "webhook-url", "", "URL that receives the result by POST")
+	fs.StringVar(&model, "model", "", "model the job wants (default: the worker's)")
+	wait := fs.Bool("wait", false, "wait for the job and print its result")
+	asJSON := fs.Bool("json", false, "print JSON (the job on enqueue, the result with --wait)")
+	waitFor := fs.Duration("wait-timeout", 0, "give up waiting after this long (0: no limit)")
+
+	// Type-specific flags.
+	var input, inputFile, style, length, language, focus string
+	var prompt, system, user string
+	var temperature, topP, minP float64
+	var topK int
+	var seed int64
+	var stops stringList
+	if typ == jobs.TypeSummarize {
+		fs.StringVar(&input, "input", "", "the document `text`")
+		fs.StringVar(&inputFile, "input-file", "", "read the document from `F`, or - for stdin")
+		fs.StringVar(&style, "style", "", "paragraphs, bullets or one_sentence")
+		fs.StringVar(&length, "length", "", "length, e.g. \"about 150 words\"")
+		fs.StringVar(&language, "language", "", "language of the summary")
+		fs.StringVar(&focus, "focus", "", "what the summary should concentrate on")
+	} else {
+		fs.StringVar(&prompt, "prompt", "", "raw prompt to continue (no chat template)")
+		fs.StringVar(&system, "system", "", "system message")
+		fs.StringVar(&user, "user", "", "user message (rendered with the model's chat template)")
+		fs.Float64Var(&temperature, "temperature", -1, "sampling temperature, 0 is greedy (default 0.7)")
+		fs.Float64Var(&topP, "top-p", -1, "nucleus sampling (default 0.8)")
+		fs.IntVar(&topK, "top-k", -1, "top-k sampling, 0 off (default 20)")
+		fs.Float64Var(&minP, "min-p", -1, "min-p sampling (default 0)")
+		fs.Int64Var(&seed, "seed", -1, "sampling seed (default: the worker picks one)")
+		fs.Var(&stops, "stop", "stop string (repeatable)")
+	}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	var p jobs.Payload
+	if *file != "" {
+		data, err := readArg(*file)
+		if err != nil {
+			return err
+		}
+		if p, err = jobs.Decode(typ, data); err != nil {
+			return fmt.Errorf("--file %s: %w", *file, err)
+		}
+	} else if typ == jobs.TypeSummarize {
+		p = &jobs.Summarize{Version: jobs.Version}
+	} else {
+		p = &jobs.Generate{Version: jobs.Version}
+	}
+
+	switch p := p.(type) {
+	case *jobs.Summarize:
+		if set["input-file"] {
+			data, err := readArg(inputFile)
+			if err != nil {
+				return err
+			}
+			p.Input = string(data)
+		} else if set["input"] {
+			p.Input = input
+		}
+		if p.Input == "" {
+			return usageErr("give the document with --input, --input-file or --file")
+		}
+		if set["style"] || set["length"] || set["language"] || set["focus"] {
+			if p.Instructions == nil {
+				p.Instructions = &jobs.Instructions{}
+			}
+			setIf(set["style"], &p.Instructions.Style, style)
+			setIf(set["length"], &p.Instructions.Length, length)
+			setIf(set["language"], &p.Instructions.Language, language)
+			setIf(set["focus"], &p.Instructions.Focus, focus)
+		}
+		if set["max-tokens"] {
+			p.MaxTokens = maxTokens
+		}
+		if err := applyCommon(&p.Common, set, priority, deadline, key, metadata, webhook, model, timeout); err != nil {
+			return err
+		}
+	case *jobs.Generate:
+		if set["prompt"] {
+			p.Prompt, p.Messages = prompt, nil
+		}
+		if set["system"] || set["user"] {
+			p.Prompt, p.Messages = "", nil
+			if system != "" {
+				p.Messages = append(p.Messages, jobs.Message{Role: jobs.RoleSystem, Content: system})
+			}
+			p.Messages = append(p.Messages, jobs.Message{Role: jobs.RoleUser, Content: user})
+		}
+		if p.Prompt == "" && len(p.Messages) == 0 {
+			return usageErr("give --prompt, or --user (and --system), or --file")
+		}
+		if set["max-tokens"] {
+			p.MaxTokens = maxTokens
+		}
+		if set["temperature"] {
+			p.Temperature = &temperature
+		}
+		if set["top-p"] {
+			p.TopP = &topP
+		}
+		if set["top-k"] {
+			p.TopK = &topK
+		}
+		if set["min-p"] {
+			p.MinP = &minP
+		}
+		if set["seed"] {
+			p.Seed = &seed
+		}
+		if set["stop"] {
+			p.Stop = stops
+		}
+		if err := applyCommon(&p.Common, set, priority, deadline, key, metadata, webhook, model, timeout); err != nil {
+			return err
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return usageErr("%v", err)
+	}
+
+	c, err := jf.open(0)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	job, err := c.Enqueue(ctx, p)
+	if errors.Is(err, jobs.ErrDuplicate) {
+		fmt.Fprintf(stderr, "redlite enqueue: %v; following the existing job\n", err)
+	} else if err != nil {
+		return err
+	}
+	if !*wait {
+		if *asJSON {
+			return writeJSON(stdout, job)
+		}
+		fmt.Fprintln(stdout, job.ID)
+		return nil
+	}
+	fmt.Fprintf(stderr, "job %s enqueued on %s\n", job.ID, job.Queue)
+	return waitAndPrint(ctx, c, job.ID, *waitFor, *asJSON, stdout, stderr)
+}
+
+func setIf(ok bool, dst *string, v string) {
+	if ok {
+		*dst = v
+	}
+}
+
+// applyCommon sets the fields of both payload types from the flags that were given.
+func applyCommon(c *jobs.Common, set map[string]bool, priority, deadline, key, metadata, webhook, model string, timeout time.Duration) error {
+	if set["priority"] {
+		c.Priority = jobs.Priority(priority)
+	}
+	if set["timeout"] {
+		if timeout < time.Second || timeout%time.Second != 0 {
+			return usageErr("--timeout must be whole seconds, at least 1s, got %v", timeout)
+		}
+		c.Timeout = int(timeout / time.Second)
+	}
+	if set["deadline"] {
+		d, err := time.Parse(time.RFC3339, deadline)
+		if err != nil {
+			return usageErr("--deadline: want an RFC 3339 time like 2025-06-01T12:00:00Z, got %q", deadline)
+		}
+		c.Deadline = &d
+	}
+	setIf(set["idempotency-key"], &c.IdempotencyKey, key)
+	if set["metadata"] {
+		c.Metadata = json.RawMessage(metadata)
+	}
+	setIf(set["webhook-url"], &c.WebhookURL, webhook)
+	setIf(set["model"], &c.Model, model)
+	return nil
+}
+
+// readArg reads a file, or stdin for "-".
+func readArg(name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(io.LimitReader(os.Stdin, jobs.MaxPayloadBytes+1))
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// waitAndPrint waits for a job, showing its progress on stderr, and prints its result: the
+// text, or the whole result as JSON.
+func waitAndPrint(ctx context.Context, c *jobs.Client, id string, limit time.Duration, asJSON bool, stdout, stderr io.Writer) error {
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	pr := newProgressLine(stderr)
+	res, err := c.Wait(ctx, id, pr.show)
+	pr.end()
+	if err != nil {
+		var je *jobs.JobError
+		if errors.As(err, &je) && asJSON && res.FinishReason != "" {
+			writeJSON(stdout, res)
+		}
+		return err
+	}
+	if asJSON {
+		return writeJSON(stdout, res)
+	}
+	fmt.Fprintln(stdout, res.Text)
+	fmt.Fprintf(stderr, "finish: %s; %d prompt + %d generated tokens; prefill %.0f tok/s, decode %.0f tok/s; plan: %s KV, %d-token chunks, %d/%d MiB; %s on %s\n",
+		res.FinishReason, res.Usage.PromptTokens, res.Usage.CompletionTokens, res.Timings.PrefillTokensPerSecond,
+		res.Timings.DecodeTokensPerSecond, res.Plan.KVPrecision, res.Plan.Chunk, res.Plan.NeedMiB, res.Plan.LimitMiB, res.Model, res.Worker)
+	return nil
+}
+
+// progressLine shows a waiting job's progress on one line of a terminal (rewritten in
+// place), or as one line per phase elsewhere so that logs stay short.
+type progressLine struct {
+	w     io.Writer
+	tty   bool
+	last  jobs.Phase
+	shown bool
+}
+
+func newProgressLine(w io.Writer) *progressLine {
+	f, ok := w.(*os.File)
+	tty := false
+	if ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progressLine{w: w, tty: tty}
+}
+
+func (p *progressLine) show(pr jobs.Progress) {
+	line := string(pr.Phase)
+	switch pr.Phase {
+	case jobs.PhasePrefill:
+		line = fmt.Sprintf("prefill %d/%d prompt tokens", pr.Prefilled, pr.PromptTokens)
+	case jobs.PhaseDecode:
+		line = fmt.Sprintf("decode %d/%d tokens", pr.Generated, pr.MaxTokens)
+	}
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		p.shown = true
+		return
+	}
+	if pr.Phase != p.last {
+		fmt.Fprintln(p.w, line)
+		p.last = pr.Phase
+	}
+}
+
+func (p *progressLine) end() {
+	if p.tty && p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
