@@ -37,20 +37,25 @@ func synthFile(t *testing.T, shape string, o Options) *gguf.File {
 func TestTinyQwen3MatchesFixture(t *testing.T) {
 	dir := fixtures.Dir(t)
 	for _, tc := range []struct {
+		shape   string
 		typ     FileType
 		fixture string
 	}{
-		{F32, "tiny-qwen3-F32.gguf"},
-		{Q8_0, "tiny-qwen3-Q8_0.gguf"},
-		{Q4_K_M, "tiny-qwen3-Q4_K_M.gguf"},
+		{"tiny-qwen3", F32, "tiny-qwen3-F32.gguf"},
+		{"tiny-qwen3", Q8_0, "tiny-qwen3-Q8_0.gguf"},
+		{"tiny-qwen3", Q4_K_M, "tiny-qwen3-Q4_K_M.gguf"},
 	} {
-		t.Run(tc.typ.String(), func(t *testing.T) {
+		t.Run(tc.fixture, func(t *testing.T) {
 			want, err := gguf.Open(filepath.Join(dir, "models", tc.fixture))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer want.Close()
-			got := synthFile(t, "tiny-qwen3", Options{Type: tc.typ, Seed: 1})
+			got := synthFile(t, tc.shape, Options{Type: tc.typ, Seed: 1})
+			// Same layout, metadata and alignment: the same file size.
+			if got.Size() != want.Size() {
+				t.Errorf("%d bytes, fixture has %d", got.Size(), want.Size())
+			}
 
 			// Every metadata key, with the same type and value (llama-quantize reorders a few
 			// keys, so order is not compared).
@@ -81,7 +86,7 @@ func TestTinyQwen3MatchesFixture(t *testing.T) {
 					t.Errorf("%s: %s %s, fixture %s %s", wt.Name, gt.Type, gt.ShapeString(), wt.Type, wt.ShapeString())
 				}
 			}
-			if tc.typ == F32 {
+			if tc.fixture == "tiny-qwen3-F32.gguf" {
 				// Same order as the F32 original (the converter's order).
 				for i := range want.Tensors {
 					if got.Tensors[i].Name != want.Tensors[i].Name {
