@@ -218,7 +218,7 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if !*wait {
 		if *asJSON {
-			return writeJSON(stdout, job)
+			return writeJSON(stdout, map[string]string{"id": job.ID, "queue": job.Queue, "type": job.Type})
 		}
 		fmt.Fprintln(stdout, job.ID)
 		return nil
