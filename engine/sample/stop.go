@@ -27,7 +27,8 @@ func NewStopMatcher(stops []string) (*StopMatcher, error) {
 
 // Push adds newly decoded text. It returns the text that is now safe to emit and whether a
 // stop string has been found; on a hit the returned text ends just before the stop string
-// and everything after it is dropped. After a hit, Push returns "", true.
+// and everything after it is dropped. After a hit, Push returns "", true. If stop strings
+// overlap, the one that is complete first wins, however the text is split into pieces.
 func (m *StopMatcher) Push(text string) (emit string, hit bool) {
 	if m.hit {
 		return "", true
@@ -52,15 +53,22 @@ func (m *StopMatcher) Flush() string {
 // Hit reports whether a stop string has been found.
 func (m *StopMatcher) Hit() bool { return m.hit }
 
-// firstStop is the byte offset in pending of the earliest stop string, or -1.
+// firstStop is the byte offset in pending where the stop string that completes first
+// starts (the longest one if several complete at the same byte), or -1. Deciding by where a
+// stop string ends, not where it starts, makes the result independent of how the text was
+// split into pieces: it is what a byte-by-byte stream would see first.
 func (m *StopMatcher) firstStop() int {
-	first := -1
+	start, end := -1, 0
 	for _, s := range m.stops {
-		if i := strings.Index(m.pending, s); i >= 0 && (first < 0 || i < first) {
-			first = i
+		i := strings.Index(m.pending, s)
+		if i < 0 {
+			continue
+		}
+		if e := i + len(s); start < 0 || e < end || e == end && i < start {
+			start, end = i, e
 		}
 	}
-	return first
+	return start
 }
 
 // heldBack is the length of the longest suffix of pending that is a proper prefix of some
