@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -128,6 +131,27 @@ func TestJobs(t *testing.T) {
 		want, _, _ := strings.Cut(first.Text, stop)
 		if res.FinishReason != jobs.FinishStop || res.Text != want {
 			t.Errorf("with stop %q: %q (%s), want %q", stop, res.Text, res.FinishReason, want)
+		}
+	})
+
+	t.Run("Webhook", func(t *testing.T) {
+		got := make(chan []byte, 1)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			if r.Method == http.MethodPost && r.Header.Get("Content-Type") == "application/json" && r.Header.Get("Redlite-Job-Id") == "hook-1" {
+				got <- b
+			}
+		}))
+		defer srv.Close()
+		enqueue(t, b.client, &jobs.Generate{Prompt: "hook", MaxTokens: ptr(3), Common: jobs.Common{IdempotencyKey: "hook-1", WebhookURL: srv.URL + "/done"}})
+		select {
+		case body := <-got:
+			env, err := jobs.DecodeEnvelope(body)
+			if err != nil || env.Result == nil || env.Result.Usage.CompletionTokens != 3 {
+				t.Errorf("webhook body %s: %v", body, err)
+			}
+		case <-time.After(waitLimit):
+			t.Fatal("no webhook POST")
 		}
 	})
 
@@ -258,9 +282,9 @@ func TestPlanning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lm.close()
-	// The limit at which a job of a 1,451-token prompt and 600 output tokens fits only with
+	// The limit at which a job of a 1,451-token prompt and 50 output tokens fits only with
 	// f16 KV: the f16 plan's need.
-	const maxTokens = 600
+	const maxTokens = 50
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 50)
 	promptTokens := len(lm.tok.Encode(prompt, false))
 	need := func(kv planner.Precision, limit int64) (int64, error) {
