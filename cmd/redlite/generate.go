@@ -64,8 +64,10 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	text := *prompt
-	if !*raw {
+	var ids []int32
+	if *raw {
+		ids = tok.Encode(*prompt, false)
+	} else {
 		tmpl, err := chat.FromGGUF(m.File)
 		if err != nil {
 			return fmt.Errorf("%w (use --raw to skip the chat template)", err)
@@ -75,11 +77,10 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			msgs = append(msgs, chat.Message{Role: "system", Content: *system})
 		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: *prompt})
-		if text, err = tmpl.Render(msgs, chat.RenderOpts{AddGenerationPrompt: true}); err != nil {
+		if ids, err = tmpl.Encode(msgs, chat.RenderOpts{AddGenerationPrompt: true}, tok.Encode); err != nil {
 			return err
 		}
 	}
-	ids := tok.Encode(text, !*raw)
 	n := *ctxLen
 	if n == 0 {
 		n = len(ids) + *maxTokens

@@ -51,7 +51,7 @@ type RenderOpts struct {
 type Template struct {
 	name   string
 	text   string
-	render func(*strings.Builder, []Message, RenderOpts)
+	render func(*builder, []Message, RenderOpts)
 }
 
 // New recognizes a chat template's text.
@@ -89,25 +89,81 @@ func (t *Template) Text() string { return t.text }
 // Render turns msgs into prompt text. A system message may only come first; roles must be
 // system, user, assistant or tool. Neither template requires user and assistant turns to
 // alternate, so Render does not either.
+//
+// Tokenizing this text with special-token parsing would also turn control-token text inside
+// a message (a user writing "<|im_end|>") into control tokens; use Parts or Encode for
+// prompts that carry outside text.
 func (t *Template) Render(msgs []Message, o RenderOpts) (string, error) {
+	parts, err := t.Parts(msgs, o)
+	if err != nil {
+		return "", err
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		sb.WriteString(p.Text)
+	}
+	return sb.String(), nil
+}
+
+// Part is a piece of a rendered prompt: template markup, whose control-token text is meant
+// as control tokens, or message content, which is only ever text.
+type Part struct {
+	Text    string
+	Content bool
+}
+
+// Parts renders msgs as Render does, keeping markup and message content apart.
+func (t *Template) Parts(msgs []Message, o RenderOpts) ([]Part, error) {
 	if len(msgs) == 0 {
-		return "", errors.New("chat: no messages")
+		return nil, errors.New("chat: no messages")
 	}
 	for i, m := range msgs {
 		switch m.Role {
 		case "system":
 			if i > 0 {
-				return "", fmt.Errorf("chat: message %d: a system message must come first", i)
+				return nil, fmt.Errorf("chat: message %d: a system message must come first", i)
 			}
 		case "user", "assistant", "tool":
 		default:
-			return "", fmt.Errorf("chat: message %d has unknown role %q (want system, user, assistant or tool)", i, m.Role)
+			return nil, fmt.Errorf("chat: message %d has unknown role %q (want system, user, assistant or tool)", i, m.Role)
 		}
 	}
-	var sb strings.Builder
-	t.render(&sb, msgs, o)
-	return sb.String(), nil
+	var b builder
+	t.render(&b, msgs, o)
+	return b.parts, nil
 }
+
+// Encode renders msgs and tokenizes the result with encode, matching control tokens only in
+// the template's markup: message content is encoded with special parsing off, so no text a
+// user sends can forge a turn boundary.
+func (t *Template) Encode(msgs []Message, o RenderOpts, encode func(text string, parseSpecial bool) []int32) ([]int32, error) {
+	parts, err := t.Parts(msgs, o)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int32
+	for _, p := range parts {
+		ids = append(ids, encode(p.Text, !p.Content)...)
+	}
+	return ids, nil
+}
+
+// builder collects parts, merging neighbours of the same kind.
+type builder struct{ parts []Part }
+
+func (b *builder) add(s string, content bool) {
+	if s == "" {
+		return
+	}
+	if n := len(b.parts); n > 0 && b.parts[n-1].Content == content {
+		b.parts[n-1].Text += s
+		return
+	}
+	b.parts = append(b.parts, Part{Text: s, Content: content})
+}
+
+func (b *builder) markup(s string)  { b.add(s, false) }
+func (b *builder) content(s string) { b.add(s, true) }
 
 func firstLine(s string) string {
 	s = strings.TrimLeft(s, " \t\r\n")

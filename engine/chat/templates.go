@@ -5,7 +5,7 @@ import "strings"
 type recognizer struct {
 	name   string
 	match  func([]segment) bool
-	render func(*strings.Builder, []Message, RenderOpts)
+	render func(*builder, []Message, RenderOpts)
 }
 
 var recognizers = []recognizer{
@@ -46,12 +46,14 @@ var chatMLShape = canonShape(`{% for message in messages %}` +
 
 func matchChatML(segs []segment) bool { return !hasText(segs) && canon(segs) == chatMLShape }
 
-func renderChatML(sb *strings.Builder, msgs []Message, o RenderOpts) {
+func renderChatML(b *builder, msgs []Message, o RenderOpts) {
 	for _, m := range msgs {
-		sb.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+		b.markup("<|im_start|>" + m.Role + "\n")
+		b.content(m.Content)
+		b.markup("<|im_end|>\n")
 	}
 	if o.AddGenerationPrompt {
-		sb.WriteString("<|im_start|>assistant\n")
+		b.markup("<|im_start|>assistant\n")
 	}
 }
 
@@ -131,9 +133,11 @@ func matchQwen3(segs []segment) bool {
 		strings.HasSuffix(c, qwen3End) && body+len(qwen3Body) <= len(c)-len(qwen3End)
 }
 
-func renderQwen3(sb *strings.Builder, msgs []Message, o RenderOpts) {
+func renderQwen3(b *builder, msgs []Message, o RenderOpts) {
 	if msgs[0].Role == "system" {
-		sb.WriteString("<|im_start|>system\n" + msgs[0].Content + "<|im_end|>\n")
+		b.markup("<|im_start|>system\n")
+		b.content(msgs[0].Content)
+		b.markup("<|im_end|>\n")
 	}
 	// The last user message that is not a tool result wrapped as one; assistant turns after
 	// it belong to the answer in progress and keep their reasoning.
@@ -149,7 +153,9 @@ func renderQwen3(sb *strings.Builder, msgs []Message, o RenderOpts) {
 	for i, m := range msgs {
 		switch m.Role {
 		case "user":
-			sb.WriteString("<|im_start|>user\n" + m.Content + "<|im_end|>\n")
+			b.markup("<|im_start|>user\n")
+			b.content(m.Content)
+			b.markup("<|im_end|>\n")
 		case "assistant":
 			content, reasoning := m.Content, ""
 			if strings.Contains(content, "</think>") {
@@ -158,27 +164,32 @@ func renderQwen3(sb *strings.Builder, msgs []Message, o RenderOpts) {
 				before := strings.Split(strings.TrimRight(parts[0], "\n"), "<think>")
 				reasoning = strings.TrimLeft(before[len(before)-1], "\n")
 			}
+			b.markup("<|im_start|>assistant\n")
 			if i > lastQuery && (i == last || reasoning != "") {
-				sb.WriteString("<|im_start|>assistant\n<think>\n" + strings.Trim(reasoning, "\n") +
-					"\n</think>\n\n" + strings.TrimLeft(content, "\n"))
+				b.markup("<think>\n")
+				b.content(strings.Trim(reasoning, "\n"))
+				b.markup("\n</think>\n\n")
+				b.content(strings.TrimLeft(content, "\n"))
 			} else {
-				sb.WriteString("<|im_start|>assistant\n" + content)
+				b.content(content)
 			}
-			sb.WriteString("<|im_end|>\n")
+			b.markup("<|im_end|>\n")
 		case "tool":
 			if i == 0 || msgs[i-1].Role != "tool" {
-				sb.WriteString("<|im_start|>user")
+				b.markup("<|im_start|>user")
 			}
-			sb.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
+			b.markup("\n<tool_response>\n")
+			b.content(m.Content)
+			b.markup("\n</tool_response>")
 			if i == last || msgs[i+1].Role != "tool" {
-				sb.WriteString("<|im_end|>\n")
+				b.markup("<|im_end|>\n")
 			}
 		}
 	}
 	if o.AddGenerationPrompt {
-		sb.WriteString("<|im_start|>assistant\n")
+		b.markup("<|im_start|>assistant\n")
 		if !o.EnableThinking {
-			sb.WriteString("<think>\n\n</think>\n\n")
+			b.markup("<think>\n\n</think>\n\n")
 		}
 	}
 }
