@@ -238,6 +238,30 @@ return 1`
 		t.Errorf("HGET result: %v %+v", err, env)
 	}
 
+	t.Run("PublishCancel", func(t *testing.T) {
+		// The README's raw cancel: PUBLISH asynq:cancel <id> stops a running job; asynq
+		// sends it to retry, with the worker's partial result.
+		payload := []byte(`{"version":1,"prompt":"Once upon a time","max_tokens":32768,"temperature":0}`)
+		msg := rawTaskMessage(jobs.TypeGenerate, payload, "raw-long", jobs.QueueDefault, 3, 600, 3600)
+		if n, err := rdb.Eval(ctx, script, []string{"asynq:{default}:t:raw-long", "asynq:{default}:pending"}, msg, "raw-long", time.Now().UnixNano()).Int(); err != nil || n != 1 {
+			t.Fatalf("EVAL: %d, %v", n, err)
+		}
+		waitFor(t, b.client, "raw-long", "decoding", decoding)
+		if err := rdb.Publish(ctx, "asynq:cancel", "raw-long").Err(); err != nil {
+			t.Fatal(err)
+		}
+		st := waitFor(t, b.client, "raw-long", "stop", func(st jobs.Status) bool { return st.State == jobs.StateRetry && st.Result != nil })
+		if st.Result.FinishReason != jobs.FinishCancelled || st.Result.Usage.CompletionTokens == 0 || !strings.Contains(st.LastError, "context canceled") {
+			t.Errorf("after PUBLISH asynq:cancel: %+v, last error %q", st.Result, st.LastError)
+		}
+		// Archiving it for good is the Go client's (or redlite cancel's) job.
+		cctx, cancel := context.WithTimeout(ctx, waitLimit)
+		defer cancel()
+		if err := b.client.Cancel(cctx, "raw-long"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("Python", func(t *testing.T) {
 		py, err := exec.LookPath("python3")
 		if err != nil {
