@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -152,6 +153,25 @@ func TestJobs(t *testing.T) {
 			}
 		case <-time.After(waitLimit):
 			t.Fatal("no webhook POST")
+		}
+	})
+
+	t.Run("QueueWaitFromHeader", func(t *testing.T) {
+		c := asynq.NewClient(mustRedisOpt(t, b.cfg.RedisURL))
+		defer c.Close()
+		at := time.Now().Add(-2 * time.Second)
+		task := asynq.NewTaskWithHeaders(jobs.TypeGenerate, []byte(`{"version":1,"prompt":"x","max_tokens":2}`),
+			map[string]string{HeaderEnqueuedAt: strconv.FormatInt(at.UnixNano(), 10)})
+		info, err := c.Enqueue(task, asynq.Queue(jobs.QueueDefault), asynq.Retention(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := waitResult(t, b.client, info.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := res.Timings.QueueWaitMS; w < 2000 || w > 2000+float64(waitLimit.Milliseconds()) {
+			t.Errorf("queue_wait_ms %v for a job enqueued 2 s before it was sent", w)
 		}
 	})
 
