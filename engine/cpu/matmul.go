@@ -7,10 +7,6 @@ import (
 	"github.com/redlite/batch/engine/quant"
 )
 
-// rowBlock is how many weight rows a worker expands to float32 at a time when several tokens
-// share them; 16 rows of 4,096 floats stay within a core's L2 cache.
-const rowBlock = 16
-
 // fusedMaxTokens is the batch size up to which each row is dotted straight from its quantized
 // bytes; beyond it, expanding the row once and reusing it for every token is cheaper.
 const fusedMaxTokens = 2
@@ -52,22 +48,5 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 		})
 		return
 	}
-	c.b.pool.parallel((rows+rowBlock-1)/rowBlock, 1, func(lo, hi int) {
-		buf := make([]float32, rowBlock*cols)
-		for blk := lo; blk < hi; blk++ {
-			ra := blk * rowBlock
-			rb := min(ra+rowBlock, rows)
-			for r := ra; r < rb; r++ {
-				if err := quant.Dequantize(w.typ, w.row(r0+r), buf[(r-ra)*cols:(r-ra+1)*cols]); err != nil {
-					panic(err)
-				}
-			}
-			for i := 0; i < n; i++ {
-				xi := x[i*cols : (i+1)*cols]
-				for r := ra; r < rb; r++ {
-					out[i*rows+r] = quant.Dot(buf[(r-ra)*cols:(r-ra+1)*cols], xi)
-				}
-			}
-		}
-	})
+	gemmWeight(c.b.pool, defaultKernel, w, r0, r1, x, n, out)
 }

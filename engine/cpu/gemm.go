@@ -1,0 +1,164 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/redlite/batch/engine/quant"
+)
+
+// Matrix products of many tokens run as a blocked GEMM: weight rows are expanded to float32
+// a block at a time, the activations are packed k-major in panels of nr tokens, and a
+// micro-kernel keeps an mr×nr tile of the result in registers for the whole k loop. Every
+// output is still one float32 dot product of a dequantized row with a token, summed in k
+// order.
+
+// gemmKernel computes one tile C = A·B: mr rows of A (row-major, stride lda) times k rows
+// of B of nr contiguous floats each (stride ldb), into mr rows of nr floats of C (stride
+// ldc). C is overwritten. fnT, when set, stores the first m rows and n columns of C
+// transposed instead: C[i][j] at c[j·ldc+i].
+type gemmKernel struct {
+	name   string
+	mr, nr int
+	fn     func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int)
+	fnT    func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int)
+}
+
+// storeT runs fnT, or fn into tile followed by a scatter when the kernel has no fnT.
+func (kern *gemmKernel) storeT(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int, tile []float32) {
+	if kern.fnT != nil {
+		kern.fnT(k, a, lda, b, ldb, c, ldc, m, n)
+		return
+	}
+	nr := kern.nr
+	kern.fn(k, a, lda, b, ldb, tile, nr)
+	for i := 0; i < m; i++ {
+		o := c[i:]
+		for j, v := range tile[i*nr : i*nr+n] {
+			o[j*ldc] = v
+		}
+	}
+}
+
+// goKernel is the portable kernel; Go keeps its accumulators in memory, so it gains only the
+// reuse of each loaded weight across nr tokens.
+var goKernel = gemmKernel{name: "go", mr: 4, nr: 16, fn: gemm4x16Go}
+
+// gemmKernels lists every kernel this CPU can run, best first.
+var gemmKernels = append(asmKernels[:len(asmKernels):len(asmKernels)], goKernel)
+
+// defaultKernel is the one the backend uses.
+var defaultKernel = gemmKernels[0]
+
+func gemm4x16Go(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkTile(4, 16, k, a, lda, b, ldb, c, ldc)
+	var acc [4][16]float32
+	for kk := 0; kk < k; kk++ {
+		bb := (*[16]float32)(b[kk*ldb:])
+		for i := range acc {
+			av := a[i*lda+kk]
+			r := &acc[i]
+			for j := range r {
+				r[j] += av * bb[j]
+			}
+		}
+	}
+	for i := range acc {
+		copy(c[i*ldc:i*ldc+16], acc[i][:])
+	}
+}
+
+// checkTile panics unless every element a kernel touches lies inside its slices: the
+// assembly kernels read through raw pointers.
+func checkTile(mr, nr, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkAB(mr, nr, k, a, lda, b, ldb)
+	if ldc < nr || len(c) < (mr-1)*ldc+nr {
+		panic(fmt.Sprintf("cpu: gemm tile %d×%d stored with ldc %d in %d floats", mr, nr, ldc, len(c)))
+	}
+}
+
+func checkTileT(mr, nr, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int) {
+	checkAB(mr, nr, k, a, lda, b, ldb)
+	if m < 1 || m > mr || n < 1 || n > nr || ldc < m || len(c) < (n-1)*ldc+m {
+		panic(fmt.Sprintf("cpu: gemm tile %d×%d stored transposed as %d×%d with ldc %d in %d floats", mr, nr, m, n, ldc, len(c)))
+	}
+}
+
+func checkAB(mr, nr, k int, a []float32, lda int, b []float32, ldb int) {
+	if k < 1 || lda < k || ldb < nr || len(a) < (mr-1)*lda+k || len(b) < (k-1)*ldb+nr {
+		panic(fmt.Sprintf("cpu: gemm tile %d×%d over k=%d with lda %d (len %d), ldb %d (len %d)",
+			mr, nr, k, lda, len(a), ldb, len(b)))
+	}
+}
+
+// packPanels writes x [n, k] k-major in panels of nr tokens: panel p holds x[p·nr+j][kk] at
+// kk·nr+j, zero for tokens past n.
+func packPanels(p *pool, dst, x []float32, n, k, nr int) {
+	panels := (n + nr - 1) / nr
+	p.parallel(panels, 1, func(lo, hi int) {
+		for pn := lo; pn < hi; pn++ {
+			panel := dst[pn*nr*k : (pn+1)*nr*k]
+			t0 := pn * nr
+			tn := min(nr, n-t0)
+			if tn < nr {
+				clear(panel)
+			}
+			for j := 0; j < tn; j++ {
+				src := x[(t0+j)*k : (t0+j+1)*k]
+				for kk, v := range src {
+					panel[kk*nr+j] = v
+				}
+			}
+		}
+	})
+}
+
+// gemmBlockBytes is the float32 size of the weight rows expanded at a time: they are read
+// once per panel of tokens and should stay in the core's L2 cache next to that panel.
+const gemmBlockBytes = 192 << 10
+
+// gemmWeight computes out[t][r−r0] = row r of w · x[t] for rows [r0, r1) of w and n tokens
+// of x [n, w.cols]; out is [n, r1−r0].
+func gemmWeight(p *pool, kern gemmKernel, w *weight, r0, r1 int, x []float32, n int, out []float32) {
+	mr, nr, k := kern.mr, kern.nr, w.cols
+	rows := r1 - r0
+	panels := (n + nr - 1) / nr
+	xp := p.scratch.get(panels * nr * k)
+	defer p.scratch.put(xp)
+	packPanels(p, xp, x, n, k, nr)
+
+	mb := max(1, gemmBlockBytes/4/k/mr) * mr // rows per block, a multiple of mr
+	blocks := (rows + mb - 1) / mb
+	p.parallel(blocks, 1, func(lo, hi int) {
+		buf := p.scratch.get(mb * k)
+		defer p.scratch.put(buf)
+		tile := make([]float32, mr*nr)
+		for blk := lo; blk < hi; blk++ {
+			ra := blk * mb
+			m := min(mb, rows-ra)
+			mpad := (m + mr - 1) / mr * mr
+			var a []float32
+			if w.f32 != nil && r0+ra+mpad <= w.rows {
+				a = w.f32[(r0+ra)*k : (r0+ra+mpad)*k]
+			} else {
+				a = buf[:mpad*k]
+				for r := 0; r < m; r++ {
+					dst := a[r*k : (r+1)*k]
+					if w.f32 != nil {
+						copy(dst, w.f32[(r0+ra+r)*k:])
+					} else if err := quant.Dequantize(w.typ, w.row(r0+ra+r), dst); err != nil {
+						panic(err)
+					}
+				}
+				clear(a[m*k:])
+			}
+			for pn := 0; pn < panels; pn++ {
+				t0 := pn * nr
+				tn := min(nr, n-t0)
+				bp := xp[pn*nr*k : (pn+1)*nr*k]
+				for i := 0; i < m; i += mr {
+					kern.storeT(k, a[i*k:], k, bp, nr, out[t0*rows+ra+i:], rows, min(mr, m-i), tn, tile)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,152 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/redlite/batch/engine/quant"
+)
+
+// refDot is the dot product in float64 and the sum of the magnitudes of its terms, which
+// bounds the rounding error of any float32 summation order.
+func refDot(a, b []float32) (dot, mag float64) {
+	for i := range a {
+		p := float64(a[i]) * float64(b[i])
+		dot += p
+		mag += math.Abs(p)
+	}
+	return dot, mag
+}
+
+// closeTo reports whether a float32 sum of k terms is within rounding of the exact value.
+func closeTo(got float32, dot, mag float64, k int) bool {
+	return math.Abs(float64(got)-dot) <= 2*float64(k)*0x1p-24*mag+1e-30
+}
+
+func TestGemmKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, kern := range gemmKernels {
+		for _, k := range []int{1, 7, 64, 300} {
+			t.Run(fmt.Sprintf("%s/k=%d", kern.name, k), func(t *testing.T) {
+				mr, nr := kern.mr, kern.nr
+				lda, ldb, ldc := k+3, nr+5, nr+2
+				a := randomTensor(rng, (mr-1)*lda+k).data
+				b := randomTensor(rng, (k-1)*ldb+nr).data
+				c := make([]float32, (mr-1)*ldc+nr)
+				for i := range c {
+					c[i] = float32(math.NaN()) // must be overwritten
+				}
+				kern.fn(k, a, lda, b, ldb, c, ldc)
+				col := make([]float32, k)
+				for i := 0; i < mr; i++ {
+					for j := 0; j < nr; j++ {
+						for kk := range col {
+							col[kk] = b[kk*ldb+j]
+						}
+						dot, mag := refDot(a[i*lda:i*lda+k], col)
+						if got := c[i*ldc+j]; !closeTo(got, dot, mag, k) {
+							t.Fatalf("C[%d][%d] = %v, want %v", i, j, got, dot)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// randomWeight quantizes a random rows×cols matrix to typ and binds it.
+func randomWeight(t testing.TB, b *Backend, rng *rand.Rand, typ quant.Type, rows, cols int) *weight {
+	t.Helper()
+	src := randomTensor(rng, rows*cols).data
+	data := make([]byte, typ.RowBytes(rows*cols))
+	if err := quant.Quantize(typ, src, data); err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.Weight(fmt.Sprintf("blk.0.%v.weight", typ), typ, []int{cols, rows}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.(*weight)
+}
+
+// TestGemmWeight checks the blocked product against float64 dot products of the dequantized
+// rows, for every kernel, with row counts and token counts that leave partial tiles.
+func TestGemmWeight(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	b := New(2)
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q6_K} {
+		const rows, cols = 77, 512
+		w := randomWeight(t, b, rng, typ, rows, cols)
+		deq := make([]float32, rows*cols)
+		if err := quant.Dequantize(typ, w.data, deq); err != nil {
+			t.Fatal(err)
+		}
+		for _, kern := range gemmKernels {
+			for _, n := range []int{1, 5, 33, 70} {
+				for _, span := range [][2]int{{0, rows}, {13, 50}} {
+					t.Run(fmt.Sprintf("%v/%s/n=%d/rows=%d-%d", typ, kern.name, n, span[0], span[1]), func(t *testing.T) {
+						x := randomTensor(rng, n, cols).data
+						r0, r1 := span[0], span[1]
+						out := make([]float32, n*(r1-r0))
+						gemmWeight(b.pool, kern, w, r0, r1, x, n, out)
+						for i := 0; i < n; i++ {
+							for r := r0; r < r1; r++ {
+								dot, mag := refDot(deq[r*cols:(r+1)*cols], x[i*cols:(i+1)*cols])
+								if got := out[i*(r1-r0)+r-r0]; !closeTo(got, dot, mag, cols) {
+									t.Fatalf("token %d row %d: %v, want %v", i, r, got, dot)
+								}
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+var benchSink float32
+
+// BenchmarkGemmKernel times one micro-kernel tile with operands in cache; the figure to
+// compare with the core's peak is GFLOP/s (2·mr·nr·k per call).
+func BenchmarkGemmKernel(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const k = 1024
+	for _, kern := range gemmKernels {
+		b.Run(kern.name, func(b *testing.B) {
+			a := randomTensor(rng, kern.mr*k).data
+			bp := randomTensor(rng, kern.nr*k).data
+			c := make([]float32, kern.mr*kern.nr)
+			for b.Loop() {
+				kern.fn(k, a, k, bp, kern.nr, c, kern.nr)
+			}
+			b.ReportMetric(float64(2*kern.mr*kern.nr*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			benchSink += c[0]
+		})
+	}
+}
+
+// BenchmarkMatMul times the backend's matrix product of a Qwen3-0.6B-sized weight (1024 →
+// 3072) for a prefill batch (GEMM) and a single token (GEMV), one and two threads.
+func BenchmarkMatMul(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows, cols = 3072, 1024
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_K} {
+		for _, threads := range []int{1, 2} {
+			be := New(threads)
+			w := randomWeight(b, be, rng, typ, rows, cols)
+			c := be.NewContext().(*context)
+			for _, n := range []int{1, 2, 8, 64, 512} {
+				x := randomTensor(rng, n, cols)
+				b.Run(fmt.Sprintf("%v/t=%d/n=%d", typ, threads, n), func(b *testing.B) {
+					b.SetBytes(int64(len(w.data)))
+					for b.Loop() {
+						c.MatMul(w, x)
+					}
+					b.ReportMetric(float64(2*rows*cols*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
