@@ -18,10 +18,8 @@ import (
 	"github.com/redlite/batch/planner"
 )
 
-// HeaderEnqueuedAt is the asynq task header from which the worker reads when a job was
-// enqueued (Unix nanoseconds or RFC 3339), to report its queue wait. asynq keeps no enqueue
-// time once a task runs: without the header, queue_wait_ms is 0.
-const HeaderEnqueuedAt = "enqueued_at"
+// HeaderEnqueuedAt is jobs.HeaderEnqueuedAt, kept for callers of this package.
+const HeaderEnqueuedAt = jobs.HeaderEnqueuedAt
 
 // Observer receives the pipeline's events as they happen, on the job's goroutine; callbacks
 // must return quickly. ctx is the job's context (done once the job is cancelled). Tests use

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -152,7 +153,10 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 		}
 		aopts = append(aopts, asynq.TaskID(o.IdempotencyKey))
 	}
-	info, err := c.client.EnqueueContext(ctx, asynq.NewTask(p.TaskType(), data), aopts...)
+	task := asynq.NewTaskWithHeaders(p.TaskType(), data, map[string]string{
+		HeaderEnqueuedAt: strconv.FormatInt(time.Now().UnixNano(), 10),
+	})
+	info, err := c.client.EnqueueContext(ctx, task, aopts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		if info, ferr := c.find(ctx, o.IdempotencyKey); ferr == nil {
 			return jobOf(info), duplicate(info)

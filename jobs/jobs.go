@@ -19,6 +19,11 @@ const (
 // Version is the payload, result and progress document version this package reads and writes.
 const Version = 1
 
+// HeaderEnqueuedAt is the task header that carries when a job was enqueued (Unix nanoseconds,
+// or RFC 3339), from which the worker reports the queue wait. asynq forgets a task's enqueue
+// time once it starts; clients that set no header get queue_wait_ms 0.
+const HeaderEnqueuedAt = "enqueued_at"
+
 // Priority is a payload's "priority": which queue the job waits in.
 type Priority string
 
