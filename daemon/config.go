@@ -17,7 +17,7 @@ import (
 )
 
 // Config is the daemon's configuration, read from REDLITE_* environment variables. Every
-// default is in the envDefault tag and in docs/daemon.md; an empty variable means the default.
+// default is in the envDefault tag and in the README; an empty variable means the default.
 type Config struct {
 	// RedisURL is redis://[[user]:password@]host[:port][/db] or rediss:// for TLS.
 	RedisURL string `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
@@ -91,7 +91,7 @@ func ConfigFromEnv(environ []string) (Config, error) {
 	m := make(map[string]string, len(environ))
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
-			// An empty variable means the default, as docs/daemon.md says; env would
+			// An empty variable means the default, as the README says; env would
 			// otherwise parse "" for numbers and fail.
 			m[k] = v
 		}

@@ -1,5 +1,5 @@
 // Command redlited is the Red Lite Batch worker daemon: it reads its configuration from
-// REDLITE_* environment variables (docs/daemon.md lists them), pulls summarize and generate
+// REDLITE_* environment variables (the README lists them), pulls summarize and generate
 // jobs from Redis, runs them on the engine and writes the results back. SIGTERM or SIGINT
 // stop it gracefully: no new jobs, running ones get REDLITE_SHUTDOWN_TIMEOUT to finish and
 // are otherwise handed back to their queue.
@@ -17,7 +17,7 @@ import (
 
 func main() {
 	if len(os.Args) > 1 {
-		fmt.Fprintln(os.Stderr, "usage: redlited (configured by REDLITE_* environment variables; see docs/daemon.md)")
+		fmt.Fprintln(os.Stderr, "usage: redlited (configured by REDLITE_* environment variables; see the README)")
 		os.Exit(2)
 	}
 	cfg, err := daemon.ConfigFromEnv(os.Environ())
