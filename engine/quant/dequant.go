@@ -40,7 +40,7 @@ var decoders = map[Type]blockDecoder{
 }
 
 // Supported reports whether Dequantize, DotF32 and the row helpers handle t.
-func Supported(t Type) bool { _, ok := decoders[t]; return ok }
+func Supported(t Type) bool { return int(t) < len(decoderByID) && decoderByID[t] != nil }
 
 // CheckRow validates that a buffer of nbytes holds exactly n elements of type t. The CPU
 // backend calls it once per tensor so that the hot dot-product paths need not.
@@ -81,7 +81,10 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 		}
 		return nil
 	}
-	dec := decoders[t]
+	if dequantFast(t, src, dst) {
+		return nil
+	}
+	dec := decoderByID[t]
 	bs, ts := t.BlockSize(), t.TypeSize()
 	for i, o := 0, 0; i < len(dst); i, o = i+bs, o+ts {
 		dec(src[o:o+ts], dst[i:i+bs])

@@ -1,0 +1,6 @@
+//go:build !amd64 || purego
+
+package quant
+
+// dequantFast has no assembly to run here.
+func dequantFast(Type, []byte, []float32) bool { return false }
