@@ -3,16 +3,22 @@ package daemon
 import (
 	"fmt"
 
+	"github.com/redlite/batch/metalkit"
 	"github.com/redlite/batch/planner"
 )
 
-// DeviceBudget returns the memory this worker plans every job into. It is a variable so that
-// the Metal backend can replace it on macOS with the device's recommendedMaxWorkingSetSize;
-// the default takes REDLITE_GPU_LIMIT_MIB when set and otherwise REDLITE_RAM_FRACTION of
-// physical memory (the CPU backend's limit on Linux).
+// DeviceBudget returns the memory this worker plans every job into: REDLITE_GPU_LIMIT_MIB
+// when set; else, on a Mac, the Metal device's recommendedMaxWorkingSetSize (metalkit); else
+// REDLITE_RAM_FRACTION of physical memory. It is a variable so that tests can pin it.
 var DeviceBudget = func(cfg Config) (planner.Budget, error) {
 	if cfg.GPULimitMiB > 0 {
 		b := planner.Budget{LimitMiB: cfg.GPULimitMiB, MarginMiB: cfg.MarginMiB, Source: planner.SourceOverride}
+		return b, b.Validate()
+	}
+	// On a Mac the Metal device says what the GPU can hold; elsewhere metalkit has no device
+	// and the limit is a share of physical memory.
+	if dev, err := metalkit.DefaultDevice(); err == nil {
+		b := planner.Budget{LimitMiB: dev.LimitMiB(), MarginMiB: cfg.MarginMiB, Source: planner.SourceMetal}
 		return b, b.Validate()
 	}
 	total, err := physicalMemory()
