@@ -184,9 +184,12 @@ func (d *Daemon) Start(ctx context.Context) error {
 	return nil
 }
 
+// DefaultCalibration is the backend calibration used when REDLITE_CALIBRATION is unset.
+func DefaultCalibration() planner.Calibration { return planner.CPUPlaceholder() }
+
 func (d *Daemon) calibration() (planner.Calibration, error) {
 	if d.cfg.Calibration == "" {
-		c := planner.CPUPlaceholder()
+		c := DefaultCalibration()
 		d.log.Info("planning with the CPU placeholder calibration (not measured); set REDLITE_CALIBRATION to a measured set", "calibration", c.Name)
 		return c, nil
 	}

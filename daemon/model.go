@@ -37,7 +37,7 @@ func loadModel(path, name string, threads int) (*loadedModel, error) {
 		return nil, fmt.Errorf("load model %s: tokenizer: %w", path, err)
 	}
 	lm.tmpl, lm.tmplErr = chat.FromGGUF(m.File)
-	if lm.profile, err = profileOf(m); err != nil {
+	if lm.profile, err = ProfileOf(m); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("load model %s: %w", path, err)
 	}
@@ -73,10 +73,10 @@ type engineFacts interface {
 	RecurrentBytes() int64
 }
 
-// profileOf derives the planner's model profile from the GGUF: tensor bytes by class from
+// ProfileOf derives the planner's model profile from the GGUF: tensor bytes by class from
 // the tensor list, KV bytes from the hyperparameters, the recurrent state from the
 // architecture when it reports it.
-func profileOf(m *engine.Model) (planner.Profile, error) {
+func ProfileOf(m *engine.Model) (planner.Profile, error) {
 	cfg := m.Config()
 	f := m.File
 	arch := cfg.Arch

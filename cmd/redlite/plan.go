@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/planner"
 )
 
@@ -22,9 +24,9 @@ func init() {
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("plan", stderr)
-	modelPath := fs.String("model", "", "GGUF model `file` (not yet supported: use --profile)")
+	modelPath := fs.String("model", "", "GGUF model `file` to profile (instead of --profile)")
 	profilePath := fs.String("profile", "", "model profile JSON `file` (see planner/testdata)")
-	calPath := fs.String("calibration", "", "backend calibration JSON `file` (default: Red Lite's Metal set for Qwen3-Next IQ2_XXS)")
+	calPath := fs.String("calibration", "", "backend calibration JSON `file` (default: with --profile Red Lite's Metal set for Qwen3-Next IQ2_XXS, with --model the daemon's default)")
 	prompt := fs.Int("prompt-tokens", 0, "prompt tokens, chat template included (required)")
 	maxTokens := fs.Int("max-tokens", 0, "most tokens to generate (required)")
 	limit := fs.Int64("gpu-limit-mib", 0, "GPU limit in MiB (default: --ram-fraction of physical memory, Linux only)")
@@ -40,11 +42,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *modelPath != "" {
-		return usageErr("--model is not yet supported (the planner does not read GGUF files yet); use --profile F.json")
-	}
-	if *profilePath == "" {
-		return usageErr("--profile is required")
+	if (*modelPath == "") == (*profilePath == "") {
+		return usageErr("give exactly one of --model and --profile")
 	}
 	job := planner.Job{PromptTokens: *prompt, MaxTokens: *maxTokens, Slots: *slots,
 		Policy: planner.Policy{MaxChunk: *maxChunk, DisableMTP: *noMTP, ExpertCache: planner.ExpertCachePolicy(*expertCache)}}
@@ -61,11 +60,22 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	job.Policy.Preference = pref
 
-	profile, err := readJSONFile(*profilePath, planner.ReadProfile)
-	if err != nil {
+	var profile planner.Profile
+	cal := planner.RedLiteMetal()
+	if *modelPath != "" {
+		m, err := engine.Load(*modelPath, engine.Options{})
+		if err != nil {
+			return err
+		}
+		profile, err = daemon.ProfileOf(m)
+		m.Close()
+		if err != nil {
+			return err
+		}
+		cal = daemon.DefaultCalibration()
+	} else if profile, err = readJSONFile(*profilePath, planner.ReadProfile); err != nil {
 		return err
 	}
-	cal := planner.RedLiteMetal()
 	if *calPath != "" {
 		if cal, err = readJSONFile(*calPath, planner.ReadCalibration); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/planner"
 )
 
@@ -145,7 +146,7 @@ func TestPlanCommand(t *testing.T) {
 		says string
 	}{
 		{"Model", []string{"plan", "--model", "m.gguf", "--prompt-tokens", "1", "--max-tokens", "1"}, "--model is not yet supported"},
-		{"NoProfile", []string{"plan", "--prompt-tokens", "1", "--max-tokens", "1"}, "--profile is required"},
+		{"NoProfile", []string{"plan", "--prompt-tokens", "1", "--max-tokens", "1"}, "exactly one of --model and --profile"},
 		{"NoPrompt", planArgs("0", "10"), "prompt_tokens must be ≥ 1"},
 		{"NegativeMax", planArgs("10", "-1"), "max_tokens must be ≥ 1, got -1"},
 		{"ZeroLimit", planArgs("10", "10", "--gpu-limit-mib", "-5"), "limit_mib must be > 0, got -5"},
@@ -173,4 +174,25 @@ func TestPlanCommand(t *testing.T) {
 			t.Errorf("exit %d, stderr %q; want 1 naming the file and the field", code, errs)
 		}
 	})
+}
+
+// TestPlanFromModel profiles a GGUF through the engine instead of a profile file.
+func TestPlanFromModel(t *testing.T) {
+	model := fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
+	code, out, errs := runCmd(t, "plan", "--model", model, "--prompt-tokens", "100", "--max-tokens", "28",
+		"--gpu-limit-mib", "100000", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+	var p planner.Plan
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	// One attention layer of one KV head of 256 key and 256 value floats: 2 KiB per position.
+	if p.Context != 128 || p.Breakdown.KVBytes < 128*2048 {
+		t.Errorf("plan for 128 positions: context %d, kv bytes %d", p.Context, p.Breakdown.KVBytes)
+	}
+	if code, _, errs := runCmd(t, "plan", "--model", model, "--profile", redLiteProfile, "--prompt-tokens", "1", "--max-tokens", "1"); code != 2 || !strings.Contains(errs, "exactly one of --model and --profile") {
+		t.Errorf("both --model and --profile: exit %d, %s", code, errs)
+	}
 }
