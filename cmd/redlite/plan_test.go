@@ -145,7 +145,6 @@ func TestPlanCommand(t *testing.T) {
 		args []string
 		says string
 	}{
-		{"Model", []string{"plan", "--model", "m.gguf", "--prompt-tokens", "1", "--max-tokens", "1"}, "--model is not yet supported"},
 		{"NoProfile", []string{"plan", "--prompt-tokens", "1", "--max-tokens", "1"}, "exactly one of --model and --profile"},
 		{"NoPrompt", planArgs("0", "10"), "prompt_tokens must be ≥ 1"},
 		{"NegativeMax", planArgs("10", "-1"), "max_tokens must be ≥ 1, got -1"},
