@@ -95,7 +95,15 @@ func (c *context) Mul(a, b ml.Tensor) ml.Tensor {
 }
 
 func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor {
-	return c.elementwise(gate, up, func(g, u float32) float32 { return silu(g) * u })
+	g, u := gate.(*tensor), up.(*tensor)
+	if len(g.data) != len(u.data) {
+		panic(fmt.Sprintf("cpu: swiglu of shapes %v and %v", g.shape, u.shape))
+	}
+	out := newTensor(g.shape...)
+	c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
+		swiglu(out.data[lo:hi], g.data[lo:hi], u.data[lo:hi])
+	})
+	return out
 }
 
 func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
@@ -191,8 +199,12 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 	if hd != kc.headDim || heads%kc.kvHeads != 0 {
 		panic(fmt.Sprintf("cpu: attention of q %v over a cache of %d×%d", qt.shape, kc.kvHeads, kc.headDim))
 	}
-	group := heads / kc.kvHeads
 	out := newTensor(n, heads*hd)
+	if useAttentionGemm(defaultKernel, n, hd) {
+		attentionGemm(c.b.pool, defaultKernel, qt.data, n, heads, hd, kc, layer, pos0, scale, out.data)
+		return out
+	}
+	group := heads / kc.kvHeads
 	c.b.pool.parallel(n*heads, 1, func(lo, hi int) {
 		scores := make([]float32, pos0+n)
 		kbuf := make([]float32, hd)
@@ -201,23 +213,14 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 			i, h := job/heads, job%heads
 			g := h / group
 			qv := qt.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
-			last := pos0 + i // causal: attend to positions 0 … last
-			s := scores[:last+1]
-			maxS := float32(math.Inf(-1))
+			s := scores[:pos0+i+1] // causal: attend to positions 0 … pos0+i
 			for p := range s {
-				s[p] = quant.Dot(qv, kc.key(layer, p, g, kbuf)) * scale
-				maxS = max(maxS, s[p])
+				s[p] = quant.Dot(qv, kc.key(layer, p, g, kbuf))
 			}
-			var sum float64
-			for p, v := range s {
-				e := float32(math.Exp(float64(v - maxS)))
-				s[p] = e
-				sum += float64(e)
-			}
-			inv := float32(1 / sum)
+			softmax32(s, scale)
 			clear(acc)
 			for p, w := range s {
-				quant.Axpy(w*inv, kc.value(layer, p, g, kbuf), acc)
+				quant.Axpy(w, kc.value(layer, p, g, kbuf), acc)
 			}
 			copy(out.data[(i*heads+h)*hd:], acc)
 		}

@@ -1,0 +1,32 @@
+package cpu
+
+import "math"
+
+// softmaxGo replaces x by softmax(x·scale) computed as ggml does: s = x·scale, the
+// exponentials of s − max(s) in float32, their sum in float64, then one multiplication by
+// float32(1/sum). The assembly version's exponentials are within 1 ulp of these.
+func softmaxGo(x []float32, scale float32) {
+	m := float32(math.Inf(-1))
+	for i, v := range x {
+		x[i] = v * scale
+		m = max(m, x[i])
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		x[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
+// swigluGo writes silu(g[i])·u[i] to out[i].
+func swigluGo(out, g, u []float32) {
+	g, u = g[:len(out)], u[:len(out)]
+	for i := range out {
+		out[i] = silu(g[i]) * u[i]
+	}
+}
