@@ -3,4 +3,4 @@
 package cpu
 
 func softmax32(x []float32, scale float32) { softmaxGo(x, scale) }
-func swiglu(out, g, u []float32)            { swigluGo(out, g, u) }
+func swiglu(out, g, u []float32)           { swigluGo(out, g, u) }
