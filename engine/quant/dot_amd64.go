@@ -6,6 +6,26 @@ package quant
 // reference they are tested against.
 var useAsm = hasAVX2FMA()
 
+// useAVX512 selects the AVX-512 versions of the block kernels (dot_avx512_amd64.s) where
+// they exist; tests turn it off to check the AVX2 ones on the same machine.
+var useAVX512 = useAsm && hasAVX512F()
+
+// hasAVX512F reports AVX-512 Foundation with the OS saving the opmask and ZMM registers.
+func hasAVX512F() bool {
+	_, ebx7, _, _ := cpuid(7, 0)
+	xcr0, _ := xgetbv()
+	return ebx7&(1<<16) != 0 && xcr0&0xe6 == 0xe6
+}
+
+//go:noescape
+func dotQ8_0AVX512(row *byte, x *float32, nblocks int) float32
+
+//go:noescape
+func dotQ4_KAVX512(row *byte, x *float32, nblocks int) float32
+
+//go:noescape
+func dotQ6_KAVX512(row *byte, x *float32, nblocks int) float32
+
 //go:noescape
 func dotAVX2(a, b *float32, n int) float32
 
@@ -71,6 +91,9 @@ func dotQ8_0(row []byte, x []float32) float32 {
 	if !useAsm {
 		return dotQ8_0Go(row, x)
 	}
+	if useAVX512 {
+		return dotQ8_0AVX512(&row[0], &x[0], len(x)/32)
+	}
 	return dotQ8_0AVX2(&row[0], &x[0], len(x)/32)
 }
 
@@ -78,12 +101,18 @@ func dotQ4_K(row []byte, x []float32) float32 {
 	if !useAsm {
 		return dotQ4_KGo(row, x)
 	}
+	if useAVX512 {
+		return dotQ4_KAVX512(&row[0], &x[0], len(x)/QK_K)
+	}
 	return dotQ4_KAVX2(&row[0], &x[0], len(x)/QK_K)
 }
 
 func dotQ6_K(row []byte, x []float32) float32 {
 	if !useAsm {
 		return dotQ6_KGo(row, x)
+	}
+	if useAVX512 {
+		return dotQ6_KAVX512(&row[0], &x[0], len(x)/QK_K)
 	}
 	return dotQ6_KAVX2(&row[0], &x[0], len(x)/QK_K)
 }

@@ -5,6 +5,9 @@ package quant
 // Without assembly every kernel is the pure-Go one.
 const useAsm = false
 
+// useAVX512 exists for the tests that switch kernels.
+var useAVX512 = false
+
 func dotF32(a, b []float32) float32           { return dotF32Go(a, b) }
 func axpy(alpha float32, x, y []float32)      { axpyGo(alpha, x, y) }
 func dotF16(h []uint16, x []float32) float32  { return dotF16Go(h, x) }

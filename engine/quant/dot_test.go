@@ -114,6 +114,18 @@ func TestKernelsAsmVsGo(t *testing.T) {
 	if !useAsm {
 		t.Skip("no AVX2/FMA kernels on this machine or build")
 	}
+	if useAVX512 {
+		// Check the AVX2 kernels too, which machines without AVX-512 run.
+		t.Run("AVX2", func(t *testing.T) {
+			useAVX512 = false
+			defer func() { useAVX512 = true }()
+			testKernelsAsmVsGo(t)
+		})
+	}
+	testKernelsAsmVsGo(t)
+}
+
+func testKernelsAsmVsGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	close := func(t *testing.T, name string, asm, gov float32, mag float64) {
 		t.Helper()

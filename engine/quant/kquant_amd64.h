@@ -3,32 +3,34 @@
 // KSCALES unpacks the Q4_K/Q5_K scale bytes u0,u1,u2 at 4(SI) into eight 6-bit scales and
 // eight 6-bit mins (scales 0..3 = u0&0x3f, 4..7 = u2&0x0f | (u0>>6)<<4; mins 0..3 = u1&0x3f,
 // 4..7 = u2>>4 | (u1>>6)<<4, bytewise) and stores d·scale at 16(SP) and dmin·min at 48(SP).
+// The bytes are assembled in registers: 8-byte loads of 4-byte stores would miss store
+// forwarding on every block.
 #define KSCALES \
-	MOVL 4(SI), AX; \
-	MOVL 8(SI), BX; \
-	MOVL 12(SI), DX; \
-	MOVL DX, R8; \
-	SHRL $4, R8; \
-	ANDL $0x0f0f0f0f, R8; \
-	MOVL BX, R9; \
-	SHRL $6, R9; \
-	ANDL $0x03030303, R9; \
-	SHLL $4, R9; \
-	ORL  R9, R8; \
-	MOVL R8, 12(SP); \
-	ANDL $0x3f3f3f3f, BX; \
-	MOVL BX, 8(SP); \
-	ANDL $0x0f0f0f0f, DX; \
-	MOVL AX, R9; \
-	SHRL $6, R9; \
-	ANDL $0x03030303, R9; \
-	SHLL $4, R9; \
-	ORL  R9, DX; \
-	MOVL DX, 4(SP); \
-	ANDL $0x3f3f3f3f, AX; \
-	MOVL AX, 0(SP); \
-	VPMOVZXBD    0(SP), Y4; \
-	VPMOVZXBD    8(SP), Y5; \
+	MOVL         4(SI), AX; \
+	MOVL         8(SI), BX; \
+	MOVL         12(SI), DX; \
+	MOVL         DX, R8; \
+	SHRL         $4, R8; \
+	ANDL         $0x0f0f0f0f, R8; \
+	MOVL         BX, R9; \
+	SHRL         $6, R9; \
+	ANDL         $0x03030303, R9; \
+	SHLL         $4, R9; \
+	ORL          R9, R8; \
+	ANDL         $0x3f3f3f3f, BX; \
+	ANDL         $0x0f0f0f0f, DX; \
+	MOVL         AX, R9; \
+	SHRL         $6, R9; \
+	ANDL         $0x03030303, R9; \
+	SHLL         $4, R9; \
+	ORL          R9, DX; \
+	ANDL         $0x3f3f3f3f, AX; \
+	VMOVD        AX, X4; \
+	VPINSRD      $1, DX, X4, X4; \
+	VMOVD        BX, X5; \
+	VPINSRD      $1, R8, X5, X5; \
+	VPMOVZXBD    X4, Y4; \
+	VPMOVZXBD    X5, Y5; \
 	VCVTDQ2PS    Y4, Y4; \
 	VCVTDQ2PS    Y5, Y5; \
 	VPBROADCASTW (SI), X6; \
