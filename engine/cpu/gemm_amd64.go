@@ -7,6 +7,9 @@ package cpu
 func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv() (eax, edx uint32)
 
+// pause hints a spin-wait loop to the CPU.
+func pause()
+
 //go:noescape
 func gemm12x32AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
 

@@ -340,3 +340,8 @@ store:
 	STORE256(Y10, Y11)
 	VZEROUPPER
 	RET
+
+// func pause()
+TEXT ·pause(SB), NOSPLIT, $0-0
+	PAUSE
+	RET

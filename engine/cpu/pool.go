@@ -4,13 +4,20 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // pool runs data-parallel loops on up to threads goroutines: the caller and threads−1
-// helpers. Helpers are long-lived goroutines shared by every pool, parked on a channel
-// between loops, so a loop costs a wake-up rather than a goroutine start. A loop is cut into
-// more chunks than threads and the chunks are taken from a counter, so a core slowed down by
-// other work on the machine takes fewer chunks instead of holding everyone back.
+// helpers. A loop is cut into more chunks than threads and the chunks are taken from a
+// counter, so a core slowed down by other work on the machine takes fewer chunks instead of
+// holding everyone back.
+//
+// Helpers are long-lived goroutines shared by every pool. Between loops they spin for a
+// while on posted, the loop most recently started, and then park. Spinning matters: a decode
+// step runs a few hundred loops of tens of microseconds each, and a goroutine woken through
+// the scheduler is first queued on the waker's own processor, where it waits to be stolen;
+// a spinning helper is already running on another one. The caller, too, spins while the
+// helpers finish their last chunks, for the same reason.
 type pool struct {
 	threads int
 	scratch scratch
@@ -27,13 +34,19 @@ func newPool(threads int) *pool {
 // a few per thread balance a noisy machine, more would only add counter traffic.
 const chunksPerThread = 4
 
+// spinFor is how long helpers look for a new loop, and callers for their loop's end, before
+// they block; long enough to bridge the serial work between the loops of a forward pass.
+const spinFor = 100 * time.Microsecond
+
 // loop is one parallel call: chunks of step items of [0, n) handed out in order.
 type loop struct {
-	fn      func(lo, hi int)
-	n, step int
-	chunks  int64
-	next    atomic.Int64
-	wg      sync.WaitGroup
+	fn       func(lo, hi int)
+	n, step  int
+	chunks   int64
+	seats    atomic.Int32  // helpers that may still join: the pool's threads bound the loop
+	next     atomic.Int64  // chunks taken
+	done     atomic.Int64  // chunks finished
+	finished chan struct{} // closed with the last chunk
 }
 
 // run takes chunks until none are left.
@@ -45,25 +58,87 @@ func (l *loop) run() {
 		}
 		lo := int(c) * l.step
 		l.fn(lo, min(lo+l.step, l.n))
-		l.wg.Done()
+		if l.done.Add(1) == l.chunks {
+			close(l.finished)
+		}
 	}
 }
 
-// idle hands loops to parked helpers. A send that finds no helper waiting starts a new one,
-// so the number of helpers grows to the largest number ever busy at once, and no loop waits
-// for a helper that is busy with another.
-var idle = make(chan *loop)
+// open reports whether the loop has chunks left to take.
+func (l *loop) open() bool { return l != nil && l.next.Load() < l.chunks }
 
-func helper(l *loop) {
+// join takes a helper's seat at the loop if there is work and a seat left.
+func (l *loop) join() bool { return l.open() && l.seats.Add(-1) >= 0 }
+
+// wait returns when every chunk is finished.
+func (l *loop) wait() {
+	start := time.Now()
+	for i := 1; l.done.Load() < l.chunks; i++ {
+		pause()
+		if i%64 == 0 && time.Since(start) > spinFor {
+			<-l.finished
+			return
+		}
+	}
+}
+
+var (
+	posted  atomic.Pointer[loop]
+	helpers atomic.Int32 // started
+	parked  atomic.Int32 // blocked on wake
+	wake    = make(chan struct{}, 64)
+	startMu sync.Mutex
+)
+
+// helper runs posted loops forever.
+func helper() {
 	for {
+		l := spin()
+		if l == nil {
+			parked.Add(1)
+			// Look again after saying so: a loop posted in between found parked at 0 and did
+			// not wake anyone.
+			if l = posted.Load(); l == nil || !l.join() {
+				<-wake
+				parked.Add(-1)
+				continue
+			}
+			parked.Add(-1)
+		}
 		l.run()
-		l = <-idle
+	}
+}
+
+// spin waits up to spinFor for a posted loop with chunks left.
+func spin() *loop {
+	start := time.Now()
+	for i := 1; ; i++ {
+		if l := posted.Load(); l != nil && l.join() {
+			return l
+		}
+		pause()
+		if i%64 == 0 && time.Since(start) > spinFor {
+			return nil
+		}
+	}
+}
+
+// ensureHelpers starts helpers until there are n.
+func ensureHelpers(n int) {
+	if int(helpers.Load()) >= n {
+		return
+	}
+	startMu.Lock()
+	defer startMu.Unlock()
+	for int(helpers.Load()) < n {
+		helpers.Add(1)
+		go helper()
 	}
 }
 
 // parallel calls fn over [0, n) split into contiguous ranges of at least grain items each.
-// Small loops run on the calling goroutine: waking a helper costs microseconds, more than a
-// short loop body. fn may itself call parallel.
+// Small loops run on the calling goroutine: handing work over costs more than a short loop
+// body. fn may itself call parallel; the inner loop then gets whichever helpers are free.
 func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
@@ -74,19 +149,20 @@ func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
+	ensureHelpers(p.threads - 1)
 	chunks := min(parts*chunksPerThread, (n+grain-1)/grain)
 	step := (n + chunks - 1) / chunks
-	l := &loop{fn: fn, n: n, step: step, chunks: int64((n + step - 1) / step)}
-	l.wg.Add(int(l.chunks))
-	for range parts - 1 {
+	l := &loop{fn: fn, n: n, step: step, chunks: int64((n + step - 1) / step), finished: make(chan struct{})}
+	l.seats.Store(int32(parts - 1))
+	posted.Store(l)
+	for i := 0; i < parts-1 && parked.Load() > 0; i++ {
 		select {
-		case idle <- l:
+		case wake <- struct{}{}:
 		default:
-			go helper(l)
 		}
 	}
 	l.run()
-	l.wg.Wait()
+	l.wait()
 }
 
 // scratch recycles float32 buffers between operations, so that a forward pass does not
