@@ -9,6 +9,7 @@ require (
 	github.com/hibiken/asynqmon v0.7.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.14.1
+	gopkg.in/yaml.v3 v3.0.1 // test only: ops/ checks docker-compose.yml and Grafana provisioning
 )
 
 require (
