@@ -26,7 +26,13 @@ func (c *context) MatMul(wt ml.Weight, x ml.Tensor) ml.Tensor {
 // matmul computes out[i][r−r0] = row r · x[i] for rows [r0, r1) of w and n tokens.
 func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float32) {
 	rows, cols := r1-r0, w.cols
-	if w.f32 != nil && len(w.f32) == w.rows*w.cols {
+	small := w.f32 != nil && len(w.f32) == w.rows*w.cols && len(w.f32) <= smallVector
+	switch {
+	case n > fusedMaxTokens && !small:
+		gemmWeight(c.b.pool, defaultKernel, w, r0, r1, x, n, out)
+	case w.f32 != nil && len(w.f32) == w.rows*w.cols:
+		// Matrices small enough to be expanded at load (and F32 ones at one or two tokens):
+		// plain dot products, the same for every batch size.
 		c.b.pool.parallel(rows, 8, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				wr := w.f32[(r0+r)*cols : (r0+r+1)*cols]
@@ -35,18 +41,12 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 				}
 			}
 		})
-		return
-	}
-	if n <= fusedMaxTokens {
+	default:
 		c.b.pool.parallel(rows, 8, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				row := w.row(r0 + r)
-				for i := 0; i < n; i++ {
-					out[i*rows+r] = quant.DotF32(w.typ, row, x[i*cols:(i+1)*cols])
-				}
+			data := w.data[(r0+lo)*w.rowB : (r0+hi)*w.rowB]
+			for i := 0; i < n; i++ {
+				quant.DotRows(w.typ, data, x[i*cols:(i+1)*cols], out[i*rows+lo:i*rows+hi])
 			}
 		})
-		return
 	}
-	gemmWeight(c.b.pool, defaultKernel, w, r0, r1, x, n, out)
 }

@@ -52,6 +52,21 @@ func DotF32(t Type, row []byte, x []float32) float32 {
 	return dotGeneric(t, row, x)
 }
 
+// DotRows sets out[r] to DotF32 of row r of rows with x, for len(out) rows stored one
+// after another. It is DotF32 for a block of a matrix, with one call instead of one per row.
+func DotRows(t Type, rows []byte, x []float32, out []float32) {
+	rb := t.RowBytes(len(x))
+	if len(rows) != len(out)*rb {
+		panic(fmt.Sprintf("quant: DotRows %v: %d bytes for %d rows of %d elements", t, len(rows), len(out), len(x)))
+	}
+	if len(x)%t.BlockSize() == 0 && dotRowsFast(t, rows, x, out) {
+		return
+	}
+	for r := range out {
+		out[r] = DotF32(t, rows[r*rb:(r+1)*rb], x)
+	}
+}
+
 // nativeLittleEndian is true on every machine we build for (amd64, arm64); elsewhere the
 // plain types go through the byte-order-aware generic path.
 var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

@@ -17,14 +17,35 @@ func hasAVX512F() bool {
 	return ebx7&(1<<16) != 0 && xcr0&0xe6 == 0xe6
 }
 
-//go:noescape
-func dotQ8_0AVX512(row *byte, x *float32, nblocks int) float32
+// The AVX-512 kernels take several contiguous rows per call: out[r] is row r's dot product.
 
 //go:noescape
-func dotQ4_KAVX512(row *byte, x *float32, nblocks int) float32
+func dotQ8_0RowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
 
 //go:noescape
-func dotQ6_KAVX512(row *byte, x *float32, nblocks int) float32
+func dotQ4_KRowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+//go:noescape
+func dotQ6_KRowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+// dotRowsFast computes out[r] for len(out) contiguous rows of type t with one assembly
+// call when there is a multi-row kernel for t; the caller has checked the lengths.
+func dotRowsFast(t Type, rows []byte, x []float32, out []float32) bool {
+	if !useAVX512 || len(out) == 0 || len(x) == 0 {
+		return false
+	}
+	switch t {
+	case Q8_0:
+		dotQ8_0RowsAVX512(&rows[0], &x[0], len(x)/32, len(out), &out[0])
+	case Q4_K:
+		dotQ4_KRowsAVX512(&rows[0], &x[0], len(x)/QK_K, len(out), &out[0])
+	case Q6_K:
+		dotQ6_KRowsAVX512(&rows[0], &x[0], len(x)/QK_K, len(out), &out[0])
+	default:
+		return false
+	}
+	return true
+}
 
 //go:noescape
 func dotAVX2(a, b *float32, n int) float32
@@ -92,7 +113,9 @@ func dotQ8_0(row []byte, x []float32) float32 {
 		return dotQ8_0Go(row, x)
 	}
 	if useAVX512 {
-		return dotQ8_0AVX512(&row[0], &x[0], len(x)/32)
+		var out float32
+		dotQ8_0RowsAVX512(&row[0], &x[0], len(x)/32, 1, &out)
+		return out
 	}
 	return dotQ8_0AVX2(&row[0], &x[0], len(x)/32)
 }
@@ -102,7 +125,9 @@ func dotQ4_K(row []byte, x []float32) float32 {
 		return dotQ4_KGo(row, x)
 	}
 	if useAVX512 {
-		return dotQ4_KAVX512(&row[0], &x[0], len(x)/QK_K)
+		var out float32
+		dotQ4_KRowsAVX512(&row[0], &x[0], len(x)/QK_K, 1, &out)
+		return out
 	}
 	return dotQ4_KAVX2(&row[0], &x[0], len(x)/QK_K)
 }
@@ -112,7 +137,9 @@ func dotQ6_K(row []byte, x []float32) float32 {
 		return dotQ6_KGo(row, x)
 	}
 	if useAVX512 {
-		return dotQ6_KAVX512(&row[0], &x[0], len(x)/QK_K)
+		var out float32
+		dotQ6_KRowsAVX512(&row[0], &x[0], len(x)/QK_K, 1, &out)
+		return out
 	}
 	return dotQ6_KAVX2(&row[0], &x[0], len(x)/QK_K)
 }

@@ -20,3 +20,5 @@ func dotQ8_0Q8_0(w, a []byte) float32 { return dotQ8_0Q8_0Go(w, a) }
 func dotIQ2_XXS(row []byte, x []float32) float32 { return dotIQ2_XXSGo(row, x) }
 
 func dotQ5_K(row []byte, x []float32) float32 { return dotQ5_KGo(row, x) }
+
+func dotRowsFast(Type, []byte, []float32, []float32) bool { return false }

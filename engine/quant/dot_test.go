@@ -212,3 +212,34 @@ func TestDotF32UnalignedPlainRows(t *testing.T) {
 		}
 	}
 }
+
+// TestDotRows checks the multi-row entry point against DotF32 row by row, for every type.
+func TestDotRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, typ := range supportedTypes() {
+		for _, n := range []int{256, 1024} {
+			const nrows = 5
+			rb := typ.RowBytes(n)
+			rows := make([]byte, 0, nrows*rb)
+			for range nrows {
+				rows = append(rows, randomRow(typ, n, rng)...)
+			}
+			x := randomVec(n, rng)
+			out := make([]float32, nrows)
+			DotRows(typ, rows, x, out)
+			for r := range out {
+				want := DotF32(typ, rows[r*rb:(r+1)*rb], x)
+				_, mag := exactDot(t, typ, rows[r*rb:(r+1)*rb], x)
+				if d := math.Abs(float64(out[r] - want)); d > dotTol(mag) {
+					t.Errorf("%v/%d row %d: %v, DotF32 %v", typ, n, r, out[r], want)
+				}
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("DotRows accepted a buffer of the wrong length")
+		}
+	}()
+	DotRows(Q8_0, make([]byte, 33), make([]float32, 32), make([]float32, 1))
+}
