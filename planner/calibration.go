@@ -25,7 +25,7 @@ type Calibration struct {
 	// BaseMiB is everything the backend allocates besides weights, KV, chunk scratch above
 	// MinChunk and MTP: the device context, command buffers, the 512-token scratch, the first
 	// sequence's recurrent state.
-	BaseMiB int64 `json:"base_mib"`
+	BaseMiB float64 `json:"base_mib"`
 	// ScratchMiBPerChunkToken is the prefill scratch each chunk token above MinChunk adds.
 	ScratchMiBPerChunkToken float64 `json:"scratch_mib_per_chunk_token"`
 	// MinChunk is the smallest prefill chunk; its scratch is part of BaseMiB.
@@ -50,8 +50,8 @@ func (c Calibration) Validate() error {
 		return fmt.Errorf("%w: %s: %s", ErrBadCalibration, c.Name, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case c.BaseMiB < 0:
-		return bad("base_mib must be ≥ 0, got %d", c.BaseMiB)
+	case c.BaseMiB < 0 || c.BaseMiB != c.BaseMiB:
+		return bad("base_mib must be ≥ 0, got %v", c.BaseMiB)
 	case c.ScratchMiBPerChunkToken < 0 || c.ScratchMiBPerChunkToken != c.ScratchMiBPerChunkToken:
 		return bad("scratch_mib_per_chunk_token must be ≥ 0, got %v", c.ScratchMiBPerChunkToken)
 	case c.MinChunk <= 0 || c.MinChunk > LargestChunk:

@@ -80,7 +80,7 @@ func Estimate(cfg Config, p Profile, c Calibration) (Breakdown, error) {
 	}
 	b := Breakdown{
 		DenseBytes:         p.DenseBytes,
-		BaseBytes:          c.BaseMiB * MiB,
+		BaseBytes:          int64(math.Ceil(c.BaseMiB * MiB)),
 		StatePositions:     p.StatePositions(cfg.KV),
 		KVBytesPerPosition: p.KVPerPosition(cfg.KV),
 		ScratchTokens:      max(0, cfg.Chunk-c.MinChunk),

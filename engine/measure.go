@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+)
+
+// Allocation is what the engine holds for one session, by kind, in bytes: the facts the
+// planner's calibration is fitted to.
+type Allocation struct {
+	// WeightsBytes is every tensor of the file, mapped (the CPU reads them in place).
+	WeightsBytes int64 `json:"weights_bytes"`
+	// KVBytes is the KV cache of the session's full capacity.
+	KVBytes int64 `json:"kv_bytes"`
+	// StateBytes is the rest of the session's state: recurrent layers' conv windows and
+	// delta-rule matrices.
+	StateBytes int64 `json:"state_bytes"`
+	// ScratchBytes bounds the transient memory of a prefill chunk at the end of the context:
+	// every intermediate the chunk's forward pass allocates (none freed until the pass
+	// ends), plus the scratch buffers the backend keeps between passes.
+	ScratchBytes int64 `json:"scratch_bytes"`
+}
+
+// TotalBytes is the sum of every kind.
+func (a Allocation) TotalBytes() int64 {
+	return a.WeightsBytes + a.KVBytes + a.StateBytes + a.ScratchBytes
+}
+
+// MeasureAllocation opens a session of o.Context positions, prefills it to the full context
+// in chunks of chunk tokens (random ids) and reports what it holds. The scratch term is the
+// Go heap's growth over the session's baseline at the end of the last chunk, run with the
+// collector paused: every intermediate of that pass plus the scratch the backend pools
+// between passes. It runs a prefill of the whole context: a few seconds for the fixture
+// models, long for real ones.
+func (m *Model) MeasureAllocation(ctx context.Context, o SessionOptions, chunk int) (Allocation, error) {
+	if chunk < 1 || o.Context < chunk {
+		return Allocation{}, fmt.Errorf("engine: measure needs 1 ≤ chunk ≤ context, got chunk %d, context %d", chunk, o.Context)
+	}
+	var a Allocation
+	for i := range m.File.Tensors {
+		a.WeightsBytes += int64(m.File.Tensors[i].Size)
+	}
+	s, err := m.NewSession(o)
+	if err != nil {
+		return a, err
+	}
+	cfg := m.Config()
+	a.KVBytes = int64(o.Context) * int64(cfg.AttnLayers) * int64(cfg.KVHeads) * int64(cfg.HeadDim) * 2 * int64(o.KV.Bytes())
+	a.StateBytes = s.StateBytes() - a.KVBytes
+
+	// The heap after the session is allocated is the baseline: what the passes add on top of
+	// it is intermediates and the backend's pooled scratch.
+	var base, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&base)
+
+	rng := rand.New(rand.NewPCG(uint64(o.Context), uint64(chunk)))
+	tokens := make([]int32, o.Context)
+	for i := range tokens {
+		tokens[i] = int32(rng.IntN(cfg.Vocab))
+	}
+	last := o.Context - chunk
+	if last > 0 {
+		if _, err := s.Prefill(ctx, tokens[:last], PrefillOptions{Chunk: chunk}); err != nil {
+			return a, err
+		}
+	}
+	runtime.GC() // what survives is the backend's pooled scratch
+	gc := debug.SetGCPercent(-1)
+	_, err = s.Prefill(ctx, tokens[last:], PrefillOptions{Chunk: chunk})
+	runtime.ReadMemStats(&after)
+	debug.SetGCPercent(gc)
+	if err != nil {
+		return a, err
+	}
+	a.ScratchBytes = max(int64(after.HeapAlloc)-int64(base.HeapAlloc), 0)
+	return a, nil
+}
