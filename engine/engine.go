@@ -116,6 +116,8 @@ type Session struct {
 	pos    int
 	kvType ml.DType
 	mtp    bool
+	// drafted reports whether the last speculate call ran a verification pass.
+	drafted bool
 }
 
 // NewSession allocates a session's state.

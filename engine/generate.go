@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/engine/sample"
 )
 
@@ -51,6 +52,8 @@ type Generation struct {
 	CompletionTokens int
 	Prefill          time.Duration
 	Decode           time.Duration
+	// Speculation counts the MTP head's drafts (zero without MTP or when sampling).
+	Speculation SpecStats
 }
 
 // Generate prefills prompt and decodes until an end-of-generation token, a stop string,
@@ -96,8 +99,39 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		return cancelled(err)
 	}
 
+	// With the session's MTP head and greedy sampling a step may feed two tokens: the chosen
+	// one and the head's draft of the next, kept when the model agrees — the draft then is
+	// the next greedy choice, and ahead holds the logits after it, already in the session.
+	drafter, _ := s.m.Graph.(model.Drafter)
+	speculative := s.mtp && drafter != nil && (o.Sampler == nil || o.Sampler.Params().Greedy())
+	var ahead []float32
+	advance := func(id int32) ([]float32, error) {
+		if ahead != nil {
+			l := ahead
+			ahead = nil
+			return l, nil
+		}
+		if speculative {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("engine: decode stopped: %w", err)
+			}
+			rows, ok := s.speculate(drafter, id)
+			if s.drafted {
+				g.Speculation.Drafted++
+				g.Speculation.Passes++
+			}
+			if ok {
+				g.Speculation.Accepted++
+				vocab := len(rows) / 2
+				ahead = rows[vocab:]
+				return rows[:vocab], nil
+			}
+			g.Speculation.Passes++
+		}
+		return s.Decode(ctx, id)
+	}
+
 	start = time.Now()
-	defer func() { g.Decode = time.Since(start) }()
 	for {
 		id, err := pick(logits)
 		if err != nil {
@@ -115,11 +149,15 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 			g.FinishReason = FinishStop
 			break
 		}
-		if len(g.Tokens) >= o.MaxTokens || s.pos >= s.Capacity() {
+		fed := s.pos // tokens in the session, not counting an accepted draft not yet chosen
+		if ahead != nil {
+			fed--
+		}
+		if len(g.Tokens) >= o.MaxTokens || fed >= s.Capacity() {
 			g.FinishReason = FinishLength
 			break
 		}
-		if logits, err = s.Decode(ctx, id); err != nil {
+		if logits, err = advance(id); err != nil {
 			g.Decode = time.Since(start)
 			return cancelled(err)
 		}

@@ -44,19 +44,17 @@ func (s *Session) DecodeGreedy(ctx context.Context, logits []float32, n int) ([]
 		}
 		// Draft only where an accepted draft still leaves a token to return, so the
 		// session ends where plain decoding would.
-		if s.mtp && drafter != nil && len(out) <= n-2 && s.check([]int32{next, 0}) == nil {
-			draft := s.draft(drafter, next)
-			if s.check([]int32{next, draft}) == nil {
+		if s.mtp && drafter != nil && len(out) <= n-2 {
+			if rows, ok := s.speculate(drafter, next); ok {
+				st.Drafted++
+				st.Accepted++
+				st.Passes++
+				out = append(out, int32(argmaxLogits(rows[:vocab])))
+				next = int32(argmaxLogits(rows[vocab:]))
+				continue
+			} else if s.drafted {
 				st.Drafted++
 				st.Passes++
-				rows := s.verify(drafter, next, draft)
-				if int32(argmaxLogits(rows[:vocab])) == draft {
-					st.Accepted++
-					out = append(out, draft)
-					next = int32(argmaxLogits(rows[vocab:]))
-					continue
-				}
-				s.rollback(drafter, 2)
 			}
 		}
 		if err := s.check([]int32{next}); err != nil {
@@ -66,6 +64,29 @@ func (s *Session) DecodeGreedy(ctx context.Context, logits []float32, n int) ([]
 		next = int32(argmaxLogits(s.forward([]int32{next}, false)))
 	}
 	return out, st, nil
+}
+
+// speculate feeds tok and the MTP head's draft of the token after it in one verification
+// pass. When the model's own choice after tok is the draft, both stay in the session and it
+// returns the two positions' logits ([2·vocab]); otherwise it undoes the pass and returns
+// false, and the caller feeds tok alone. s.drafted says whether a verification pass ran.
+func (s *Session) speculate(d model.Drafter, tok int32) ([]float32, bool) {
+	s.drafted = false
+	if s.check([]int32{tok, 0}) != nil {
+		return nil, false
+	}
+	draft := s.draft(d, tok)
+	if s.check([]int32{tok, draft}) != nil {
+		return nil, false
+	}
+	s.drafted = true
+	vocab := s.m.Config().Vocab
+	rows := s.verify(d, tok, draft)
+	if int32(argmaxLogits(rows[:vocab])) == draft {
+		return rows, true
+	}
+	s.rollback(d, 2)
+	return nil, false
 }
 
 // draft asks the MTP head for the token after tok, which is about to be fed at s.pos.
