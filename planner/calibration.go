@@ -28,6 +28,12 @@ type Calibration struct {
 	BaseMiB float64 `json:"base_mib"`
 	// ScratchMiBPerChunkToken is the prefill scratch each chunk token above MinChunk adds.
 	ScratchMiBPerChunkToken float64 `json:"scratch_mib_per_chunk_token"`
+	// AttentionScratchBytesPerPositionF32 and …F16 are transient attention memory per
+	// context position for each KV precision: a backend that repacks the cache for a prefill
+	// chunk's attention (the CPU backend packs every position's keys, and widens f16 values
+	// to f32) needs it on top of the cache. Absent means 0: Metal reads the cache in place.
+	AttentionScratchBytesPerPositionF32 float64 `json:"attention_scratch_bytes_per_position_f32,omitempty"`
+	AttentionScratchBytesPerPositionF16 float64 `json:"attention_scratch_bytes_per_position_f16,omitempty"`
 	// MinChunk is the smallest prefill chunk; its scratch is part of BaseMiB.
 	MinChunk int `json:"min_chunk"`
 	// AlignmentBytes is the granularity of the backend's buffers; the KV and scratch terms
@@ -44,6 +50,14 @@ const (
 	StatusPlaceholder = "placeholder"
 )
 
+// attentionScratch is the transient attention bytes per context position at precision p.
+func (c Calibration) attentionScratch(p Precision) float64 {
+	if p == F16 {
+		return c.AttentionScratchBytesPerPositionF16
+	}
+	return c.AttentionScratchBytesPerPositionF32
+}
+
 // Validate reports the first field that makes the calibration unusable.
 func (c Calibration) Validate() error {
 	bad := func(format string, args ...any) error {
@@ -54,6 +68,8 @@ func (c Calibration) Validate() error {
 		return bad("base_mib must be ≥ 0, got %v", c.BaseMiB)
 	case c.ScratchMiBPerChunkToken < 0 || c.ScratchMiBPerChunkToken != c.ScratchMiBPerChunkToken:
 		return bad("scratch_mib_per_chunk_token must be ≥ 0, got %v", c.ScratchMiBPerChunkToken)
+	case !(c.AttentionScratchBytesPerPositionF32 >= 0) || !(c.AttentionScratchBytesPerPositionF16 >= 0):
+		return bad("attention scratch per position must be ≥ 0, got %v (f32) and %v (f16)", c.AttentionScratchBytesPerPositionF32, c.AttentionScratchBytesPerPositionF16)
 	case c.MinChunk <= 0 || c.MinChunk > LargestChunk:
 		return bad("min_chunk must be within [1, %d], got %d", LargestChunk, c.MinChunk)
 	case c.AlignmentBytes <= 0 || c.AlignmentBytes&(c.AlignmentBytes-1) != 0:

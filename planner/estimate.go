@@ -41,8 +41,11 @@ type Breakdown struct {
 	// ScratchTokens = max(0, chunk − min_chunk).
 	ScratchTokens int   `json:"scratch_tokens"`
 	ScratchBytes  int64 `json:"scratch_bytes"`
-	MTPBytes      int64 `json:"mtp_bytes"`
-	TotalBytes    int64 `json:"total_bytes"`
+	// AttentionScratchBytes = context × the calibration's attention scratch per position:
+	// one chunk's transient copy of the cache (0 on backends that read it in place).
+	AttentionScratchBytes int64 `json:"attention_scratch_bytes"`
+	MTPBytes              int64 `json:"mtp_bytes"`
+	TotalBytes            int64 `json:"total_bytes"`
 }
 
 // NeedMiB is the total rounded up to a whole MiB: the number compared with the limit.
@@ -109,9 +112,11 @@ func Estimate(cfg Config, p Profile, c Calibration) (Breakdown, error) {
 		return bad("chunk %d needs more scratch than any device has", cfg.Chunk)
 	}
 	b.ScratchBytes = alignUp(int64(scratch), c.AlignmentBytes)
+	// One chunk runs at a time, so the attention copy covers one slot's context.
+	b.AttentionScratchBytes = alignUp(int64(math.Ceil(float64(cfg.Context)*c.attentionScratch(cfg.KV))), c.AlignmentBytes)
 	if cfg.MTP {
 		b.MTPBytes = p.MTPBytes
 	}
-	b.TotalBytes = b.ExpertCacheBytes + b.DenseBytes + b.BaseBytes + b.KVBytes + b.ScratchBytes + b.MTPBytes
+	b.TotalBytes = b.ExpertCacheBytes + b.DenseBytes + b.BaseBytes + b.KVBytes + b.ScratchBytes + b.AttentionScratchBytes + b.MTPBytes
 	return b, nil
 }

@@ -11,6 +11,9 @@ import (
 func TestFitCalibration(t *testing.T) {
 	p := redLiteProfile(t)
 	truth := RedLiteMetal()
+	// A backend that also copies the cache for attention (the CPU backend does).
+	truth.AttentionScratchBytesPerPositionF32 = 2048
+	truth.AttentionScratchBytesPerPositionF16 = 6144
 	var ms []Measurement
 	for _, ctx := range []int{4096, 8192, 16384} {
 		for _, chunk := range []int{512, 1024, 2048} {
@@ -32,6 +35,10 @@ func TestFitCalibration(t *testing.T) {
 	if got.Status != StatusMeasured || math.Abs(got.BaseMiB-truth.BaseMiB) > 0.01 ||
 		math.Abs(got.ScratchMiBPerChunkToken-truth.ScratchMiBPerChunkToken) > 1e-4 {
 		t.Errorf("fit base %v MiB, scratch %v MiB/token; want %v, %v", got.BaseMiB, got.ScratchMiBPerChunkToken, truth.BaseMiB, truth.ScratchMiBPerChunkToken)
+	}
+	if math.Abs(got.AttentionScratchBytesPerPositionF32-2048) > 8 || math.Abs(got.AttentionScratchBytesPerPositionF16-6144) > 8 {
+		t.Errorf("fit attention scratch %v (f32), %v (f16) bytes per position; want 2048, 6144",
+			got.AttentionScratchBytesPerPositionF32, got.AttentionScratchBytesPerPositionF16)
 	}
 	for _, m := range ms {
 		b, err := Estimate(Config{Context: m.Context, Slots: 1, KV: m.KV, Chunk: m.Chunk, Residency: ResidencyFull}, p, got)

@@ -177,6 +177,9 @@ func printPlan(w io.Writer, p planner.Plan, prof planner.Profile, cal planner.Ca
 	}
 	row("kv", b.KVBytes, kvDetail)
 	row("scratch", b.ScratchBytes, fmt.Sprintf("%s chunk tokens above %d", planner.Commas(int64(b.ScratchTokens)), cal.MinChunk))
+	if b.AttentionScratchBytes > 0 {
+		row("attention", b.AttentionScratchBytes, "transient copy of the cache for a chunk's attention")
+	}
 	row("mtp", b.MTPBytes, "")
 	row("total", b.TotalBytes, fmt.Sprintf("rounded up to %s MiB", planner.Commas(p.NeedMiB)))
 	tw.Flush()
