@@ -91,7 +91,7 @@ func checkAB(mr, nr, k int, a []float32, lda int, b []float32, ldb int) {
 }
 
 // packPanels writes x [n, k] k-major in panels of nr tokens: panel p holds x[p·nr+j][kk] at
-// kk·nr+j, zero for tokens past n.
+// kk·nr+j, zero for tokens past n. Whole 16×16 blocks are transposed in registers.
 func packPanels(p *pool, dst, x []float32, n, k, nr int) {
 	panels := (n + nr - 1) / nr
 	p.parallel(panels, 1, func(lo, hi int) {
@@ -102,10 +102,27 @@ func packPanels(p *pool, dst, x []float32, n, k, nr int) {
 			if tn < nr {
 				clear(panel)
 			}
+			j0, k0 := 0, 0 // tokens and features done in 16×16 blocks
+			if nr%16 == 0 {
+				for ; j0+16 <= tn; j0 += 16 {
+					for k0 = 0; k0+16 <= k; k0 += 16 {
+						if !transpose16(x[(t0+j0)*k+k0:], k, panel[k0*nr+j0:], nr) {
+							break
+						}
+					}
+					if k0 != k&^15 {
+						k0 = 0
+						break
+					}
+				}
+			}
 			for j := 0; j < tn; j++ {
-				src := x[(t0+j)*k : (t0+j+1)*k]
-				for kk, v := range src {
-					panel[kk*nr+j] = v
+				kk := 0
+				if j < j0 {
+					kk = k0 // the blocks covered this token's first k0 features
+				}
+				for ; kk < k; kk++ {
+					panel[kk*nr+j] = x[(t0+j)*k+kk]
 				}
 			}
 		}

@@ -17,6 +17,9 @@ func gemm12x32AVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32
 func gemm12x32TAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, m, n int)
 
 //go:noescape
+func transpose16AVX512(src *float32, lds int, dst *float32, ldd int)
+
+//go:noescape
 func gemm6x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
 
 // cpuFeatures reports whether the CPU and the OS support AVX2 with FMA, and AVX-512F (the
@@ -39,6 +42,22 @@ func cpuFeatures() (avx2, avx512 bool) {
 	avx2 = ebx7&(1<<5) != 0
 	avx512 = avx2 && ebx7&(1<<16) != 0 && xcr0&0xe0 == 0xe0
 	return avx2, avx512
+}
+
+// useTranspose16 selects transpose16AVX512 for packing.
+var useTranspose16 = func() bool { _, avx512 := cpuFeatures(); return avx512 }()
+
+// transpose16 writes the transpose of the 16×16 block at src (row stride lds) to dst (row
+// stride ldd); it reports false, doing nothing, when there is no assembly for it.
+func transpose16(src []float32, lds int, dst []float32, ldd int) bool {
+	if !useTranspose16 {
+		return false
+	}
+	if len(src) < 15*lds+16 || len(dst) < 15*ldd+16 {
+		panic("cpu: transpose16 out of bounds")
+	}
+	transpose16AVX512(&src[0], lds, &dst[0], ldd)
+	return true
 }
 
 // asmKernels lists the micro-kernels this CPU can run, best first; the pure-Go kernel is

@@ -6,3 +6,5 @@ package cpu
 var asmKernels []gemmKernel
 
 func pause() {}
+
+func transpose16(src []float32, lds int, dst []float32, ldd int) bool { return false }

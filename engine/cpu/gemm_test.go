@@ -150,3 +150,43 @@ func BenchmarkMatMul(b *testing.B) {
 		}
 	}
 }
+
+func TestPackPanels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	p := newPool(2)
+	for _, shape := range [][3]int{{1, 5, 16}, {33, 40, 32}, {64, 1024, 32}} {
+		n, k, nr := shape[0], shape[1], shape[2]
+		x := randomTensor(rng, n*k).data
+		panels := (n + nr - 1) / nr
+		dst := make([]float32, panels*nr*k)
+		for i := range dst {
+			dst[i] = float32(math.NaN())
+		}
+		packPanels(p, dst, x, n, k, nr)
+		for pn := 0; pn < panels; pn++ {
+			for kk := 0; kk < k; kk++ {
+				for j := 0; j < nr; j++ {
+					var want float32
+					if t0 := pn*nr + j; t0 < n {
+						want = x[t0*k+kk]
+					}
+					if got := dst[(pn*k+kk)*nr+j]; got != want {
+						t.Fatalf("n=%d k=%d: panel %d feature %d token %d = %v, want %v", n, k, pn, kk, j, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkPackPanels(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 3))
+	const n, k, nr = 512, 1024, 32
+	x := randomTensor(rng, n*k).data
+	dst := make([]float32, n*k)
+	p := newPool(1)
+	b.SetBytes(n * k * 4)
+	for b.Loop() {
+		packPanels(p, dst, x, n, k, nr)
+	}
+}
