@@ -204,7 +204,11 @@ func waitHTTP(t *testing.T, url string, code int) {
 // library) runs on the daemon; so does one from jobs/examples/raw_enqueue.py.
 func TestRawRedisEnqueue(t *testing.T) {
 	b := setup(t)
-	startDaemon(t, b.cfg, Observer{})
+	// The cancelled job must stay in retry long enough for the test to see it there: with
+	// the bundle's 100 ms back-off it may already be running again when the status is read.
+	cfg := b.cfg
+	cfg.RetryDelay, cfg.MaxRetryDelay = time.Minute, time.Minute
+	startDaemon(t, cfg, Observer{})
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
 	defer rdb.Close()
