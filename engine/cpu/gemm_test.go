@@ -190,3 +190,47 @@ func BenchmarkPackPanels(b *testing.B) {
 		packPanels(p, dst, x, n, k, nr)
 	}
 }
+
+// randomBlocks is a weight of random bytes with the f16 scales of each block set to small
+// finite values: quick to make at sizes where quantizing would take long.
+func randomBlocks(t testing.TB, b *Backend, rng *rand.Rand, typ quant.Type, rows, cols int) *weight {
+	t.Helper()
+	data := make([]byte, typ.RowBytes(rows*cols))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	scales := map[quant.Type][]int{quant.Q8_0: {0}, quant.Q4_K: {0, 2}, quant.Q6_K: {208}, quant.IQ2_XXS: {0}, quant.Q5_K: {0, 2}}[typ]
+	for o := 0; o < len(data); o += typ.TypeSize() {
+		for _, off := range scales {
+			h := quant.F32ToF16(float32(0.001 + 0.01*rng.Float64()))
+			data[o+off], data[o+off+1] = byte(h), byte(h>>8)
+		}
+	}
+	w, err := b.Weight(fmt.Sprintf("blk.0.%v.weight", typ), typ, []int{cols, rows}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.(*weight)
+}
+
+// BenchmarkGEMV times one token through a weight the size of Qwen3-0.6B's output matrix
+// (151,936 × 1024), which does not fit any cache: the figure is weight bytes per second
+// streamed from memory.
+func BenchmarkGEMV(b *testing.B) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	const rows, cols = 151936, 1024
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_K, quant.Q6_K} {
+		for _, threads := range []int{1, 2} {
+			be := New(threads)
+			w := randomBlocks(b, be, rng, typ, rows, cols)
+			c := be.NewContext().(*context)
+			x := randomTensor(rng, 1, cols)
+			b.Run(fmt.Sprintf("%v/t=%d", typ, threads), func(b *testing.B) {
+				b.SetBytes(int64(len(w.data)))
+				for b.Loop() {
+					c.MatMul(w, x)
+				}
+			})
+		}
+	}
+}

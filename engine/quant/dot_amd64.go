@@ -23,7 +23,18 @@ func hasAVX512F() bool {
 func dotQ8_0RowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
 
 //go:noescape
-func dotQ4_KRowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
+func dotQ4_KRowsAVX512(rows *byte, x *float32, nblocks, nrows, group int, out *float32)
+
+// q4kGroup is the number of blocks of a row the Q4_K kernel unpacks scales for at a time: at
+// most 4, and a divisor of the row's blocks.
+func q4kGroup(nblocks int) int {
+	for g := 4; g > 1; g-- {
+		if nblocks%g == 0 {
+			return g
+		}
+	}
+	return 1
+}
 
 //go:noescape
 func dotQ6_KRowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
@@ -38,7 +49,8 @@ func dotRowsFast(t Type, rows []byte, x []float32, out []float32) bool {
 	case Q8_0:
 		dotQ8_0RowsAVX512(&rows[0], &x[0], len(x)/32, len(out), &out[0])
 	case Q4_K:
-		dotQ4_KRowsAVX512(&rows[0], &x[0], len(x)/QK_K, len(out), &out[0])
+		nb := len(x) / QK_K
+		dotQ4_KRowsAVX512(&rows[0], &x[0], nb, len(out), q4kGroup(nb), &out[0])
 	case Q6_K:
 		dotQ6_KRowsAVX512(&rows[0], &x[0], len(x)/QK_K, len(out), &out[0])
 	default:
@@ -126,7 +138,8 @@ func dotQ4_K(row []byte, x []float32) float32 {
 	}
 	if useAVX512 {
 		var out float32
-		dotQ4_KRowsAVX512(&row[0], &x[0], len(x)/QK_K, 1, &out)
+		nb := len(x) / QK_K
+		dotQ4_KRowsAVX512(&row[0], &x[0], nb, 1, q4kGroup(nb), &out)
 		return out
 	}
 	return dotQ4_KAVX2(&row[0], &x[0], len(x)/QK_K)

@@ -142,12 +142,12 @@ done:
 // of each dword lane: no masking, conversion or FMSUB per weight.
 
 // Q4KTABLES builds the tables of sub-blocks 2J and 2J+1 into Z8 and Z9 from the scales at
-// R8.
+// R13.
 #define Q4KTABLES(J) \
-	VBROADCASTSS     (32+8*J)(R8), Z8; \
-	VFMSUB231PS.BCST (8*J)(R8), Z16, Z8; \
-	VBROADCASTSS     (36+8*J)(R8), Z9; \
-	VFMSUB231PS.BCST (4+8*J)(R8), Z16, Z9
+	VBROADCASTSS     (32+8*J)(R13), Z8; \
+	VFMSUB231PS.BCST (8*J)(R13), Z16, Z8; \
+	VBROADCASTSS     (36+8*J)(R13), Z9; \
+	VFMSUB231PS.BCST (4+8*J)(R13), Z16, Z9
 
 // Q4KHALF handles bytes 16H..16H+15 of chunk J: low nibbles are elements 64J+16H+l, high
 // nibbles 64J+32+16H+l.
@@ -159,25 +159,57 @@ done:
 	VFMADD231PS (256*J+64*H)(DI), Z12, ACCLO; \
 	VFMADD231PS (256*J+128+64*H)(DI), Z13, ACCHI
 
-// func dotQ4_KRowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
+// func dotQ4_KRowsAVX512(rows *byte, x *float32, nblocks, nrows, group int, out *float32)
 //
-// Blocks go in groups of up to four: the scales of the whole group are unpacked to the
-// frame first, so that the loads of a block's scales never wait on a store just issued.
-// Frame: 4 × 64 bytes of scales.
-TEXT ·dotQ4_KRowsAVX512(SB), NOSPLIT, $256-40
+// The blocks of all rows are taken in groups of group blocks (group divides nblocks, at most
+// 4). The scales of group g+1 are unpacked to the frame before group g is multiplied, so
+// that a block's scale loads never wait on the stores just issued for them (that wait had
+// cost a third of the kernel's time).
+//
+// Frame: two buffers of 4 × 64 bytes of scales (per block 8 d·scale, then 8 dmin·min).
+TEXT ·dotQ4_KRowsAVX512(SB), NOSPLIT, $512-48
 	MOVQ    rows+0(FP), SI
 	MOVQ    x+8(FP), R10
-	MOVQ    nblocks+16(FP), DX
+	MOVQ    nblocks+16(FP), AX
 	MOVQ    nrows+24(FP), R11
-	MOVQ    out+32(FP), BX
-	MOVQ    $iota16<>(SB), AX
-	VMOVUPS (AX), Z16
-	MOVQ    $kqHalves<>(SB), AX
-	VMOVUPS (AX), Z17
+	MOVQ    group+32(FP), DX
+	MOVQ    out+40(FP), BX
+	MOVQ    $iota16<>(SB), CX
+	VMOVUPS (CX), Z16
+	MOVQ    $kqHalves<>(SB), CX
+	VMOVUPS (CX), Z17
 
-row:
-	MOVQ   R10, DI
-	MOVQ   DX, CX
+	// R12 = groups per row, R11 = groups in all, R15 = groups left in this row.
+	XORQ  R12, R12
+	TESTQ DX, DX
+	JZ    empty
+	MOVQ  AX, CX
+	MOVQ  DX, R13
+	MOVQ  AX, R12
+	XORQ  DX, DX
+	MOVQ  R12, AX
+	DIVQ  R13
+	MOVQ  AX, R12
+	MOVQ  R13, DX
+	TESTQ R12, R12
+	JZ    empty
+	IMULQ R12, R11
+	MOVQ  R12, R15
+
+	LEAQ 0(SP), R8   // scales of the current group
+	LEAQ 256(SP), R9 // scales of the next group
+	MOVQ SI, R14     // next block to unpack
+	MOVQ R8, R13
+	MOVQ DX, CX
+
+first:
+	KSCALES512(R14, R13)
+	ADDQ $144, R14
+	ADDQ $64, R13
+	DECQ CX
+	JNZ  first
+
+	MOVQ R10, DI
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -186,29 +218,23 @@ row:
 	VPXORD Z21, Z21, Z21
 	VPXORD Z22, Z22, Z22
 	VPXORD Z23, Z23, Z23
-	TESTQ  CX, CX
-	JZ     done
 
 group:
-	MOVQ CX, R12
-	CMPQ R12, $4
-	JLE  counted
-	MOVQ $4, R12
+	CMPQ R11, $1
+	JLE  process
+	MOVQ R9, R13
+	MOVQ DX, CX
 
-counted:
-	MOVQ SI, R9
-	MOVQ SP, R8
-	MOVQ R12, R13
+ahead:
+	KSCALES512(R14, R13)
+	ADDQ $144, R14
+	ADDQ $64, R13
+	DECQ CX
+	JNZ  ahead
 
-scales:
-	KSCALES512(R9, R8)
-	ADDQ $144, R9
-	ADDQ $64, R8
-	DECQ R13
-	JNZ  scales
-
-	MOVQ SP, R8
-	SUBQ R12, CX
+process:
+	MOVQ R8, R13
+	MOVQ DX, CX
 
 block:
 	Q4KTABLES(0)
@@ -225,14 +251,15 @@ block:
 	Q4KHALF(3, 1, Z22, Z23)
 	ADDQ $144, SI
 	ADDQ $1024, DI
-	ADDQ $64, R8
-	DECQ R12
+	ADDQ $64, R13
+	DECQ CX
 	JNZ  block
 
-	TESTQ CX, CX
-	JNZ   group
+	XCHGQ R8, R9
+	DECQ  R15
+	JNZ   next
 
-done:
+	// End of a row.
 	VADDPS Z20, Z0, Z0
 	VADDPS Z21, Z1, Z1
 	VADDPS Z22, Z2, Z2
@@ -243,8 +270,22 @@ done:
 	HSUM512
 	VMOVSS X0, (BX)
 	ADDQ   $4, BX
-	DECQ   R11
-	JNZ    row
+	MOVQ   R10, DI
+	MOVQ   R12, R15
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+next:
+	DECQ R11
+	JNZ  group
+
+empty:
 	VZEROUPPER
 	RET
 
