@@ -205,6 +205,7 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 		return out
 	}
 	group := heads / kc.kvHeads
+	row := kc.kvHeads * hd // floats per position in the cache
 	c.b.pool.parallel(n*heads, 1, func(lo, hi int) {
 		scores := make([]float32, pos0+n)
 		kbuf := make([]float32, hd)
@@ -214,6 +215,13 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 			g := h / group
 			qv := qt.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
 			s := scores[:pos0+i+1] // causal: attend to positions 0 … pos0+i
+			dst := out.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
+			if kc.dtype == ml.F32 {
+				scoresStrided(kc.k32[layer][g*hd:], row, qv, s)
+				softmax32(s, scale)
+				weightedRows(s, kc.v32[layer][g*hd:], row, dst)
+				continue
+			}
 			for p := range s {
 				s[p] = quant.Dot(qv, kc.key(layer, p, g, kbuf))
 			}
@@ -222,7 +230,7 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 			for p, w := range s {
 				quant.Axpy(w, kc.value(layer, p, g, kbuf), acc)
 			}
-			copy(out.data[(i*heads+h)*hd:], acc)
+			copy(dst, acc)
 		}
 	})
 	return out

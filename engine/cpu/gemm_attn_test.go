@@ -48,13 +48,13 @@ func refAttention(q []float32, n, heads, hd int, kc *cache, layer, pos0 int, sca
 // cache precisions, a prefix already in the cache and a last tile that is not full.
 func TestAttentionGemm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
-	const heads, kvHeads, hd, layer = 4, 2, 64, 1
+	const heads, kvHeads, layer = 4, 2, 1
 	b := New(2)
 	for _, dt := range []ml.DType{ml.F32, ml.F16} {
 		for _, kern := range gemmKernels {
-			for _, shape := range [][2]int{{0, 37}, {21, 13}, {5, 1}} {
-				pos0, n := shape[0], shape[1]
-				t.Run(fmt.Sprintf("%v/%s/pos0=%d/n=%d", dt, kern.name, pos0, n), func(t *testing.T) {
+			for _, shape := range [][3]int{{0, 37, 64}, {21, 13, 64}, {5, 1, 64}, {40, 1, 128}, {3, 2, 128}} {
+				pos0, n, hd := shape[0], shape[1], shape[2]
+				t.Run(fmt.Sprintf("%v/%s/pos0=%d/n=%d/hd=%d", dt, kern.name, pos0, n, hd), func(t *testing.T) {
 					cc, err := b.NewCache(2, kvHeads, hd, pos0+n+3, dt)
 					if err != nil {
 						t.Fatal(err)

@@ -1,6 +1,10 @@
 package cpu
 
-import "math"
+import (
+	"math"
+
+	"github.com/redlite/batch/engine/quant"
+)
 
 // softmaxGo replaces x by softmax(x·scale) computed as ggml does: s = x·scale, the
 // exponentials of s − max(s) in float32, their sum in float64, then one multiplication by
@@ -28,5 +32,18 @@ func swigluGo(out, g, u []float32) {
 	g, u = g[:len(out)], u[:len(out)]
 	for i := range out {
 		out[i] = silu(g[i]) * u[i]
+	}
+}
+
+func scoresStridedGo(a []float32, lda int, x []float32, out []float32) {
+	for r := range out {
+		out[r] = quant.Dot(a[r*lda:r*lda+len(x)], x)
+	}
+}
+
+func weightedRowsGo(w []float32, a []float32, lda int, out []float32) {
+	clear(out)
+	for r, v := range w {
+		quant.Axpy(v, a[r*lda:r*lda+len(out)], out)
 	}
 }

@@ -8,6 +8,12 @@ func softmaxAVX512(x *float32, n int, scale float32)
 //go:noescape
 func swigluAVX512(out, gate, up *float32, n int)
 
+//go:noescape
+func dotStridedAVX512(a *float32, lda int, x *float32, n, rows int, out *float32)
+
+//go:noescape
+func weightedRowsAVX512(w *float32, rows int, a *float32, lda int, out *float32)
+
 // useAVX512 selects the AVX-512 exponential kernels.
 var useAVX512 = func() bool { _, avx512 := cpuFeatures(); return avx512 }()
 
@@ -28,4 +34,29 @@ func swiglu(out, g, u []float32) {
 		panic("cpu: swiglu of unequal lengths")
 	}
 	swigluAVX512(&out[0], &g[0], &u[0], len(out))
+}
+
+// scoresStrided sets out[r] = a[r·lda : r·lda+len(x)] · x for r < len(out).
+func scoresStrided(a []float32, lda int, x []float32, out []float32) {
+	n := len(x)
+	if !useAVX512 || n%16 != 0 || n == 0 || len(out) == 0 {
+		scoresStridedGo(a, lda, x, out)
+		return
+	}
+	if len(a) < (len(out)-1)*lda+n {
+		panic("cpu: scoresStrided out of bounds")
+	}
+	dotStridedAVX512(&a[0], lda, &x[0], n, len(out), &out[0])
+}
+
+// weightedRows sets out[i] = Σ_r w[r]·a[r·lda+i] for i < len(out), summed in r order.
+func weightedRows(w []float32, a []float32, lda int, out []float32) {
+	if !useAVX512 || len(out) != 128 || len(w) == 0 {
+		weightedRowsGo(w, a, lda, out)
+		return
+	}
+	if len(a) < (len(w)-1)*lda+128 {
+		panic("cpu: weightedRows out of bounds")
+	}
+	weightedRowsAVX512(&w[0], len(w), &a[0], lda, &out[0])
 }

@@ -4,3 +4,9 @@ package cpu
 
 func softmax32(x []float32, scale float32) { softmaxGo(x, scale) }
 func swiglu(out, g, u []float32)           { swigluGo(out, g, u) }
+
+func scoresStrided(a []float32, lda int, x []float32, out []float32) {
+	scoresStridedGo(a, lda, x, out)
+}
+
+func weightedRows(w []float32, a []float32, lda int, out []float32) { weightedRowsGo(w, a, lda, out) }

@@ -55,3 +55,29 @@ func TestSwiGLU(t *testing.T) {
 		}
 	}
 }
+
+func TestStridedKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, rows := range []int{1, 2, 7, 130} {
+		const n, lda = 128, 1024
+		a := randomTensor(rng, (rows-1)*lda+n).data
+		x := randomTensor(rng, n).data
+		got, want := make([]float32, rows), make([]float32, rows)
+		scoresStrided(a, lda, x, got)
+		scoresStridedGo(a, lda, x, want)
+		for r := range got {
+			if math.Abs(float64(got[r]-want[r])) > 1e-4*(1+math.Abs(float64(want[r]))) {
+				t.Fatalf("rows %d: score %d = %v, want %v", rows, r, got[r], want[r])
+			}
+		}
+		w := randomTensor(rng, rows).data
+		o1, o2 := make([]float32, n), make([]float32, n)
+		weightedRows(w, a, lda, o1)
+		weightedRowsGo(w, a, lda, o2)
+		for i := range o1 {
+			if math.Abs(float64(o1[i]-o2[i])) > 1e-4*(1+math.Abs(float64(o2[i]))) {
+				t.Fatalf("rows %d: output %d = %v, want %v", rows, i, o1[i], o2[i])
+			}
+		}
+	}
+}
