@@ -337,19 +337,30 @@ GLOBL iota16<>(SB), RODATA|NOPTR, $64
 	VCVTDQ2PS    Z8, Z8; \
 	VCVTDQ2PS    Z4, Z4; \
 	VCVTDQ2PS    Z5, Z5; \
-	VMULPS.BCST  (S)(SP), Z7, Z7; \
-	VMULPS.BCST  (S+8)(SP), Z8, Z8; \
-	VMULPS.BCST  (S+16)(SP), Z4, Z4; \
-	VMULPS.BCST  (S+24)(SP), Z5, Z5; \
+	VMULPS.BCST  (S)(R8), Z7, Z7; \
+	VMULPS.BCST  (S+8)(R8), Z8, Z8; \
+	VMULPS.BCST  (S+16)(R8), Z4, Z4; \
+	VMULPS.BCST  (S+24)(R8), Z5, Z5; \
 	VFMADD231PS  (XOFF)(DI), Z7, Z0; \
 	VFMADD231PS  (XOFF+128)(DI), Z8, Z1; \
 	VFMADD231PS  (XOFF+256)(DI), Z4, Z2; \
 	VFMADD231PS  (XOFF+384)(DI), Z5, Z3
 
+// Q6KSCALES stores the 16 scales d·sc of the block at SRC to DST.
+#define Q6KSCALES(SRC, DST) \
+	VPBROADCASTW 208(SRC), Y4; \
+	VCVTPH2PS    Y4, Z4; \
+	VPMOVSXBD    192(SRC), Z5; \
+	VCVTDQ2PS    Z5, Z5; \
+	VMULPS       Z4, Z5, Z5; \
+	VMOVUPS      Z5, (DST)
+
 // func dotQ6_KRowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
 //
-// Frame: 0(SP) the 16 float scales d·sc.
-TEXT ·dotQ6_KRowsAVX512(SB), NOSPLIT, $64-40
+// The blocks of all rows form one sequence; the next block's scales are stored before the
+// current block is multiplied, so its scale loads never wait on a store just issued.
+// Frame: two buffers of 16 float scales.
+TEXT ·dotQ6_KRowsAVX512(SB), NOSPLIT, $128-40
 	MOVQ         rows+0(FP), SI
 	MOVQ         x+8(FP), R10
 	MOVQ         nblocks+16(FP), DX
@@ -361,44 +372,57 @@ TEXT ·dotQ6_KRowsAVX512(SB), NOSPLIT, $64-40
 	VPBROADCASTD AX, Z14
 	MOVL         $32, AX
 	VPBROADCASTD AX, Z13
-
-row:
-	MOVQ   R10, DI
-	MOVQ   DX, CX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	TESTQ  CX, CX
-	JZ     done
+	TESTQ        DX, DX
+	JZ           empty
+	IMULQ        DX, R11 // blocks in all
+	TESTQ        R11, R11
+	JZ           empty
+	MOVQ         DX, R12 // blocks left in this row
+	LEAQ         0(SP), R8
+	LEAQ         64(SP), R9
+	Q6KSCALES(SI, R8)
+	MOVQ         R10, DI
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
 
 block:
-	VPBROADCASTW 208(SI), Y4
-	VCVTPH2PS    Y4, Z4
-	VPMOVSXBD    192(SI), Z5
-	VCVTDQ2PS    Z5, Z5
-	VMULPS       Z4, Z5, Z5
-	VMOVUPS      Z5, 0(SP)
+	CMPQ R11, $1
+	JLE  process
+	LEAQ 210(SI), AX
+	Q6KSCALES(AX, R9)
 
+process:
 	// Q6K512(ql offset, qh offset, x byte offset, scale byte offset)
 	Q6K512(0, 128, 0, 0)
 	Q6K512(16, 144, 64, 4)
 	Q6K512(64, 160, 512, 32)
 	Q6K512(80, 176, 576, 36)
 
-	ADDQ $210, SI
-	ADDQ $1024, DI
-	DECQ CX
-	JNZ  block
+	ADDQ  $210, SI
+	ADDQ  $1024, DI
+	XCHGQ R8, R9
+	DECQ  R12
+	JNZ   next
 
-done:
 	VADDPS Z1, Z0, Z0
 	VADDPS Z3, Z2, Z2
 	VADDPS Z2, Z0, Z0
 	HSUM512
 	VMOVSS X0, (BX)
 	ADDQ   $4, BX
-	DECQ   R11
-	JNZ    row
+	MOVQ   R10, DI
+	MOVQ   DX, R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+next:
+	DECQ R11
+	JNZ  block
+
+empty:
 	VZEROUPPER
 	RET
