@@ -261,7 +261,9 @@ func TestJobs(t *testing.T) {
 		st := waitFor(t, b.client, job.ID, "stop at the deadline", func(st jobs.Status) bool {
 			return st.State != jobs.StateActive && st.Result != nil
 		})
-		if st.State != jobs.StateArchived && st.State != jobs.StateRetry {
+		// asynq counts the attempt as failed: the job waits to retry (or, with the test's
+		// 100 ms back-off, may already be pending again) until its retries are spent.
+		if st.State != jobs.StateArchived && st.State != jobs.StateRetry && st.State != jobs.StatePending {
 			t.Errorf("state after the deadline: %s", st.State)
 		}
 		if !strings.Contains(st.LastError, "deadline") {
