@@ -125,6 +125,13 @@ func (r *run) do(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(opts.Timeout)*time.Second)
 		defer cancel()
 	}
+	// An attempt that starts past the job's deadline (asynq retries a job its deadline
+	// stopped) can do nothing, and must not overwrite the partial result of the attempt the
+	// deadline stopped.
+	if d := r.payloadDeadline(); !d.IsZero() && !time.Now().Before(d) {
+		r.outcome = outcomeCancelled
+		return permanent(fmt.Errorf("deadline %s passed before this attempt: %w", d.Format(time.RFC3339), context.DeadlineExceeded))
+	}
 	var sampling jobs.Sampling
 	switch p := p.(type) {
 	case *jobs.Generate:
