@@ -1,18 +1,16 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlite/batch/internal/testlog"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -90,32 +88,10 @@ func setup(t *testing.T, opts ...redistest.Option) *testBundle {
 	return &testBundle{redis: r, client: client, insp: insp, cfg: cfg, model: model}
 }
 
-// testLogger writes the daemon's log to the test log, dropped once the test has ended.
-func testLogger(t *testing.T) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct {
-	mu   sync.Mutex
-	t    *testing.T
-	done bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
 // startDaemon runs a daemon in-process until the test ends.
 func startDaemon(t *testing.T, cfg Config, obs Observer) *Daemon {
 	t.Helper()
-	d, err := New(cfg, Options{Logger: testLogger(t), Registry: prometheus.NewRegistry(), Observer: obs})
+	d, err := New(cfg, Options{Logger: testlog.New(t, slog.LevelDebug), Registry: prometheus.NewRegistry(), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +106,7 @@ func startDaemon(t *testing.T, cfg Config, obs Observer) *Daemon {
 // daemonProcess is redlited as a child process (this test binary, see TestMain).
 type daemonProcess struct {
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *testlog.Buffer
 	exited chan struct{}
 	err    error
 }
@@ -151,7 +127,7 @@ func startDaemonProcess(t *testing.T, cfg Config) *daemonProcess {
 		"REDLITE_RETRY_DELAY="+cfg.RetryDelay.String(),
 		"REDLITE_SHUTDOWN_TIMEOUT="+cfg.ShutdownTimeout.String(),
 	)
-	p := &daemonProcess{cmd: cmd, out: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &daemonProcess{cmd: cmd, out: &testlog.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -181,23 +157,6 @@ func (p *daemonProcess) wait(t *testing.T) error {
 		t.Fatalf("daemon process did not exit within %v; output:\n%s", waitLimit, p.out.String())
 		return nil
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // waitFor polls the job's status until cond holds: asynq announces no state change, so

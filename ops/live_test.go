@@ -3,13 +3,13 @@ package ops
 import (
 	"bufio"
 	"context"
+	"github.com/redlite/batch/internal/testlog"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -100,7 +100,7 @@ func TestAgainstLiveDaemon(t *testing.T) {
 	cfg.ShutdownTimeout = 5 * time.Second
 	// Registry nil: the daemon's own registry, with the Go and process collectors, exactly
 	// as redlited serves it.
-	d, err := daemon.New(cfg, daemon.Options{Logger: testLogger(t)})
+	d, err := daemon.New(cfg, daemon.Options{Logger: testlog.New(t, slog.LevelInfo)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,26 +208,4 @@ func TestAgainstLiveDaemon(t *testing.T) {
 			t.Errorf("asynqmon's %s answers %s %.200q; want 200 listing queue %s", u.Path, resp.Status, body, jobs.QueueDefault)
 		}
 	})
-}
-
-// testLogger writes the daemon's log to the test log until the test ends.
-func testLogger(t *testing.T) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-type testWriter struct {
-	mu   sync.Mutex
-	t    *testing.T
-	done bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
 }

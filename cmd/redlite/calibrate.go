@@ -148,7 +148,6 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return tw.Flush()
 }
 
-
 func parseInts(s string) ([]int, error) {
 	var out []int
 	for i, part := range strings.Split(s, ",") {

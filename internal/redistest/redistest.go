@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/redlite/batch/internal/testlog"
 	"net"
 	"os"
 	"os/exec"
@@ -44,7 +45,7 @@ type Server struct {
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when cmd has been waited for
 	waitErr error
-	log     *lockedBuffer
+	log     *testlog.Buffer
 }
 
 // Option configures Start.
@@ -192,7 +193,7 @@ func (s *Server) start() error {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
-	log := &lockedBuffer{}
+	log := &testlog.Buffer{}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	cmd.Stdout = log
@@ -280,21 +281,4 @@ func freePort() (int, error) {
 		}
 	}
 	return 0, errors.New("find a free port: the kernel kept offering 6379")
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
