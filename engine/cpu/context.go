@@ -11,6 +11,9 @@ import (
 // context runs every operation as it is issued; Compute has nothing left to do.
 type context struct {
 	b *Backend
+	// rope caches the rotation tables of the positions of this pass: every layer rotates
+	// its queries and keys by the same angles.
+	rope map[ropeKey]*ropeTable
 }
 
 func (c *context) Compute() {}
@@ -123,23 +126,47 @@ func (c *context) RMSNorm(x ml.Tensor, w ml.Weight, eps float32) ml.Tensor {
 		for r := lo; r < hi; r++ {
 			src, dst := t.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
 			// The sum of squares in float64, as ggml does, so long rows lose nothing.
-			var sum float64
-			for _, v := range src {
-				sum += float64(v * v)
-			}
+			sum := sumSquares(src)
 			s := float32(1 / math.Sqrt(float64(float32(sum/float64(d))+eps)))
-			if scale == nil {
-				for i, v := range src {
-					dst[i] = v * s
-				}
-				continue
-			}
-			for i, v := range src {
-				dst[i] = v * s * scale[i]
-			}
+			scaleRow(dst, src, s, scale)
 		}
 	})
 	return out
+}
+
+type ropeKey struct {
+	pos0, n, dims int
+	base          float32
+}
+
+// ropeTable holds cos and sin of n positions' dims/2 angles, position-major.
+type ropeTable struct{ cos, sin []float32 }
+
+// ropeTable returns the rotation table of positions pos0 … pos0+n−1.
+func (c *context) ropeTable(pos0, n int, r ml.RoPE) *ropeTable {
+	key := ropeKey{pos0, n, r.Dims, r.Base}
+	if t, ok := c.rope[key]; ok {
+		return t
+	}
+	half := r.Dims / 2
+	t := &ropeTable{cos: make([]float32, n*half), sin: make([]float32, n*half)}
+	thetaScale := float32(math.Pow(float64(r.Base), -2/float64(r.Dims)))
+	c.b.pool.parallel(n, 16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			// theta_k = pos · base^(−2k/dims), built by repeated multiplication like ggml's cache.
+			theta := float32(pos0 + i)
+			for k := 0; k < half; k++ {
+				t.cos[i*half+k] = float32(math.Cos(float64(theta)))
+				t.sin[i*half+k] = float32(math.Sin(float64(theta)))
+				theta *= thetaScale
+			}
+		}
+	})
+	if c.rope == nil {
+		c.rope = map[ropeKey]*ropeTable{}
+	}
+	c.rope[key] = t
+	return t
 }
 
 func (c *context) RoPE(x ml.Tensor, pos0 int, r ml.RoPE) ml.Tensor {
@@ -153,21 +180,13 @@ func (c *context) RoPE(x ml.Tensor, pos0 int, r ml.RoPE) ml.Tensor {
 	}
 	out := newTensor(t.shape...)
 	copy(out.data, t.data)
-	thetaScale := float32(math.Pow(float64(r.Base), -2/float64(r.Dims)))
-	c.b.pool.parallel(n, 1, func(lo, hi int) {
-		cos := make([]float32, r.Dims/2)
-		sin := make([]float32, r.Dims/2)
+	tab := c.ropeTable(pos0, n, r)
+	half := r.Dims / 2
+	c.b.pool.parallel(n, 4, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			// theta_k = pos · base^(−2k/dims), built by repeated multiplication like ggml's cache.
-			theta := float32(pos0 + i)
-			for k := range cos {
-				cos[k] = float32(math.Cos(float64(theta)))
-				sin[k] = float32(math.Sin(float64(theta)))
-				theta *= thetaScale
-			}
+			cos, sin := tab.cos[i*half:(i+1)*half], tab.sin[i*half:(i+1)*half]
 			for h := 0; h < heads; h++ {
 				v := out.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
-				half := r.Dims / 2
 				for k := 0; k < half; k++ {
 					a, b := 2*k, 2*k+1
 					if r.NeoX {

@@ -47,3 +47,27 @@ func weightedRowsGo(w []float32, a []float32, lda int, out []float32) {
 		quant.Axpy(v, a[r*lda:r*lda+len(out)], out)
 	}
 }
+
+// sumSquaresGo is Σ float64(v·v): each square rounded to float32, summed in float64.
+func sumSquaresGo(x []float32) float64 {
+	var sum float64
+	for _, v := range x {
+		sum += float64(v * v)
+	}
+	return sum
+}
+
+// scaleRowGo sets dst[i] = src[i]·s·w[i] (w nil: src[i]·s), rounding after each product.
+func scaleRowGo(dst, src []float32, s float32, w []float32) {
+	src = src[:len(dst)]
+	if w == nil {
+		for i, v := range src {
+			dst[i] = v * s
+		}
+		return
+	}
+	w = w[:len(dst)]
+	for i, v := range src {
+		dst[i] = v * s * w[i]
+	}
+}

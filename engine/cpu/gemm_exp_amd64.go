@@ -14,6 +14,12 @@ func dotStridedAVX512(a *float32, lda int, x *float32, n, rows int, out *float32
 //go:noescape
 func weightedRowsAVX512(w *float32, rows int, a *float32, lda int, out *float32)
 
+//go:noescape
+func sumSquaresAVX512(x *float32, n int) float64
+
+//go:noescape
+func scaleRowAVX512(dst, src *float32, n int, s float32, w *float32)
+
 // useAVX512 selects the AVX-512 exponential kernels.
 var useAVX512 = func() bool { _, avx512 := cpuFeatures(); return avx512 }()
 
@@ -59,4 +65,28 @@ func weightedRows(w []float32, a []float32, lda int, out []float32) {
 		panic("cpu: weightedRows out of bounds")
 	}
 	weightedRowsAVX512(&w[0], len(w), &a[0], lda, &out[0])
+}
+
+// sumSquares is Σ float64(v·v) over x (in a different order of the float64 additions).
+func sumSquares(x []float32) float64 {
+	if !useAVX512 || len(x) == 0 {
+		return sumSquaresGo(x)
+	}
+	return sumSquaresAVX512(&x[0], len(x))
+}
+
+// scaleRow sets dst[i] = src[i]·s·w[i] (w nil: src[i]·s).
+func scaleRow(dst, src []float32, s float32, w []float32) {
+	if !useAVX512 || len(dst) == 0 {
+		scaleRowGo(dst, src, s, w)
+		return
+	}
+	if len(src) < len(dst) || (w != nil && len(w) < len(dst)) {
+		panic("cpu: scaleRow of unequal lengths")
+	}
+	var wp *float32
+	if w != nil {
+		wp = &w[0]
+	}
+	scaleRowAVX512(&dst[0], &src[0], len(dst), s, wp)
 }

@@ -332,3 +332,115 @@ store:
 	VMOVUPS Z7, 448(BX)
 	VZEROUPPER
 	RET
+
+// TAILMASK sets K1 to the low CX&15 lanes (all 16 when CX is a multiple of 16) and DX to
+// the number of whole vectors before the last one; CX ≥ 1. Clobbers AX, R9.
+#define TAILMASK \
+	MOVQ  CX, R9; \
+	ANDQ  $15, CX; \
+	MOVL  $1, AX; \
+	SHLL  CX, AX; \
+	DECL  AX; \
+	TESTQ CX, CX; \
+	JNZ   2(PC); \
+	MOVL  $0xffff, AX; \
+	KMOVW AX, K1; \
+	MOVQ  R9, DX; \
+	SUBQ  $1, DX; \
+	SHRQ  $4, DX
+
+// func sumSquaresAVX512(x *float32, n int) float64
+//
+// Σ float64(x·x): squares rounded to float32 as in ggml's rms_norm, summed in float64 lanes.
+TEXT ·sumSquaresAVX512(SB), NOSPLIT, $0-24
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	TAILMASK
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z1, Z1, Z1
+	TESTQ  DX, DX
+	JZ     last
+
+loop:
+	VMOVUPS       (SI), Z2
+	VMULPS        Z2, Z2, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF64X4 $1, Z2, Y4
+	VCVTPS2PD     Y4, Z4
+	VADDPD        Z3, Z0, Z0
+	VADDPD        Z4, Z1, Z1
+	ADDQ          $64, SI
+	DECQ          DX
+	JNZ           loop
+
+last:
+	VMOVUPS.Z     (SI), K1, Z2
+	VMULPS        Z2, Z2, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF64X4 $1, Z2, Y4
+	VCVTPS2PD     Y4, Z4
+	VADDPD        Z3, Z0, Z0
+	VADDPD        Z4, Z1, Z1
+
+	VADDPD        Z1, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPD        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPD        X1, X0, X0
+	VHADDPD       X0, X0, X0
+	VMOVSD        X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleRowAVX512(dst, src *float32, n int, s float32, w *float32)
+//
+// dst = (src·s)·w, or src·s when w is nil; n ≥ 1.
+TEXT ·scaleRowAVX512(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS s+24(FP), Z5
+	MOVQ         w+32(FP), BX
+	TAILMASK
+	TESTQ        BX, BX
+	JZ           plain
+	TESTQ        DX, DX
+	JZ           wlast
+
+wloop:
+	VMULPS  (SI), Z5, Z2
+	VMULPS  (BX), Z2, Z2
+	VMOVUPS Z2, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, BX
+	ADDQ    $64, DI
+	DECQ    DX
+	JNZ     wloop
+
+wlast:
+	VMOVUPS.Z (SI), K1, Z2
+	VMOVUPS.Z (BX), K1, Z3
+	VMULPS    Z5, Z2, Z2
+	VMULPS    Z3, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VZEROUPPER
+	RET
+
+plain:
+	TESTQ DX, DX
+	JZ    plast
+
+ploop:
+	VMULPS  (SI), Z5, Z2
+	VMOVUPS Z2, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	DECQ    DX
+	JNZ     ploop
+
+plast:
+	VMOVUPS.Z (SI), K1, Z2
+	VMULPS    Z5, Z2, Z2
+	VMOVUPS   Z2, K1, (DI)
+	VZEROUPPER
+	RET

@@ -10,3 +10,6 @@ func scoresStrided(a []float32, lda int, x []float32, out []float32) {
 }
 
 func weightedRows(w []float32, a []float32, lda int, out []float32) { weightedRowsGo(w, a, lda, out) }
+
+func sumSquares(x []float32) float64                      { return sumSquaresGo(x) }
+func scaleRow(dst, src []float32, s float32, w []float32) { scaleRowGo(dst, src, s, w) }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // ulps is the distance between two float32 values in units in the last place.
@@ -79,5 +81,44 @@ func TestStridedKernels(t *testing.T) {
 				t.Fatalf("rows %d: output %d = %v, want %v", rows, i, o1[i], o2[i])
 			}
 		}
+	}
+}
+
+func TestRowKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	for _, n := range []int{1, 15, 16, 17, 128, 1000} {
+		x := randomTensor(rng, n).data
+		got, want := sumSquares(x), sumSquaresGo(x)
+		if math.Abs(got-want) > 1e-12*want {
+			t.Fatalf("n=%d: sum of squares %v, want %v", n, got, want)
+		}
+		w := randomTensor(rng, n).data
+		for _, ww := range [][]float32{nil, w} {
+			d1, d2 := make([]float32, n+1), make([]float32, n+1)
+			d1[n], d2[n] = 7, 7 // past the end: untouched
+			scaleRow(d1[:n], x, 0.3, ww)
+			scaleRowGo(d2[:n], x, 0.3, ww)
+			if !equal32(d1, d2) {
+				t.Fatalf("n=%d w=%v: scaled row differs", n, ww != nil)
+			}
+		}
+	}
+}
+
+// TestRoPETableReuse checks that a second rotation of the same positions in a context (the
+// next layer's) uses the cached table and still rotates correctly.
+func TestRoPETableReuse(t *testing.T) {
+	c := New(2).NewContext().(*context)
+	r := ml.RoPE{Dims: 4, Base: 10000, NeoX: true}
+	x := &tensor{shape: []int{3, 1, 4}, data: []float32{1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4}}
+	a := c.RoPE(x, 5, r).(*tensor).data
+	b := c.RoPE(x, 5, r).(*tensor).data
+	if len(c.rope) != 1 || !equal32(a, b) {
+		t.Fatalf("tables %d, rotations %v and %v", len(c.rope), a, b)
+	}
+	// Position 5, pair (0, 2) at angle 5: (1, 3) rotated.
+	cos, sin := math.Cos(5), math.Sin(5)
+	if w := 1*cos - 3*sin; math.Abs(float64(a[0])-w) > 1e-5 {
+		t.Fatalf("rotated %v, want %v", a[0], w)
 	}
 }
