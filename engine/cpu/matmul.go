@@ -7,9 +7,20 @@ import (
 	"github.com/redlite/batch/engine/quant"
 )
 
-// fusedMaxTokens is the batch size up to which each row is dotted straight from its quantized
-// bytes; beyond it, expanding the row once and reusing it for every token is cheaper.
-const fusedMaxTokens = 2
+// fusedMaxTokens is the batch size up to which each row is dotted straight from its
+// quantized bytes; beyond it, expanding rows to float32 once and running the GEMM is
+// cheaper. It depends on the type: the types with fast dot and fast expansion kernels cross
+// over at 3 tokens; Q5_K, whose expansion is plain Go, later; the types without a fused dot
+// kernel expand every block for every token anyway, so the GEMM wins from 2 tokens.
+func fusedMaxTokens(t quant.Type) int {
+	switch t {
+	case quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q6_K, quant.IQ2_XXS:
+		return 2
+	case quant.Q5_K:
+		return 8
+	}
+	return 1
+}
 
 func (c *context) MatMul(wt ml.Weight, x ml.Tensor) ml.Tensor {
 	w := wt.(*weight)
@@ -28,7 +39,7 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 	rows, cols := r1-r0, w.cols
 	small := w.f32 != nil && len(w.f32) == w.rows*w.cols && len(w.f32) <= smallVector
 	switch {
-	case n > fusedMaxTokens && !small:
+	case n > fusedMaxTokens(w.typ) && !small:
 		gemmWeight(c.b.pool, defaultKernel, w, r0, r1, x, n, out)
 	case w.f32 != nil && len(w.f32) == w.rows*w.cols:
 		// Matrices small enough to be expanded at load (and F32 ones at one or two tokens):

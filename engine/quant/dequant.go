@@ -71,6 +71,9 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 		}
 		return nil
 	case F16:
+		if dequantF16(src, dst) {
+			return nil
+		}
 		for i := range dst {
 			dst[i] = F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 		}

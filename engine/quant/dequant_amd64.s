@@ -188,3 +188,91 @@ block:
 done:
 	VZEROUPPER
 	RET
+
+// IQ2_XXS: per 32-element sub-block db = d·(0.5 + s)·0.25, then y = db·grid, negated where
+// the sign pattern says (ggml multiplies by −1, which flips the sign bit alike). Grid and
+// sign tables come pre-widened from Go, as for dotIQ2_XXSAVX2.
+#define DIQ2XXSGROUP(L, SHIFT) \
+	MOVBLZX L(R11), AX; \
+	SHLQ    $5, AX; \
+	MOVL    BX, DX; \
+	SHRL    $SHIFT, DX; \
+	ANDL    $127, DX; \
+	SHLQ    $5, DX; \
+	VMULPS  (R12)(AX*1), Y6, Y4; \
+	VXORPS  (R13)(DX*1), Y4, Y4; \
+	VMOVUPS Y4, (32*L)(DI)
+
+// func dequantIQ2_XXSAVX2(row *byte, y *float32, nblocks int, grid *[256][8]float32, signs *[128][8]uint32)
+TEXT ·dequantIQ2_XXSAVX2(SB), NOSPLIT, $0-40
+	MOVQ  row+0(FP), SI
+	MOVQ  y+8(FP), DI
+	MOVQ  nblocks+16(FP), CX
+	MOVQ  grid+24(FP), R12
+	MOVQ  signs+32(FP), R13
+	MOVL  $0x3f000000, AX // 0.5
+	VMOVD AX, X7
+	MOVL  $0x3e800000, AX // 0.25
+	VMOVD AX, X9
+	TESTQ CX, CX
+	JZ    done
+
+block:
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, X8
+	LEAQ         2(SI), R11
+	XORQ         R10, R10
+
+sub:
+	MOVL         4(R11), BX
+	MOVL         BX, AX
+	SHRL         $28, AX
+	VCVTSI2SSL   AX, X6, X6
+	VADDSS       X7, X6, X6
+	VMULSS       X6, X8, X6
+	VMULSS       X9, X6, X6
+	VBROADCASTSS X6, Y6
+	DIQ2XXSGROUP(0, 0)
+	DIQ2XXSGROUP(1, 7)
+	DIQ2XXSGROUP(2, 14)
+	DIQ2XXSGROUP(3, 21)
+	ADDQ         $8, R11
+	ADDQ         $128, DI
+	INCQ         R10
+	CMPQ         R10, $8
+	JLT          sub
+
+	ADDQ $66, SI
+	DECQ CX
+	JNZ  block
+
+done:
+	VZEROUPPER
+	RET
+
+// F16: every half widens exactly.
+// func dequantF16AVX2(h *byte, y *float32, n int); n is a multiple of 32.
+TEXT ·dequantF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ  h+0(FP), SI
+	MOVQ  y+8(FP), DI
+	MOVQ  n+16(FP), CX
+	SHRQ  $5, CX
+	JZ    done
+
+loop:
+	VCVTPH2PS (SI), Y0
+	VCVTPH2PS 16(SI), Y1
+	VCVTPH2PS 32(SI), Y2
+	VCVTPH2PS 48(SI), Y3
+	VMOVUPS   Y0, (DI)
+	VMOVUPS   Y1, 32(DI)
+	VMOVUPS   Y2, 64(DI)
+	VMOVUPS   Y3, 96(DI)
+	ADDQ      $64, SI
+	ADDQ      $128, DI
+	DECQ      CX
+	JNZ       loop
+
+done:
+	VZEROUPPER
+	RET

@@ -7,15 +7,19 @@ import (
 	"testing"
 )
 
-// TestDequantizeFastMatchesDecoders checks the assembly dequantizers bit for bit against the
+// TestDequantizeFastMatchesDecoders checks the assembly dequantizers (and F16 widening) bit for bit against the
 // Go block decoders (which the ggml fixture tests pin to ggml), on random rows with sane
 // scales and on raw random bytes, whose scales may be Inf or NaN.
 func TestDequantizeFastMatchesDecoders(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for _, typ := range []Type{Q8_0, Q4_K, Q6_K} {
+	for _, typ := range []Type{F16, Q8_0, Q4_K, Q6_K, IQ2_XXS} {
 		for _, raw := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/raw=%v", typ, raw), func(t *testing.T) {
-				for _, n := range []int{256, 512, 4096} {
+				sizes := []int{256, 512, 4096, 4096 + 256}
+				if typ.BlockSize() == 1 {
+					sizes = append(sizes, 100) // a tail shorter than a vector
+				}
+				for _, n := range sizes {
 					row := randomRow(typ, n, rng)
 					if raw {
 						for i := range row {

@@ -4,3 +4,5 @@ package quant
 
 // dequantFast has no assembly to run here.
 func dequantFast(Type, []byte, []float32) bool { return false }
+
+func dequantF16([]byte, []float32) bool { return false }
