@@ -15,12 +15,14 @@ import (
 // gemmKernel computes one tile C = A·B: mr rows of A (row-major, stride lda) times k rows
 // of B of nr contiguous floats each (stride ldb), into mr rows of nr floats of C (stride
 // ldc). C is overwritten. fnT, when set, stores the first m rows and n columns of C
-// transposed instead: C[i][j] at c[j·ldc+i].
+// transposed instead: C[i][j] at c[j·ldc+i]; narrowT, when set, is fnT for panels of nr/2
+// columns.
 type gemmKernel struct {
-	name   string
-	mr, nr int
-	fn     func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int)
-	fnT    func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int)
+	name    string
+	mr, nr  int
+	fn      func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int)
+	fnT     func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int)
+	narrowT func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int)
 }
 
 // storeT runs fnT, or fn into tile followed by a scatter when the kernel has no fnT.
@@ -91,22 +93,27 @@ func checkAB(mr, nr, k int, a []float32, lda int, b []float32, ldb int) {
 }
 
 // packPanels writes x [n, k] k-major in panels of nr tokens: panel p holds x[p·nr+j][kk] at
-// kk·nr+j, zero for tokens past n. Whole 16×16 blocks are transposed in registers.
-func packPanels(p *pool, dst, x []float32, n, k, nr int) {
+// kk·nr+j, zero for tokens past n. When last is less than nr, the last panel is last tokens
+// wide instead (at the same offset). Whole 16×16 blocks are transposed in registers.
+func packPanels(p *pool, dst, x []float32, n, k, nr, last int) {
 	panels := (n + nr - 1) / nr
 	p.parallel(panels, 1, func(lo, hi int) {
 		for pn := lo; pn < hi; pn++ {
-			panel := dst[pn*nr*k : (pn+1)*nr*k]
+			w := nr
+			if pn == panels-1 {
+				w = last
+			}
+			panel := dst[pn*nr*k : pn*nr*k+w*k]
 			t0 := pn * nr
-			tn := min(nr, n-t0)
-			if tn < nr {
+			tn := min(w, n-t0)
+			if tn < w {
 				clear(panel)
 			}
 			j0, k0 := 0, 0 // tokens and features done in 16×16 blocks
-			if nr%16 == 0 {
+			if w%16 == 0 {
 				for ; j0+16 <= tn; j0 += 16 {
 					for k0 = 0; k0+16 <= k; k0 += 16 {
-						if !transpose16(x[(t0+j0)*k+k0:], k, panel[k0*nr+j0:], nr) {
+						if !transpose16(x[(t0+j0)*k+k0:], k, panel[k0*w+j0:], w) {
 							break
 						}
 					}
@@ -122,7 +129,7 @@ func packPanels(p *pool, dst, x []float32, n, k, nr int) {
 					kk = k0 // the blocks covered this token's first k0 features
 				}
 				for ; kk < k; kk++ {
-					panel[kk*nr+j] = x[(t0+j)*k+kk]
+					panel[kk*w+j] = x[(t0+j)*k+kk]
 				}
 			}
 		}
@@ -139,9 +146,15 @@ func gemmWeight(p *pool, kern gemmKernel, w *weight, r0, r1 int, x []float32, n 
 	mr, nr, k := kern.mr, kern.nr, w.cols
 	rows := r1 - r0
 	panels := (n + nr - 1) / nr
+	// The last panel is packed half wide when it holds at most nr/2 tokens and the kernel
+	// has a narrow variant.
+	last := nr
+	if tail := n - (panels-1)*nr; kern.narrowT != nil && 2*tail <= nr {
+		last = nr / 2
+	}
 	xp := p.scratch.get(panels * nr * k)
 	defer p.scratch.put(xp)
-	packPanels(p, xp, x, n, k, nr)
+	packPanels(p, xp, x, n, k, nr, last)
 
 	mb := max(1, gemmBlockBytes/4/k/mr) * mr // rows per block, a multiple of mr
 	blocks := (rows + mb - 1) / mb
@@ -171,6 +184,13 @@ func gemmWeight(p *pool, kern gemmKernel, w *weight, r0, r1 int, x []float32, n 
 			for pn := 0; pn < panels; pn++ {
 				t0 := pn * nr
 				tn := min(nr, n-t0)
+				if pn == panels-1 && last < nr {
+					bp := xp[pn*nr*k : pn*nr*k+last*k]
+					for i := 0; i < m; i += mr {
+						kern.narrowT(k, a[i*k:], k, bp, last, out[t0*rows+ra+i:], rows, min(mr, m-i), tn)
+					}
+					continue
+				}
 				bp := xp[pn*nr*k : (pn+1)*nr*k]
 				for i := 0; i < m; i += mr {
 					kern.storeT(k, a[i*k:], k, bp, nr, out[t0*rows+ra+i:], rows, min(mr, m-i), tn, tile)

@@ -20,6 +20,9 @@ func gemm12x32TAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float3
 func transpose16AVX512(src *float32, lds int, dst *float32, ldd int)
 
 //go:noescape
+func gemm12x16TAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, m, n int)
+
+//go:noescape
 func gemm6x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
 
 // cpuFeatures reports whether the CPU and the OS support AVX2 with FMA, and AVX-512F (the
@@ -72,6 +75,9 @@ var asmKernels = func() []gemmKernel {
 		}, fnT: func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int) {
 			checkTileT(12, 32, k, a, lda, b, ldb, c, ldc, m, n)
 			gemm12x32TAVX512(k, &a[0], lda, &b[0], ldb, &c[0], ldc, m, n)
+		}, narrowT: func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int) {
+			checkTileT(12, 16, k, a, lda, b, ldb, c, ldc, m, n)
+			gemm12x16TAVX512(k, &a[0], lda, &b[0], ldb, &c[0], ldc, m, n)
 		}})
 	}
 	if avx2 {

@@ -274,6 +274,131 @@ DATA ·gatherRows+56(SB)/4, $0
 DATA ·gatherRows+60(SB)/4, $0
 GLOBL ·gatherRows(SB), RODATA, $64
 
+// gemm12x16TAVX512 is gemm12x32TAVX512 for a panel of 16 columns: for the last, narrow panel
+// of a batch, or a whole batch of at most 16 tokens, where the wide kernel would compute on
+// zero padding.
+//
+// Frame: 0(SP) the tile as 12 rows of 16 floats.
+// func gemm12x16TAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, m, n int)
+TEXT ·gemm12x16TAVX512(SB), 0, $768-72
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R13
+	SHLQ $2, R13
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R14
+	SHLQ $2, R14
+	LEAQ (R9)(R9*2), R10  // 3·lda
+	LEAQ (SI)(R9*4), R11  // row 4
+	LEAQ (R11)(R9*4), R12 // row 8
+
+	MOVQ m+56(FP), AX
+	LEAQ -4(DX)(AX*4), BX
+	MOVQ n+64(FP), AX
+	MOVQ DX, R8
+
+pf:
+	PREFETCHT0 (R8)
+	PREFETCHT0 (BX)
+	ADDQ       R14, R8
+	ADDQ       R14, BX
+	DECQ       AX
+	JNZ        pf
+
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	TESTQ  CX, CX
+	JZ     store
+
+loop:
+	VMOVUPS (DI), Z24
+	VFMADD231PS.BCST (SI), Z24, Z0
+	VFMADD231PS.BCST (SI)(R9*1), Z24, Z1
+	VFMADD231PS.BCST (SI)(R9*2), Z24, Z2
+	VFMADD231PS.BCST (SI)(R10*1), Z24, Z3
+	VFMADD231PS.BCST (R11), Z24, Z4
+	VFMADD231PS.BCST (R11)(R9*1), Z24, Z5
+	VFMADD231PS.BCST (R11)(R9*2), Z24, Z6
+	VFMADD231PS.BCST (R11)(R10*1), Z24, Z7
+	VFMADD231PS.BCST (R12), Z24, Z8
+	VFMADD231PS.BCST (R12)(R9*1), Z24, Z9
+	VFMADD231PS.BCST (R12)(R9*2), Z24, Z10
+	VFMADD231PS.BCST (R12)(R10*1), Z24, Z11
+	ADDQ    $4, SI
+	ADDQ    $4, R11
+	ADDQ    $4, R12
+	ADDQ    R13, DI
+	DECQ    CX
+	JNZ     loop
+
+store:
+	VMOVUPS Z0, 0(SP)
+	VMOVUPS Z1, 64(SP)
+	VMOVUPS Z2, 128(SP)
+	VMOVUPS Z3, 192(SP)
+	VMOVUPS Z4, 256(SP)
+	VMOVUPS Z5, 320(SP)
+	VMOVUPS Z6, 384(SP)
+	VMOVUPS Z7, 448(SP)
+	VMOVUPS Z8, 512(SP)
+	VMOVUPS Z9, 576(SP)
+	VMOVUPS Z10, 640(SP)
+	VMOVUPS Z11, 704(SP)
+
+	// Column j of the tile is 12 floats 64 bytes apart: gather, store the first m.
+	MOVQ      m+56(FP), CX
+	MOVL      $1, AX
+	SHLL      CX, AX
+	DECL      AX
+	KMOVW     AX, K2
+	MOVQ      $·gatherRows16(SB), AX
+	VMOVDQU32 (AX), Z30
+	MOVQ      SP, BX
+	MOVQ      n+64(FP), CX
+
+column:
+	KMOVW      K2, K1
+	VGATHERDPS (BX)(Z30*1), K1, Z29
+	VMOVUPS    Z29, K2, (DX)
+	ADDQ       $4, BX
+	ADDQ       R14, DX
+	DECQ       CX
+	JNZ        column
+
+	VZEROUPPER
+	RET
+
+DATA ·gatherRows16+0(SB)/4, $0
+DATA ·gatherRows16+4(SB)/4, $64
+DATA ·gatherRows16+8(SB)/4, $128
+DATA ·gatherRows16+12(SB)/4, $192
+DATA ·gatherRows16+16(SB)/4, $256
+DATA ·gatherRows16+20(SB)/4, $320
+DATA ·gatherRows16+24(SB)/4, $384
+DATA ·gatherRows16+28(SB)/4, $448
+DATA ·gatherRows16+32(SB)/4, $512
+DATA ·gatherRows16+36(SB)/4, $576
+DATA ·gatherRows16+40(SB)/4, $640
+DATA ·gatherRows16+44(SB)/4, $704
+DATA ·gatherRows16+48(SB)/4, $0
+DATA ·gatherRows16+52(SB)/4, $0
+DATA ·gatherRows16+56(SB)/4, $0
+DATA ·gatherRows16+60(SB)/4, $0
+GLOBL ·gatherRows16(SB), RODATA, $64
+
 // ---- AVX2: 6 rows × 16 columns, 12 accumulators Y0..Y11 (row i in Y2i, Y2i+1).
 
 #define ROW256(ADDR, A0, A1) \

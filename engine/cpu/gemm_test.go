@@ -84,7 +84,7 @@ func TestGemmWeight(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, kern := range gemmKernels {
-			for _, n := range []int{1, 5, 33, 70} {
+			for _, n := range []int{1, 5, 16, 33, 49, 70} {
 				for _, span := range [][2]int{{0, rows}, {13, 50}} {
 					t.Run(fmt.Sprintf("%v/%s/n=%d/rows=%d-%d", typ, kern.name, n, span[0], span[1]), func(t *testing.T) {
 						x := randomTensor(rng, n, cols).data
@@ -154,7 +154,7 @@ func BenchmarkMatMul(b *testing.B) {
 func TestPackPanels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 20))
 	p := newPool(2)
-	for _, shape := range [][3]int{{1, 5, 16}, {33, 40, 32}, {64, 1024, 32}} {
+	for _, shape := range [][3]int{{1, 5, 16}, {33, 40, 32}, {64, 1024, 32}, {40, 48, 32}, {16, 32, 32}} {
 		n, k, nr := shape[0], shape[1], shape[2]
 		x := randomTensor(rng, n*k).data
 		panels := (n + nr - 1) / nr
@@ -162,15 +162,23 @@ func TestPackPanels(t *testing.T) {
 		for i := range dst {
 			dst[i] = float32(math.NaN())
 		}
-		packPanels(p, dst, x, n, k, nr)
+		last := nr
+		if n%nr != 0 && n%nr <= nr/2 {
+			last = nr / 2
+		}
+		packPanels(p, dst, x, n, k, nr, last)
 		for pn := 0; pn < panels; pn++ {
+			w := nr
+			if pn == panels-1 {
+				w = last
+			}
 			for kk := 0; kk < k; kk++ {
-				for j := 0; j < nr; j++ {
+				for j := 0; j < w; j++ {
 					var want float32
 					if t0 := pn*nr + j; t0 < n {
 						want = x[t0*k+kk]
 					}
-					if got := dst[(pn*k+kk)*nr+j]; got != want {
+					if got := dst[pn*nr*k+kk*w+j]; got != want {
 						t.Fatalf("n=%d k=%d: panel %d feature %d token %d = %v, want %v", n, k, pn, kk, j, got, want)
 					}
 				}
@@ -187,7 +195,7 @@ func BenchmarkPackPanels(b *testing.B) {
 	p := newPool(1)
 	b.SetBytes(n * k * 4)
 	for b.Loop() {
-		packPanels(p, dst, x, n, k, nr)
+		packPanels(p, dst, x, n, k, nr, nr)
 	}
 }
 
