@@ -72,6 +72,11 @@ func (l *loop) join() bool { return l.open() && l.seats.Add(-1) >= 0 }
 
 // wait returns when every chunk is finished.
 func (l *loop) wait() {
+	if runtime.GOMAXPROCS(0) < 2 {
+		// The helpers need this processor to finish.
+		<-l.finished
+		return
+	}
 	start := time.Now()
 	for i := 1; l.done.Load() < l.chunks; i++ {
 		pause()
@@ -83,11 +88,12 @@ func (l *loop) wait() {
 }
 
 var (
-	posted  atomic.Pointer[loop]
-	helpers atomic.Int32 // started
-	parked  atomic.Int32 // blocked on wake
-	wake    = make(chan struct{}, 64)
-	startMu sync.Mutex
+	posted   atomic.Pointer[loop]
+	helpers  atomic.Int32 // started
+	parked   atomic.Int32 // blocked on wake
+	spinners atomic.Int32 // in spin
+	wake     = make(chan struct{}, 64)
+	startMu  sync.Mutex
 )
 
 // helper runs posted loops forever.
@@ -109,8 +115,13 @@ func helper() {
 	}
 }
 
-// spin waits up to spinFor for a posted loop with chunks left.
+// spin waits up to spinFor for a posted loop with chunks left. At most GOMAXPROCS−1 helpers
+// spin at once, so that spinning never takes the processor a caller needs.
 func spin() *loop {
+	defer spinners.Add(-1)
+	if int(spinners.Add(1)) > runtime.GOMAXPROCS(0)-1 {
+		return nil
+	}
 	start := time.Now()
 	for i := 1; ; i++ {
 		if l := posted.Load(); l != nil && l.join() {
