@@ -41,9 +41,10 @@ func (kern *gemmKernel) storeT(k int, a []float32, lda int, b []float32, ldb int
 	}
 }
 
-// goKernel is the portable kernel; Go keeps its accumulators in memory, so it gains only the
-// reuse of each loaded weight across nr tokens.
-var goKernel = gemmKernel{name: "go", mr: 4, nr: 16, fn: gemm4x16Go}
+// goKernel is the portable kernel: a 4×4 tile in sixteen local variables, which the
+// compiler keeps in registers, so that each loaded value feeds four multiply-adds (arm64
+// fuses them into FMADD).
+var goKernel = gemmKernel{name: "go", mr: 4, nr: 4, fn: gemm4x4Go}
 
 // gemmKernels lists every kernel this CPU can run, best first.
 var gemmKernels = append(asmKernels[:len(asmKernels):len(asmKernels)], goKernel)
@@ -51,22 +52,37 @@ var gemmKernels = append(asmKernels[:len(asmKernels):len(asmKernels)], goKernel)
 // defaultKernel is the one the backend uses.
 var defaultKernel = gemmKernels[0]
 
-func gemm4x16Go(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	checkTile(4, 16, k, a, lda, b, ldb, c, ldc)
-	var acc [4][16]float32
-	for kk := 0; kk < k; kk++ {
-		bb := (*[16]float32)(b[kk*ldb:])
-		for i := range acc {
-			av := a[i*lda+kk]
-			r := &acc[i]
-			for j := range r {
-				r[j] += av * bb[j]
-			}
-		}
+func gemm4x4Go(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkTile(4, 4, k, a, lda, b, ldb, c, ldc)
+	a0 := a[:k]
+	a1, a2, a3 := a[lda:lda+len(a0)], a[2*lda:2*lda+len(a0)], a[3*lda:3*lda+len(a0)]
+	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 float32
+	for kk, x0 := range a0 {
+		bb := b[kk*ldb:]
+		bb = bb[:4:4]
+		b0, b1, b2, b3 := bb[0], bb[1], bb[2], bb[3]
+		x1, x2, x3 := a1[kk], a2[kk], a3[kk]
+		c00 += x0 * b0
+		c01 += x0 * b1
+		c02 += x0 * b2
+		c03 += x0 * b3
+		c10 += x1 * b0
+		c11 += x1 * b1
+		c12 += x1 * b2
+		c13 += x1 * b3
+		c20 += x2 * b0
+		c21 += x2 * b1
+		c22 += x2 * b2
+		c23 += x2 * b3
+		c30 += x3 * b0
+		c31 += x3 * b1
+		c32 += x3 * b2
+		c33 += x3 * b3
 	}
-	for i := range acc {
-		copy(c[i*ldc:i*ldc+16], acc[i][:])
-	}
+	copy(c[0:4], []float32{c00, c01, c02, c03})
+	copy(c[ldc:ldc+4], []float32{c10, c11, c12, c13})
+	copy(c[2*ldc:2*ldc+4], []float32{c20, c21, c22, c23})
+	copy(c[3*ldc:3*ldc+4], []float32{c30, c31, c32, c33})
 }
 
 // checkTile panics unless every element a kernel touches lies inside its slices: the
