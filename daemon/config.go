@@ -182,9 +182,12 @@ func (c Config) Validate() error {
 
 // policy is the planner policy the KV, chunk, MTP and preference settings make.
 func (c Config) policy() (planner.Policy, error) {
-	p := planner.Policy{MaxChunk: c.MaxChunk, DisableMTP: c.DisableMTP,
-		// The engine binds experts once at load: a per-job bounded cache would need a reload.
-		ExpertCache: planner.CacheNever}
+	p := planner.Policy{MaxChunk: c.MaxChunk, DisableMTP: c.DisableMTP, ExpertCache: planner.CacheAuto}
+	if c.Concurrency > 1 {
+		// The expert cache belongs to the backend, shared by every running job: a job may
+		// resize it only when it runs alone.
+		p.ExpertCache = planner.CacheNever
+	}
 	if c.KV != "auto" {
 		prec, err := planner.ParsePrecision(c.KV)
 		if err != nil {

@@ -49,6 +49,27 @@ func loadModel(path, name string, threads int) (*loadedModel, error) {
 
 func (lm *loadedModel) close() error { return lm.m.Close() }
 
+// setExpertCache sizes the backend's routed-expert cache as the plan says: unbounded for full
+// residency, the planned bytes for a bounded cache. Outputs do not depend on it; only which
+// expert bytes stay in memory does.
+func (lm *loadedModel) setExpertCache(p planner.Plan) error {
+	er, ok := lm.m.Backend.(ml.ExpertResidency)
+	if !ok {
+		if p.Residency == planner.ResidencyCache {
+			return fmt.Errorf("the plan wants a bounded expert cache but backend %s has none", lm.m.Backend.Name())
+		}
+		return nil
+	}
+	var bytes int64
+	if p.Residency == planner.ResidencyCache {
+		bytes = max(p.ExpertCacheBytes, 1)
+	}
+	if er.ExpertStats().Capacity == bytes {
+		return nil
+	}
+	return er.SetExpertCache(bytes)
+}
+
 // modelName is general.name when the file has one, else the file name without .gguf.
 func modelName(m *engine.Model, path string) string {
 	if n, err := m.File.String("general.name"); err == nil && strings.TrimSpace(n) != "" {

@@ -163,6 +163,9 @@ func (r *run) do(ctx context.Context) error {
 	r.log.Debug("planned", "prompt_tokens", len(ids), "max_tokens", sampling.MaxTokens, "context", plan.Context,
 		"chunk", plan.Chunk, "kv", plan.KV, "need_mib", plan.NeedMiB, "limit_mib", plan.LimitMiB)
 
+	if err := w.lm.setExpertCache(plan); err != nil {
+		return &EngineFault{Err: err}
+	}
 	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: kvType(plan.KV), MTP: plan.MTP})
 	if err != nil {
 		return &EngineFault{Err: fmt.Errorf("open session: %w", err)}

@@ -15,6 +15,9 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/tokenizer"
+	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
 )
@@ -360,4 +363,48 @@ func TestPlanning(t *testing.T) {
 			t.Errorf("retried %d times", st.Retried)
 		}
 	})
+}
+
+// TestBoundedExpertCache runs a MoE job on a worker whose limit is one MiB short of holding
+// every expert: the plan falls back to a bounded expert cache, and the text is the one full
+// residency gives.
+func TestBoundedExpertCache(t *testing.T) {
+	b := setup(t)
+	cfg := b.cfg
+	cfg.Model = fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
+	lm, err := loadModel(cfg.Model, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	const prompt, maxTokens = "Experts that do not all fit stay in a cache.", 8
+	ids := lm.tok.EncodeWith(prompt, tokenizer.EncodeOpts{AddSpecial: true})
+	full, err := planner.Choose(planner.Job{PromptTokens: len(ids), MaxTokens: maxTokens, Policy: planner.Policy{MaxChunk: cfg.MaxChunk}},
+		lm.profile, planner.CPUPlaceholder(), planner.Budget{LimitMiB: 1 << 20, Source: planner.SourceOverride})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What full residency generates, on the test's own copy of the model.
+	s, err := lm.m.NewSession(engine.SessionOptions{Context: len(ids) + maxTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: maxTokens, Vocab: lm.tok, Stream: lm.tok.NewStreamDecoder()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.GPULimitMiB = full.NeedMiB - 1
+	startDaemon(t, cfg, Observer{})
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)})
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Plan.ExpertResidency != string(planner.ResidencyCache) || res.Plan.ExpertCacheMiB <= 0 || res.Plan.NeedMiB > int(cfg.GPULimitMiB) {
+		t.Errorf("plan %+v, want a bounded expert cache within %d MiB", res.Plan, cfg.GPULimitMiB)
+	}
+	if res.Text != want.Text || res.Usage.CompletionTokens != want.CompletionTokens {
+		t.Errorf("with a bounded cache: %q (%d tokens); fully resident: %q (%d)", res.Text, res.Usage.CompletionTokens, want.Text, want.CompletionTokens)
+	}
 }
