@@ -25,6 +25,9 @@ func gemm12x16TAVX512(k int, a *float32, lda int, b *float32, ldb int, c *float3
 //go:noescape
 func gemm6x16AVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
 
+//go:noescape
+func gemm6x16TAVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, m, n int)
+
 // cpuFeatures reports whether the CPU and the OS support AVX2 with FMA, and AVX-512F (the
 // OS must save the YMM, and for AVX-512 the ZMM and mask, registers).
 func cpuFeatures() (avx2, avx512 bool) {
@@ -84,6 +87,9 @@ var asmKernels = func() []gemmKernel {
 		ks = append(ks, gemmKernel{name: "avx2", mr: 6, nr: 16, fn: func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 			checkTile(6, 16, k, a, lda, b, ldb, c, ldc)
 			gemm6x16AVX2(k, &a[0], lda, &b[0], ldb, &c[0], ldc)
+		}, fnT: func(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, m, n int) {
+			checkTileT(6, 16, k, a, lda, b, ldb, c, ldc, m, n)
+			gemm6x16TAVX2(k, &a[0], lda, &b[0], ldb, &c[0], ldc, m, n)
 		}})
 	}
 	return ks

@@ -466,6 +466,107 @@ store:
 	VZEROUPPER
 	RET
 
+// gemm6x16TAVX2 is gemm6x16AVX2 storing the first m rows and n columns of C transposed
+// (C[i][j] at c[j·ldc+i]), through the frame, with the output lines prefetched first.
+//
+// Frame: 0(SP) the tile as 6 rows of 16 floats.
+// func gemm6x16TAVX2(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, m, n int)
+TEXT ·gemm6x16TAVX2(SB), 0, $384-72
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R13
+	SHLQ $2, R13
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R14
+	SHLQ $2, R14
+	LEAQ (R9)(R9*2), R10 // 3·lda
+	LEAQ (SI)(R9*4), R11 // row 4
+
+	MOVQ m+56(FP), AX
+	LEAQ -4(DX)(AX*4), BX
+	MOVQ n+64(FP), AX
+	MOVQ DX, R8
+
+pf:
+	PREFETCHT0 (R8)
+	PREFETCHT0 (BX)
+	ADDQ       R14, R8
+	ADDQ       R14, BX
+	DECQ       AX
+	JNZ        pf
+
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	TESTQ  CX, CX
+	JZ     store
+
+loop:
+	VMOVUPS (DI), Y12
+	VMOVUPS 32(DI), Y13
+	ROW256((SI), Y0, Y1)
+	ROW256((SI)(R9*1), Y2, Y3)
+	ROW256((SI)(R9*2), Y4, Y5)
+	ROW256((SI)(R10*1), Y6, Y7)
+	ROW256((R11), Y8, Y9)
+	ROW256((R11)(R9*1), Y10, Y11)
+	ADDQ    $4, SI
+	ADDQ    $4, R11
+	ADDQ    R13, DI
+	DECQ    CX
+	JNZ     loop
+
+store:
+	VMOVUPS Y0, 0(SP)
+	VMOVUPS Y1, 32(SP)
+	VMOVUPS Y2, 64(SP)
+	VMOVUPS Y3, 96(SP)
+	VMOVUPS Y4, 128(SP)
+	VMOVUPS Y5, 160(SP)
+	VMOVUPS Y6, 192(SP)
+	VMOVUPS Y7, 224(SP)
+	VMOVUPS Y8, 256(SP)
+	VMOVUPS Y9, 288(SP)
+	VMOVUPS Y10, 320(SP)
+	VMOVUPS Y11, 352(SP)
+
+	// Column j: m floats 64 bytes apart in the frame, to m consecutive floats of C.
+	MOVQ SP, BX
+	MOVQ n+64(FP), CX
+
+column:
+	MOVQ m+56(FP), AX
+	MOVQ BX, R8
+	MOVQ DX, R9
+
+elem:
+	MOVL (R8), R10
+	MOVL R10, (R9)
+	ADDQ $64, R8
+	ADDQ $4, R9
+	DECQ AX
+	JNZ  elem
+
+	ADDQ $4, BX
+	ADDQ R14, DX
+	DECQ CX
+	JNZ  column
+
+	VZEROUPPER
+	RET
+
 // func pause()
 TEXT ·pause(SB), NOSPLIT, $0-0
 	PAUSE
