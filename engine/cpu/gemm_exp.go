@@ -71,3 +71,11 @@ func scaleRowGo(dst, src []float32, s float32, w []float32) {
 		dst[i] = v * s * w[i]
 	}
 }
+
+// siluRowGo sets out[i] = silu(x[i]).
+func siluRowGo(out, x []float32) {
+	x = x[:len(out)]
+	for i, v := range x {
+		out[i] = silu(v)
+	}
+}

@@ -20,6 +20,9 @@ func sumSquaresAVX512(x *float32, n int) float64
 //go:noescape
 func scaleRowAVX512(dst, src *float32, n int, s float32, w *float32)
 
+//go:noescape
+func siluAVX512(out, x *float32, n int)
+
 // useAVX512 selects the AVX-512 exponential kernels.
 var useAVX512 = func() bool { _, avx512 := cpuFeatures(); return avx512 }()
 
@@ -89,4 +92,16 @@ func scaleRow(dst, src []float32, s float32, w []float32) {
 		wp = &w[0]
 	}
 	scaleRowAVX512(&dst[0], &src[0], len(dst), s, wp)
+}
+
+// siluRow sets out[i] = silu(x[i]).
+func siluRow(out, x []float32) {
+	if !useAVX512 || len(out) == 0 {
+		siluRowGo(out, x)
+		return
+	}
+	if len(x) < len(out) {
+		panic("cpu: siluRow of unequal lengths")
+	}
+	siluAVX512(&out[0], &x[0], len(out))
 }

@@ -444,3 +444,41 @@ plast:
 	VMOVUPS   Z2, K1, (DI)
 	VZEROUPPER
 	RET
+
+// func siluAVX512(out, x *float32, n int)
+//
+// out = x/(1 + e^−x), as swigluAVX512 without the factor; n ≥ 1.
+TEXT ·siluAVX512(SB), NOSPLIT, $0-24
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	EXPCONSTS
+	MOVL         $0x80000000, AX
+	VPBROADCASTD AX, Z16
+	TAILMASK
+	TESTQ        DX, DX
+	JZ           last
+
+loop:
+	VMOVUPS (SI), Z2
+	VMOVAPS Z2, Z7
+	VPXORD  Z16, Z2, Z2
+	EXP(Z2, Z3, Z4)
+	VADDPS  Z29, Z3, Z3
+	VDIVPS  Z3, Z7, Z9
+	VMOVUPS Z9, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	DECQ    DX
+	JNZ     loop
+
+last:
+	VMOVUPS.Z (SI), K1, Z2
+	VMOVAPS   Z2, Z7
+	VPXORD    Z16, Z2, Z2
+	EXP(Z2, Z3, Z4)
+	VADDPS    Z29, Z3, Z3
+	VDIVPS    Z3, Z7, Z9
+	VMOVUPS   Z9, K1, (DI)
+	VZEROUPPER
+	RET

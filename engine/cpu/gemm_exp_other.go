@@ -13,3 +13,5 @@ func weightedRows(w []float32, a []float32, lda int, out []float32) { weightedRo
 
 func sumSquares(x []float32) float64                      { return sumSquaresGo(x) }
 func scaleRow(dst, src []float32, s float32, w []float32) { scaleRowGo(dst, src, s, w) }
+
+func siluRow(out, x []float32) { siluRowGo(out, x) }

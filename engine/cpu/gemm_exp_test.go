@@ -55,6 +55,13 @@ func TestSwiGLU(t *testing.T) {
 				t.Fatalf("n=%d: silu(%v)·%v = %v, want %v", n, g[i], u[i], got[i], want[i])
 			}
 		}
+		siluRow(got, g)
+		siluRowGo(want, g)
+		for i := range got {
+			if ulps(got[i], want[i]) > 4 {
+				t.Fatalf("n=%d: silu(%v) = %v, want %v", n, g[i], got[i], want[i])
+			}
+		}
 	}
 }
 

@@ -44,8 +44,18 @@ func softplus(x float32) float32 {
 }
 
 func (c *context) Sigmoid(x ml.Tensor) ml.Tensor  { return c.unary(x, sigmoid) }
-func (c *context) SiLU(x ml.Tensor) ml.Tensor     { return c.unary(x, silu) }
 func (c *context) Softplus(x ml.Tensor) ml.Tensor { return c.unary(x, softplus) }
+
+// SiLU runs whole stretches through siluRow (vectorised on AVX-512): it showed at 3% of a
+// qwen3next profile as a per-element call of math.Exp.
+func (c *context) SiLU(x ml.Tensor) ml.Tensor {
+	t := x.(*tensor)
+	out := newTensor(t.shape...)
+	c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
+		siluRow(out.data[lo:hi], t.data[lo:hi])
+	})
+	return out
+}
 
 func (c *context) Scale(x ml.Tensor, s float32) ml.Tensor {
 	return c.unary(x, func(v float32) float32 { return v * s })
