@@ -174,6 +174,8 @@ func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 	}
 	l.run()
 	l.wait()
+	// Unpost the loop so that its closure, and what it holds, can be collected.
+	posted.CompareAndSwap(l, nil)
 }
 
 // scratch recycles float32 buffers between operations, so that a forward pass does not
