@@ -12,6 +12,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
 )
@@ -27,6 +28,9 @@ type Config struct {
 	// ModelName is the name results report and payloads' "model" is matched against.
 	// Empty means the GGUF's general.name, or the file name without .gguf.
 	ModelName string `env:"REDLITE_MODEL_NAME"`
+	// ChatTemplate names a built-in chat template (chatml, qwen3) to use instead of the
+	// GGUF's own, for a model whose template is not recognized; empty uses the file's.
+	ChatTemplate string `env:"REDLITE_CHAT_TEMPLATE"`
 	// CacheDir holds the built-in default model. Empty means os.UserCacheDir()/redlite.
 	CacheDir string `env:"REDLITE_CACHE_DIR"`
 	// Queues maps queue names to weights ("critical=6,default=3,low=1"). Empty means
@@ -167,6 +171,11 @@ func (c Config) Validate() error {
 	if c.HTTPAddr != "off" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			return bad("REDLITE_HTTP_ADDR", "want host:port, :port or off, got %q: %v", c.HTTPAddr, err)
+		}
+	}
+	if c.ChatTemplate != "" {
+		if _, err := chat.Builtin(c.ChatTemplate); err != nil {
+			return bad("REDLITE_CHAT_TEMPLATE", "want one of %s, got %q", strings.Join(chat.BuiltinNames(), ", "), c.ChatTemplate)
 		}
 	}
 	switch c.LogFormat {

@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +52,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{"REDLITE_HTTP_ADDR=9464", "REDLITE_HTTP_ADDR: want host:port"},
 		{"REDLITE_LOG_LEVEL=loud", "REDLITE_LOG_LEVEL"},
 		{"REDLITE_MAX_CHUNK=100", "REDLITE_MAX_CHUNK: 100 is below the smallest chunk 512"},
+		{"REDLITE_CHAT_TEMPLATE=llama3", `REDLITE_CHAT_TEMPLATE: want one of chatml, qwen3, got "llama3"`},
 	} {
 		_, err := ConfigFromEnv([]string{tc.env})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -146,5 +149,36 @@ func TestDefaultModel(t *testing.T) {
 	again, err := DefaultModel(dir)
 	if st2, _ := os.Stat(again); err != nil || again != path || !st2.ModTime().Equal(st.ModTime()) {
 		t.Errorf("second call: %q, %v; want the same file, not rewritten", again, err)
+	}
+}
+
+// TestChatTemplateOverride serves chat jobs on a model whose template is not recognized only
+// when the operator names a built-in one.
+func TestChatTemplateOverride(t *testing.T) {
+	path := fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf")
+	msgs := []jobs.Message{{Role: jobs.RoleUser, Content: "hello"}}
+	lm, err := loadModel(path, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	want, err := lm.encodeChat(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture's template is ChatML: naming chatml must give the same prompt.
+	over, err := loadModel(path, "", 1, "chatml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.close()
+	got, err := over.encodeChat(msgs)
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("with REDLITE_CHAT_TEMPLATE=chatml: %v, %v; with the file's template %v", got, err, want)
+	}
+	// Without a template this worker can render, chat jobs are refused with the way out.
+	over.tmpl, over.tmplErr = nil, chat.ErrUnsupportedTemplate
+	if _, err := over.encodeChat(msgs); !errors.Is(err, errNoTemplate) || !strings.Contains(err.Error(), "REDLITE_CHAT_TEMPLATE") {
+		t.Errorf("no template: %v", err)
 	}
 }

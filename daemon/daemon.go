@@ -138,7 +138,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		}
 		d.log.Warn("REDLITE_MODEL is not set: serving the built-in default model, whose random weights write meaningless text; set REDLITE_MODEL to a GGUF file for real output", "path", path)
 	}
-	lm, err := loadModel(path, d.cfg.ModelName, d.cfg.Threads)
+	lm, err := loadModel(path, d.cfg.ModelName, d.cfg.Threads, d.cfg.ChatTemplate)
 	if err != nil {
 		return err
 	}

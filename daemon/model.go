@@ -26,7 +26,7 @@ type loadedModel struct {
 	profile planner.Profile
 }
 
-func loadModel(path, name string, threads int) (*loadedModel, error) {
+func loadModel(path, name string, threads int, template ...string) (*loadedModel, error) {
 	m, err := engine.Load(path, engine.Options{Threads: threads})
 	if err != nil {
 		return nil, fmt.Errorf("load model (REDLITE_MODEL=%s): %w", path, err)
@@ -36,7 +36,11 @@ func loadModel(path, name string, threads int) (*loadedModel, error) {
 		m.Close()
 		return nil, fmt.Errorf("load model %s: tokenizer: %w", path, err)
 	}
-	lm.tmpl, lm.tmplErr = chat.FromGGUF(m.File)
+	if len(template) > 0 && template[0] != "" {
+		lm.tmpl, lm.tmplErr = chat.Builtin(template[0])
+	} else {
+		lm.tmpl, lm.tmplErr = chat.FromGGUF(m.File)
+	}
 	if lm.profile, err = ProfileOf(m); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("load model %s: %w", path, err)
@@ -157,50 +161,30 @@ func (lm *loadedModel) tokenize(p jobs.Payload) ([]int32, error) {
 	return nil, fmt.Errorf("tokenize: unknown payload type %T", p)
 }
 
-// encodeChat renders msgs with the model's chat template and tokenizes the result. The
-// template's own text is tokenized with special tokens on (it holds <|im_start|> and
-// friends), but system and user contents are tokenized as plain text, so that a document
-// containing "<|im_end|>" cannot end its own turn and speak as the system. To keep the two
-// apart, those contents are rendered as unique markers and spliced in after tokenizing.
-// Assistant turns are rendered as they are: the template rewrites them (it drops earlier
-// reasoning), and they are the client's own earlier output.
+// encodeChat renders msgs with the model's chat template and tokenizes the result: the
+// template's markup with special tokens on (it holds <|im_start|> and friends), every
+// message content as plain text, so that a document containing "<|im_end|>" cannot end its
+// own turn and speak as the system (chat.Template.Encode).
 func (lm *loadedModel) encodeChat(msgs []jobs.Message) ([]int32, error) {
 	if lm.tmpl == nil {
-		return nil, fmt.Errorf("%w: %v; use \"prompt\" instead of \"messages\"", errNoTemplate, lm.tmplErr)
+		return nil, fmt.Errorf("%w: %v; use \"prompt\" instead of \"messages\", or set REDLITE_CHAT_TEMPLATE", errNoTemplate, lm.tmplErr)
 	}
 	cm := make([]chat.Message, len(msgs))
-	type span struct {
-		marker, content string
-	}
-	var spans []span
 	for i, m := range msgs {
 		cm[i] = chat.Message{Role: m.Role, Content: m.Content}
-		if m.Role != jobs.RoleAssistant {
-			mk := fmt.Sprintf("\x00redlite-content-%d\x00", i)
-			spans = append(spans, span{mk, m.Content})
-			cm[i].Content = mk
-		}
-	}
-	text, err := lm.tmpl.Render(cm, chat.RenderOpts{AddGenerationPrompt: true})
-	if err != nil {
-		return nil, fmt.Errorf("render chat template: %w", err)
 	}
 	// BOS, when the vocabulary asks for one, goes first; never an EOS after the prompt.
 	var ids []int32
 	if lm.tok.AddBOS() {
 		ids = append(ids, lm.tok.BOS())
 	}
-	special := tokenizer.EncodeOpts{ParseSpecial: true}
-	for _, s := range spans {
-		before, after, ok := strings.Cut(text, s.marker)
-		if !ok || strings.Contains(after, s.marker) {
-			return nil, fmt.Errorf("render chat template %s: a message content was not rendered exactly once", lm.tmpl.Name())
-		}
-		ids = append(ids, lm.tok.EncodeWith(before, special)...)
-		ids = append(ids, lm.tok.EncodeWith(s.content, tokenizer.EncodeOpts{})...)
-		text = after
+	body, err := lm.tmpl.Encode(cm, chat.RenderOpts{AddGenerationPrompt: true}, func(text string, special bool) []int32 {
+		return lm.tok.EncodeWith(text, tokenizer.EncodeOpts{ParseSpecial: special})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("render chat template: %w", err)
 	}
-	return append(ids, lm.tok.EncodeWith(text, special)...), nil
+	return append(ids, body...), nil
 }
 
 // kvType maps a plan's precision to the engine's.

@@ -71,6 +71,27 @@ func New(text string) (*Template, error) {
 	return nil, fmt.Errorf("%w: first line %q", ErrUnsupportedTemplate, firstLine(text))
 }
 
+// Builtin returns one of the renderers this package has by name ("chatml", "qwen3"), for a
+// model whose own template is not recognized but is known to speak that format: an
+// operator's explicit choice, never a guess.
+func Builtin(name string) (*Template, error) {
+	for _, r := range recognizers {
+		if r.name == name {
+			return &Template{name: r.name, text: "", render: r.render}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no built-in template %q (have %s)", ErrUnsupportedTemplate, name, strings.Join(BuiltinNames(), ", "))
+}
+
+// BuiltinNames lists the names Builtin accepts.
+func BuiltinNames() []string {
+	names := make([]string, len(recognizers))
+	for i, r := range recognizers {
+		names[i] = r.name
+	}
+	return names
+}
+
 // FromGGUF recognizes the chat template stored in f.
 func FromGGUF(f *gguf.File) (*Template, error) {
 	text, err := f.String(KeyTemplate)

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/redlite/batch/engine/gguf"
@@ -68,4 +69,18 @@ func count(ids []int32, id int32) int {
 		}
 	}
 	return n
+}
+
+func TestBuiltin(t *testing.T) {
+	tmpl, err := Builtin("chatml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Render([]Message{{Role: "user", Content: "hi"}}, RenderOpts{AddGenerationPrompt: true})
+	if err != nil || got != "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n" {
+		t.Errorf("chatml: %q, %v", got, err)
+	}
+	if _, err := Builtin("llama3"); err == nil || !strings.Contains(err.Error(), "chatml, qwen3") {
+		t.Errorf("unknown name: %v", err)
+	}
 }
