@@ -182,3 +182,26 @@ func TestChatTemplateOverride(t *testing.T) {
 		t.Errorf("no template: %v", err)
 	}
 }
+
+// FuzzConfigFromEnv: any environment gives a valid configuration or an error that names a
+// REDLITE_ variable; never a panic.
+func FuzzConfigFromEnv(f *testing.F) {
+	f.Add("REDLITE_CONCURRENCY", "2")
+	f.Add("REDLITE_QUEUES", "gpu=5,default=1")
+	f.Add("REDLITE_SHUTDOWN_TIMEOUT", "1m30s")
+	f.Add("REDLITE_REDIS_URL", "rediss://user:pw@host:6380/3")
+	f.Add("REDLITE_RAM_FRACTION", "NaN")
+	f.Add("REDLITE_GPU_LIMIT_MIB", "-1")
+	f.Fuzz(func(t *testing.T, key, value string) {
+		cfg, err := ConfigFromEnv([]string{key + "=" + value})
+		if err != nil {
+			if !strings.Contains(err.Error(), "REDLITE_") {
+				t.Fatalf("error %q names no variable", err)
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("ConfigFromEnv accepted a configuration Validate refuses: %v", err)
+		}
+	})
+}
