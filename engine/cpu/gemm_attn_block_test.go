@@ -1,0 +1,143 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/redlite/batch/engine/ml"
+)
+
+// longCache is a cache of total positions holding keys that grow with the position, so that
+// each block of a streaming softmax raises the running max, and random values.
+func longCache(t testing.TB, rng *rand.Rand, b *Backend, dt ml.DType, layers, kvHeads, hd, total int) *cache {
+	cc, err := b.NewCache(layers, kvHeads, hd, total, dt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := cc.(*cache)
+	row := kvHeads * hd
+	k := randomTensor(rng, total, row).data
+	for p := 0; p < total; p++ {
+		f := 1 + 2*float32(p)/float32(total)
+		for i := range k[p*row : (p+1)*row] {
+			k[p*row+i] *= f
+		}
+	}
+	for l := 0; l < layers; l++ {
+		kc.store(l, 0, k, randomTensor(rng, total, row).data)
+	}
+	return kc
+}
+
+// TestAttentionGemmBlocks checks chunks that span several blocks of positions (a long
+// context, a chunk across a block boundary, a chunk longer than a block) against float64
+// and against the per-position form run one token at a time, for both cache precisions.
+func TestAttentionGemmBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	const heads, kvHeads, hd, layer = 2, 1, 64, 0
+	const scale = 0.125
+	b := New(2)
+	c := b.NewContext().(*context)
+	for _, dt := range []ml.DType{ml.F32, ml.F16} {
+		for _, shape := range [][2]int{{4096 - 24, 24}, {attnBlock - 12, 40}, {0, 2*attnBlock + 6}} {
+			pos0, n := shape[0], shape[1]
+			kc := longCache(t, rng, b, dt, 1, kvHeads, hd, pos0+n)
+			q := randomTensor(rng, n, heads*hd).data
+			want := refAttention(q, n, heads, hd, kc, layer, pos0, scale)
+			perPos := make([]float32, 0, n*heads*hd)
+			for i := 0; i < n; i++ {
+				qi := &tensor{shape: []int{1, heads, hd}, data: q[i*heads*hd : (i+1)*heads*hd]}
+				perPos = append(perPos, c.Attention(qi, kc, layer, pos0+i, scale).(*tensor).data...)
+			}
+			for i, w := range want {
+				if math.Abs(float64(perPos[i])-w) > 1e-5*(1+math.Abs(w)) {
+					t.Fatalf("%v pos0=%d n=%d: per-position element %d: %v, want %v", dt, pos0, n, i, perPos[i], w)
+				}
+			}
+			for _, kern := range gemmKernels {
+				t.Run(fmt.Sprintf("%v/%s/pos0=%d/n=%d", dt, kern.name, pos0, n), func(t *testing.T) {
+					if !useAttentionGemm(kern, n, hd) {
+						t.Skip("shape not for attentionGemm")
+					}
+					got := make([]float32, n*heads*hd)
+					attentionGemm(b.pool, kern, q, n, heads, hd, kc, layer, pos0, scale, got)
+					for i, w := range want {
+						if math.Abs(float64(got[i])-w) > 1e-5*(1+math.Abs(w)) {
+							t.Fatalf("element %d: %v, want %v", i, got[i], w)
+						}
+						if d := math.Abs(float64(got[i] - perPos[i])); d > 1e-5*(1+math.Abs(w)) {
+							t.Fatalf("element %d: %v, per-position form %v", i, got[i], perPos[i])
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestAttentionGemmScratchBounded checks that the largest buffer a chunk's attention takes
+// from the scratch pool does not depend on how many positions the cache holds.
+func TestAttentionGemmScratchBounded(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	const heads, kvHeads, hd, n = 4, 2, 64, 16
+	for _, dt := range []ml.DType{ml.F32, ml.F16} {
+		largest := map[int]int{}
+		for _, total := range []int{1024, 8192, 65536} {
+			b := New(2)
+			kc := longCache(t, rng, b, dt, 1, kvHeads, hd, total)
+			q := randomTensor(rng, n, heads*hd).data
+			out := make([]float32, n*heads*hd)
+			attentionGemm(b.pool, defaultKernel, q, n, heads, hd, kc, 0, total-n, 0.125, out)
+			b.pool.scratch.mu.Lock()
+			for _, f := range b.pool.scratch.free {
+				largest[total] = max(largest[total], cap(f))
+			}
+			b.pool.scratch.mu.Unlock()
+		}
+		if largest[1024] == 0 || largest[8192] != largest[1024] || largest[65536] != largest[1024] {
+			t.Errorf("%v: largest scratch buffer by context length %v, want one size", dt, largest)
+		}
+		t.Logf("%v: largest scratch buffer by context length %v floats", dt, largest)
+	}
+}
+
+// BenchmarkAttentionLong times a 512-token chunk's attention at the end of an 8K context in
+// one layer of Qwen3-0.6B's shape, with an f16 cache.
+func BenchmarkAttentionLong(b *testing.B) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	const heads, kvHeads, hd, n, total = 16, 8, 128, 512, 8192
+	be := New(0)
+	kc := longCache(b, rng, be, ml.F16, 1, kvHeads, hd, total)
+	q := &tensor{shape: []int{n, heads, hd}, data: randomTensor(rng, n, heads*hd).data}
+	c := be.NewContext()
+	for b.Loop() {
+		c.Attention(q, kc, 0, total-n, 0.088)
+	}
+}
+
+// TestArgmaxScaled checks the grouped search against a plain one over lengths around the
+// group of 16, with the max in every place, ties and both signs of scale.
+func TestArgmaxScaled(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	for n := 1; n < 70; n++ {
+		for trial := 0; trial < 20; trial++ {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.IntN(7) - 3) // small integers: many ties
+			}
+			for _, scale := range []float32{0.125, -0.5} {
+				want := 0
+				for j, v := range x {
+					if v*scale > x[want]*scale {
+						want = j
+					}
+				}
+				if got := argmaxScaled(x, scale); got != want {
+					t.Fatalf("%v scaled by %v: argmax %d, want %d", x, scale, got, want)
+				}
+			}
+		}
+	}
+}
