@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -204,4 +205,26 @@ func FuzzConfigFromEnv(f *testing.F) {
 			t.Fatalf("ConfigFromEnv accepted a configuration Validate refuses: %v", err)
 		}
 	})
+}
+
+// TestHeapLimit: on the CPU backend the daemon keeps Go's heap within the budget less the
+// mapped model, and gives the previous limit back at shutdown.
+func TestHeapLimit(t *testing.T) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		t.Skip("GOMEMLIMIT is set: the daemon leaves the operator's limit alone")
+	}
+	b := setup(t)
+	before := debug.SetMemoryLimit(-1)
+	d := startDaemon(t, b.cfg, Observer{})
+	st, err := os.Stat(b.cfg.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := debug.SetMemoryLimit(-1), b.cfg.GPULimitMiB<<20-st.Size(); got != want {
+		t.Errorf("heap limit %d, want %d (budget less the model file)", got, want)
+	}
+	d.Shutdown()
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Errorf("after shutdown the heap limit is %d, want the previous %d", got, before)
+	}
 }

@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -53,6 +55,10 @@ type Daemon struct {
 
 	lm *loadedModel
 	w  *worker
+	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
+	// process).
+	restoreHeapLimit func()
+	stopOnce         sync.Once
 }
 
 // New checks the configuration, connects lazily to Redis and binds the HTTP port, so that
@@ -154,6 +160,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		return fmt.Errorf("memory budget: %w", err)
 	}
 	d.m.limitBytes.Set(float64(budget.UsableMiB() * planner.MiB))
+	d.limitHeap(budget, lm)
 	cal, err := d.calibration()
 	if err != nil {
 		return err
@@ -184,6 +191,25 @@ func (d *Daemon) Start(ctx context.Context) error {
 	return nil
 }
 
+// limitHeap makes the Go collector keep the heap within the budget on the CPU backend, where
+// the KV cache, states and every intermediate live on the Go heap and the weights are mapped
+// beside it: the soft memory limit is the usable budget less the mapped file. Without it the
+// collector lets garbage grow to the size of the live heap (GOGC=100), so a worker near its
+// limit could exceed what it planned. GOMEMLIMIT, when the operator sets it, wins; on Metal the
+// budget is GPU memory, not heap, and nothing is set.
+func (d *Daemon) limitHeap(b planner.Budget, lm *loadedModel) {
+	if b.Source == planner.SourceMetal || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	heap := b.UsableMiB()*planner.MiB - lm.m.File.Size()
+	if heap <= 0 {
+		return
+	}
+	prev := debug.SetMemoryLimit(heap)
+	d.restoreHeapLimit = func() { debug.SetMemoryLimit(prev) }
+	d.log.Info("Go heap limited to the budget less the mapped model", "heap_limit_mib", heap/planner.MiB)
+}
+
 // DefaultCalibration is the backend calibration used when REDLITE_CALIBRATION is unset.
 func DefaultCalibration() planner.Calibration { return planner.CPUPlaceholder() }
 
@@ -212,7 +238,11 @@ func (d *Daemon) calibration() (planner.Calibration, error) {
 //  3. the HTTP server stops (a scrape during the drain still sees the last metrics);
 //  4. the model is closed (no session uses it any more) and the Redis clients last, since
 //     the worker and /readyz use them until then.
-func (d *Daemon) Shutdown() {
+//
+// Calls after the first return at once.
+func (d *Daemon) Shutdown() { d.stopOnce.Do(d.shutdown) }
+
+func (d *Daemon) shutdown() {
 	if d.http != nil {
 		d.http.ready.Store(false)
 	}
@@ -227,6 +257,9 @@ func (d *Daemon) Shutdown() {
 		if err := d.lm.close(); err != nil {
 			d.log.Warn("close model", "err", err)
 		}
+	}
+	if d.restoreHeapLimit != nil {
+		d.restoreHeapLimit()
 	}
 	d.closeClients()
 	d.log.Info("redlited stopped")
