@@ -38,6 +38,7 @@ type metrics struct {
 	planNeedBytes  prometheus.Histogram
 	webhooks       *prometheus.CounterVec
 	progressWrites *prometheus.CounterVec
+	expertLookups  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -94,10 +95,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		progressWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlite_progress_writes_total", Help: "Progress envelopes written to Redis, by outcome (ok, error).",
 		}, []string{"outcome"}),
+		expertLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_expert_cache_lookups_total", Help: "Routed-expert slices looked up in the bounded expert cache, by result (hit, miss); all hits when every expert is resident.",
+		}, []string{"result"}),
 	}
 	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
 		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.plans, m.plannedBytes,
-		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites} {
+		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites, m.expertLookups} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -108,6 +112,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.promptTokens.WithLabelValues(typ)
 		m.genTokens.WithLabelValues(typ)
 	}
+	m.expertLookups.WithLabelValues("hit")
+	m.expertLookups.WithLabelValues("miss")
 	for _, p := range []jobs.Phase{jobs.PhaseTokenizing, jobs.PhasePlanning, jobs.PhasePrefill, jobs.PhaseDecode} {
 		m.phase.WithLabelValues(string(p))
 	}

@@ -53,6 +53,14 @@ func loadModel(path, name string, threads int, template ...string) (*loadedModel
 
 func (lm *loadedModel) close() error { return lm.m.Close() }
 
+// expertStats reads the backend's expert cache counters (zero without a cache).
+func (lm *loadedModel) expertStats() ml.ExpertStats {
+	if er, ok := lm.m.Backend.(ml.ExpertResidency); ok {
+		return er.ExpertStats()
+	}
+	return ml.ExpertStats{}
+}
+
 // setExpertCache sizes the backend's routed-expert cache as the plan says: unbounded for full
 // residency, the planned bytes for a bounded cache. Outputs do not depend on it; only which
 // expert bytes stay in memory does.

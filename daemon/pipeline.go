@@ -187,6 +187,13 @@ func (r *run) do(ctx context.Context) error {
 	}
 
 	r.setPhase(jobs.PhasePrefill)
+	experts := w.lm.expertStats()
+	defer func() {
+		// Counted per job: resizing the cache for the next plan resets the backend's counters.
+		now := w.lm.expertStats()
+		w.m.expertLookups.WithLabelValues("hit").Add(float64(max(now.Hits-experts.Hits, 0)))
+		w.m.expertLookups.WithLabelValues("miss").Add(float64(max(now.Misses-experts.Misses, 0)))
+	}()
 	generated := 0
 	gen, genErr := sess.Generate(ctx, ids, engine.GenerateOptions{
 		MaxTokens: sampling.MaxTokens,

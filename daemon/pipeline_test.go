@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -395,7 +396,7 @@ func TestBoundedExpertCache(t *testing.T) {
 	}
 
 	cfg.GPULimitMiB = full.NeedMiB - 1
-	startDaemon(t, cfg, Observer{})
+	d := startDaemon(t, cfg, Observer{})
 	job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)})
 	res, err := waitResult(t, b.client, job.ID, nil)
 	if err != nil {
@@ -406,5 +407,11 @@ func TestBoundedExpertCache(t *testing.T) {
 	}
 	if res.Text != want.Text || res.Usage.CompletionTokens != want.CompletionTokens {
 		t.Errorf("with a bounded cache: %q (%d tokens); fully resident: %q (%d)", res.Text, res.Usage.CompletionTokens, want.Text, want.CompletionTokens)
+	}
+	// The cache was really used: its misses are in the metrics.
+	_, body := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
+	miss := regexp.MustCompile(`(?m)^redlite_expert_cache_lookups_total\{result="miss"\} ([0-9.e+]+)$`).FindStringSubmatch(body)
+	if n, _ := strconv.ParseFloat(append(miss, "", "0")[1], 64); n <= 0 {
+		t.Errorf("no expert cache misses in /metrics: %v", miss)
 	}
 }
