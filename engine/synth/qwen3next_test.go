@@ -3,7 +3,6 @@ package synth
 import (
 	"fmt"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"testing"
 
@@ -29,32 +28,7 @@ func TestTinyQwen3NextMatchesFixture(t *testing.T) {
 			}
 			defer want.Close()
 			got := synthFile(t, "tiny-qwen3next", Options{Type: tc.typ, Seed: 1})
-			if len(got.KV) != len(want.KV) {
-				t.Errorf("%d metadata keys, fixture has %d", len(got.KV), len(want.KV))
-			}
-			for _, kv := range want.KV {
-				v, ok := got.Get(kv.Key)
-				if !ok {
-					t.Errorf("missing key %s", kv.Key)
-					continue
-				}
-				if v.Type != kv.Value.Type || v.Elem != kv.Value.Elem || !reflect.DeepEqual(v.Any(), kv.Value.Any()) {
-					t.Errorf("key %s = %s (%s), fixture %s (%s)", kv.Key, v, v.Type, kv.Value, kv.Value.Type)
-				}
-			}
-			if len(got.Tensors) != len(want.Tensors) {
-				t.Errorf("%d tensors, fixture has %d", len(got.Tensors), len(want.Tensors))
-			}
-			for _, wt := range want.Tensors {
-				gt, ok := got.Tensor(wt.Name)
-				if !ok {
-					t.Errorf("missing tensor %s", wt.Name)
-					continue
-				}
-				if !slices.Equal(gt.Dims, wt.Dims) || gt.Type != wt.Type {
-					t.Errorf("%s: %s %s, fixture %s %s", wt.Name, gt.Type, gt.ShapeString(), wt.Type, wt.ShapeString())
-				}
-			}
+			sameLayout(t, got, want)
 		})
 	}
 }

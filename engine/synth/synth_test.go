@@ -57,35 +57,7 @@ func TestTinyQwen3MatchesFixture(t *testing.T) {
 				t.Errorf("%d bytes, fixture has %d", got.Size(), want.Size())
 			}
 
-			// Every metadata key, with the same type and value (llama-quantize reorders a few
-			// keys, so order is not compared).
-			if len(got.KV) != len(want.KV) {
-				t.Errorf("%d metadata keys, fixture has %d", len(got.KV), len(want.KV))
-			}
-			for _, kv := range want.KV {
-				v, ok := got.Get(kv.Key)
-				if !ok {
-					t.Errorf("missing key %s", kv.Key)
-					continue
-				}
-				if v.Type != kv.Value.Type || v.Elem != kv.Value.Elem || !reflect.DeepEqual(v.Any(), kv.Value.Any()) {
-					t.Errorf("key %s = %s (%s), fixture %s (%s)", kv.Key, v, v.Type, kv.Value, kv.Value.Type)
-				}
-			}
-			// The same tensors with the same shapes and types.
-			if len(got.Tensors) != len(want.Tensors) {
-				t.Errorf("%d tensors, fixture has %d", len(got.Tensors), len(want.Tensors))
-			}
-			for _, wt := range want.Tensors {
-				gt, ok := got.Tensor(wt.Name)
-				if !ok {
-					t.Errorf("missing tensor %s", wt.Name)
-					continue
-				}
-				if !slices.Equal(gt.Dims, wt.Dims) || gt.Type != wt.Type {
-					t.Errorf("%s: %s %s, fixture %s %s", wt.Name, gt.Type, gt.ShapeString(), wt.Type, wt.ShapeString())
-				}
-			}
+			sameLayout(t, got, want)
 			if tc.fixture == "tiny-qwen3-F32.gguf" {
 				// Same order as the F32 original (the converter's order).
 				for i := range want.Tensors {
@@ -415,5 +387,38 @@ func TestCancel(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 0 {
 		t.Fatalf("left %d files behind after cancelling", len(ents))
+	}
+}
+
+// sameLayout reports every metadata key (type and value) and every tensor (shape and type)
+// in which got differs from the fixture want. Key order is not compared: llama-quantize
+// reorders a few keys.
+func sameLayout(t *testing.T, got, want *gguf.File) {
+	t.Helper()
+	if len(got.KV) != len(want.KV) {
+		t.Errorf("%d metadata keys, fixture has %d", len(got.KV), len(want.KV))
+	}
+	for _, kv := range want.KV {
+		v, ok := got.Get(kv.Key)
+		if !ok {
+			t.Errorf("missing key %s", kv.Key)
+			continue
+		}
+		if v.Type != kv.Value.Type || v.Elem != kv.Value.Elem || !reflect.DeepEqual(v.Any(), kv.Value.Any()) {
+			t.Errorf("key %s = %s (%s), fixture %s (%s)", kv.Key, v, v.Type, kv.Value, kv.Value.Type)
+		}
+	}
+	if len(got.Tensors) != len(want.Tensors) {
+		t.Errorf("%d tensors, fixture has %d", len(got.Tensors), len(want.Tensors))
+	}
+	for _, wt := range want.Tensors {
+		gt, ok := got.Tensor(wt.Name)
+		if !ok {
+			t.Errorf("missing tensor %s", wt.Name)
+			continue
+		}
+		if !slices.Equal(gt.Dims, wt.Dims) || gt.Type != wt.Type {
+			t.Errorf("%s: %s %s, fixture %s %s", wt.Name, gt.Type, gt.ShapeString(), wt.Type, wt.ShapeString())
+		}
 	}
 }
