@@ -10,8 +10,9 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"text/tabwriter"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
@@ -141,12 +142,49 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(results)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "model\tsize\tbackend\tthreads\ttest\tt/s\t")
+	// The same markdown table llama-bench prints, so the two can be read side by side.
+	rows := [][]string{{"model", "size", "backend", "threads", "test", "t/s"}}
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%.2f MiB\t%s\t%d\t%s\t%.2f ± %.2f\t\n", r.Model, float64(r.SizeBytes)/(1<<20), r.Backend, r.Threads, r.Test, r.TokensPerS, r.StdDev)
+		rows = append(rows, []string{r.Model, fmt.Sprintf("%.2f MiB", float64(r.SizeBytes)/(1<<20)), r.Backend,
+			fmt.Sprint(r.Threads), r.Test, fmt.Sprintf("%.2f ± %.2f", r.TokensPerS, r.StdDev)})
 	}
-	return tw.Flush()
+	return writeMarkdownTable(stdout, rows, []bool{false, true, false, true, true, true})
+}
+
+// writeMarkdownTable prints rows (the first is the header) as a markdown table with padded
+// columns; right[i] right-aligns column i.
+func writeMarkdownTable(w io.Writer, rows [][]string, right []bool) error {
+	width := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, cell := range row {
+			width[i] = max(width[i], utf8.RuneCountInString(cell))
+		}
+	}
+	line := func(cells []string) string {
+		var b strings.Builder
+		for i, c := range cells {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if right[i] {
+				b.WriteString("| " + pad + c + " ")
+			} else {
+				b.WriteString("| " + c + pad + " ")
+			}
+		}
+		return b.String() + "|\n"
+	}
+	rule := make([]string, len(width))
+	for i, n := range width {
+		rule[i] = strings.Repeat("-", n)
+		if right[i] {
+			rule[i] = strings.Repeat("-", n-1) + ":"
+		}
+	}
+	out := line(rows[0]) + line(rule)
+	for _, row := range rows[1:] {
+		out += line(row)
+	}
+	_, err := io.WriteString(w, out)
+	return err
 }
 
 func meanStd(x []float64) (float64, float64) {

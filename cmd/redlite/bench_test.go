@@ -1,0 +1,35 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/redlite/batch/internal/fixtures"
+)
+
+func TestBench(t *testing.T) {
+	model := fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf")
+	code, out, errs := runCmd(t, "bench", "--model", model, "--threads", "2", "-p", "32", "-n", "8", "-r", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| model") || !strings.Contains(lines[2], "| pp32 |") || !strings.Contains(lines[3], "| tg8 |") {
+		t.Errorf("table:\n%s", out)
+	}
+	code, out, errs = runCmd(t, "bench", "--model", model, "-p", "16", "-n", "0", "-r", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rs []benchResult
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Test != "pp16" || rs[0].Tokens != 16 || rs[0].TokensPerS <= 0 || len(rs[0].Samples) != 1 || rs[0].Model != "qwen3" {
+		t.Errorf("json: %+v", rs)
+	}
+	if code, _, errs := runCmd(t, "bench", "--model", model, "--kv", "q8"); code != 2 || !strings.Contains(errs, "--kv") {
+		t.Errorf("bad --kv: exit %d, %s", code, errs)
+	}
+}
