@@ -15,7 +15,7 @@ func TestBench(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| model") || !strings.Contains(lines[2], "| pp32 |") || !strings.Contains(lines[3], "| tg8 |") {
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| model") || !strings.Contains(lines[2], "| pp32 |") || !strings.Contains(lines[3], " tg8 |") {
 		t.Errorf("table:\n%s", out)
 	}
 	code, out, errs = runCmd(t, "bench", "--model", model, "-p", "16", "-n", "0", "-r", "1", "--json")
