@@ -18,9 +18,6 @@ import (
 	"github.com/redlite/batch/planner"
 )
 
-// HeaderEnqueuedAt is jobs.HeaderEnqueuedAt, kept for callers of this package.
-const HeaderEnqueuedAt = jobs.HeaderEnqueuedAt
-
 // Observer receives the pipeline's events as they happen, on the job's goroutine; callbacks
 // must return quickly. ctx is the job's context (done once the job is cancelled). Tests use
 // it to act at an exact point of a job, e.g. cancel it after its first prefill chunk.
@@ -331,7 +328,7 @@ func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) job
 // queueWait is the time from enqueue to the start of this attempt, when the enqueue time is
 // known.
 func (r *run) queueWait() (time.Duration, bool) {
-	v, ok := r.task.Headers()[HeaderEnqueuedAt]
+	v, ok := r.task.Headers()[jobs.HeaderEnqueuedAt]
 	if !ok {
 		return 0, false
 	}

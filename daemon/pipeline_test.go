@@ -165,7 +165,7 @@ func TestJobs(t *testing.T) {
 		defer c.Close()
 		at := time.Now().Add(-2 * time.Second)
 		task := asynq.NewTaskWithHeaders(jobs.TypeGenerate, []byte(`{"version":1,"prompt":"x","max_tokens":2}`),
-			map[string]string{HeaderEnqueuedAt: strconv.FormatInt(at.UnixNano(), 10)})
+			map[string]string{jobs.HeaderEnqueuedAt: strconv.FormatInt(at.UnixNano(), 10)})
 		info, err := c.Enqueue(task, asynq.Queue(jobs.QueueDefault), asynq.Retention(time.Hour))
 		if err != nil {
 			t.Fatal(err)

@@ -2,8 +2,9 @@ package planner
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/redlite/batch/engine/modelinfo"
 )
 
 // MiB is the unit of every limit and need the planner reports.
@@ -276,18 +277,11 @@ func ProfileFromFacts(f Facts) (Profile, error) {
 // routed experts (ffn_*_exps) are routed experts, everything else is dense. It also returns
 // the block index, or -1 for tensors outside the blocks.
 func ClassifyTensor(name string, mtpFirstBlock int) (int, TensorClass) {
-	layer := -1
-	if rest, ok := strings.CutPrefix(name, "blk."); ok {
-		if n, _, ok := strings.Cut(rest, "."); ok {
-			if i, err := strconv.Atoi(n); err == nil {
-				layer = i
-			}
-		}
-	}
+	layer, _ := modelinfo.SplitLayer(name)
 	switch {
 	case mtpFirstBlock > 0 && layer >= mtpFirstBlock:
 		return layer, ClassMTP
-	case layer >= 0 && strings.Contains(name, "_exps."):
+	case layer >= 0 && modelinfo.Classify(name, false) == modelinfo.ClassRoutedExperts:
 		return layer, ClassRoutedExpert
 	}
 	return layer, ClassDense

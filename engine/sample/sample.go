@@ -204,14 +204,6 @@ func Argmax(logits []float32) (int32, error) {
 	return int32(best), nil
 }
 
-// selectTop appends the best k of c to h (unordered) and returns it.
-func selectTop(h, c []candidate, k int) []candidate {
-	for _, x := range c {
-		h = offer(h, x, k)
-	}
-	return h
-}
-
 // offer adds x to h, a min-heap on "before" of at most k elements (h[0] is the worst of the
 // best so far), if x belongs among the best k. A heap over the vocabulary costs about one
 // comparison per token, where a sort would cost log n.
