@@ -21,7 +21,7 @@ type loadedModel struct {
 	name    string
 	path    string
 	tok     *tokenizer.Tokenizer
-	tmpl    *chat.Template // nil when the file has no template we can render
+	tmpl    *chat.Template // nil when the file has no template this worker can render
 	tmplErr error
 	profile planner.Profile
 }
@@ -150,49 +150,53 @@ func ProfileOf(m *engine.Model) (planner.Profile, error) {
 	return p, nil
 }
 
-// errNoTemplate is returned for chat jobs when the model's chat template is missing or not
-// one the engine renders.
+// errNoTemplate is returned for chat jobs when the model has no chat template this worker
+// can render.
 var errNoTemplate = errors.New("the model has no chat template this worker can render")
 
-// tokenize turns a payload into prompt token ids.
-func (lm *loadedModel) tokenize(p jobs.Payload) ([]int32, error) {
+// prompt is a job's prompt: token ids, and whether the prompt leaves a <think> block open
+// (the answer then starts with reasoning).
+type prompt struct {
+	ids      []int32
+	thinking bool
+}
+
+// tokenize turns a payload into its prompt.
+func (lm *loadedModel) tokenize(p jobs.Payload) (prompt, error) {
 	switch p := p.(type) {
 	case *jobs.Generate:
 		if p.Prompt != "" {
 			// A raw prompt is the client's text: control-token text in it stays text.
-			return lm.tok.EncodeWith(p.Prompt, tokenizer.EncodeOpts{AddSpecial: true}), nil
+			return prompt{ids: lm.tok.EncodeWith(p.Prompt, tokenizer.EncodeOpts{AddSpecial: true})}, nil
 		}
-		return lm.encodeChat(p.Messages)
+		return lm.encodeChat(p.Messages, p.EnableThinking != nil && *p.EnableThinking)
 	case *jobs.Summarize:
-		return lm.encodeChat(jobs.SummarizeMessages(p))
+		// A summary wants the answer, not the reasoning.
+		return lm.encodeChat(jobs.SummarizeMessages(p), false)
 	}
-	return nil, fmt.Errorf("tokenize: unknown payload type %T", p)
+	return prompt{}, fmt.Errorf("tokenize: unknown payload type %T", p)
 }
 
-// encodeChat renders msgs with the model's chat template and tokenizes the result: the
-// template's markup with special tokens on (it holds <|im_start|> and friends), every
-// message content as plain text, so that a document containing "<|im_end|>" cannot end its
-// own turn and speak as the system (chat.Template.Encode).
-func (lm *loadedModel) encodeChat(msgs []jobs.Message) ([]int32, error) {
+// encodeChat renders msgs with the model's chat template and tokenizes the result so that
+// control tokens come only from the template's own text: a document containing
+// "<|im_end|>" cannot end its own turn and speak as the system (chat.Template.Encode).
+func (lm *loadedModel) encodeChat(msgs []jobs.Message, thinking bool) (prompt, error) {
 	if lm.tmpl == nil {
-		return nil, fmt.Errorf("%w: %v; use \"prompt\" instead of \"messages\", or set REDLITE_CHAT_TEMPLATE", errNoTemplate, lm.tmplErr)
+		return prompt{}, fmt.Errorf("%w: %v; use \"prompt\" instead of \"messages\", or set REDLITE_CHAT_TEMPLATE", errNoTemplate, lm.tmplErr)
 	}
 	cm := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		cm[i] = chat.Message{Role: m.Role, Content: m.Content}
 	}
-	// BOS, when the vocabulary asks for one, goes first; never an EOS after the prompt.
-	var ids []int32
-	if lm.tok.AddBOS() {
-		ids = append(ids, lm.tok.BOS())
-	}
-	body, err := lm.tmpl.Encode(cm, chat.RenderOpts{AddGenerationPrompt: true}, func(text string, special bool) []int32 {
-		return lm.tok.EncodeWith(text, tokenizer.EncodeOpts{ParseSpecial: special})
-	})
+	p, err := lm.tmpl.Encode(chat.Conversation{
+		Messages:            chat.Messages(cm...),
+		AddGenerationPrompt: true,
+		EnableThinking:      &thinking,
+	}, lm.tok)
 	if err != nil {
-		return nil, fmt.Errorf("render chat template: %w", err)
+		return prompt{}, fmt.Errorf("render chat template: %w", err)
 	}
-	return append(ids, body...), nil
+	return prompt{ids: p.IDs, thinking: chat.OpensThinking(p.Text)}, nil
 }
 
 // kvType maps a plan's precision to the engine's.

@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/engine/sample"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
@@ -37,6 +38,8 @@ type run struct {
 	phase   jobs.Phase
 	prog    *progressWriter
 	outcome string
+	// thinking: the prompt left a <think> block open, so the output starts with reasoning.
+	thinking bool
 }
 
 // process is the asynq handler: decode → validate → tokenize → plan → session → generate →
@@ -137,11 +140,13 @@ func (r *run) do(ctx context.Context) error {
 		sampling = p.Sampling()
 	}
 
-	ids, err := w.lm.tokenize(p)
+	pr, err := w.lm.tokenize(p)
 	if err != nil {
 		r.outcome = outcomeInvalid
 		return permanent(fmt.Errorf("tokenize: %w", err))
 	}
+	ids := pr.ids
+	r.thinking = pr.thinking
 	r.prog.update(func(pr *jobs.Progress) { pr.PromptTokens, pr.MaxTokens = len(ids), sampling.MaxTokens })
 
 	r.setPhase(jobs.PhasePlanning)
@@ -296,8 +301,10 @@ func (r *run) payloadDeadline() time.Time {
 
 // result assembles the job's result from what the engine returned.
 func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) jobs.Result {
+	text, reasoning := chat.SplitReasoning(g.Text, r.thinking)
 	res := jobs.Result{
-		Text:         g.Text,
+		Text:         text,
+		Reasoning:    reasoning,
 		FinishReason: jobs.FinishReason(g.FinishReason),
 		Usage: jobs.Usage{
 			PromptTokens:     g.PromptTokens,

@@ -73,6 +73,10 @@ type Generate struct {
 	MinP        *float64  `json:"min_p,omitempty"`
 	Seed        *int64    `json:"seed,omitempty"`
 	Stop        []string  `json:"stop,omitempty"`
+	// EnableThinking lets a thinking model reason before it answers (the chat template's
+	// enable_thinking); absent or false asks for the answer alone. The reasoning comes back
+	// in the result's reasoning field, apart from the text.
+	EnableThinking *bool `json:"enable_thinking,omitempty"`
 	Common
 }
 
@@ -163,6 +167,8 @@ func (g *Generate) Validate() error {
 		return invalid("messages", "give either messages or prompt, not both")
 	case len(g.Messages) == 0 && g.Prompt == "":
 		return invalid("messages", "one of messages or prompt is required")
+	case g.EnableThinking != nil && g.Prompt != "":
+		return invalid("enable_thinking", "applies to messages (the chat template), not to a raw prompt")
 	}
 	if len(g.Messages) > MaxMessages {
 		return invalid("messages", "must have at most %d messages, got %d", MaxMessages, len(g.Messages))

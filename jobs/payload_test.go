@@ -28,6 +28,8 @@ func TestValidateGenerate(t *testing.T) {
 		{"VersionMissing", func(g *Generate) { g.Version = 0 }, "version: must be 1, got 0"},
 		{"Neither", func(g *Generate) { g.Messages = nil }, "messages: one of messages or prompt is required"},
 		{"Both", func(g *Generate) { g.Prompt = "x" }, "messages: give either messages or prompt, not both"},
+		{"ThinkingWithPrompt", func(g *Generate) { yes := true; g.Messages, g.Prompt, g.EnableThinking = nil, "x", &yes },
+			"enable_thinking: applies to messages (the chat template), not to a raw prompt"},
 		{"TooManyMessages", func(g *Generate) {
 			g.Messages = make([]Message, MaxMessages+1)
 			for i := range g.Messages {
@@ -175,7 +177,7 @@ func TestDecode(t *testing.T) {
 		name, typ, doc, want string
 	}{
 		{"UnknownTop", TypeGenerate, `{"version":1,"prompt":"x","temprature":0.5}`,
-			"temprature: unknown field (known: deadline, idempotency_key, max_tokens, messages, metadata, min_p, model, priority, prompt, seed, stop, temperature, timeout, top_k, top_p, version, webhook_url)"},
+			"temprature: unknown field (known: deadline, enable_thinking, idempotency_key, max_tokens, messages, metadata, min_p, model, priority, prompt, seed, stop, temperature, timeout, top_k, top_p, version, webhook_url)"},
 		{"UnknownNested", TypeGenerate, `{"version":1,"messages":[{"role":"user","content":"x","name":"bob"}]}`,
 			"messages[0].name: unknown field (known: content, role)"},
 		{"UnknownInstructions", TypeSummarize, `{"version":1,"input":"x","instructions":{"tone":"dry"}}`,

@@ -17,8 +17,10 @@ const (
 
 // Result is what a finished job returns.
 type Result struct {
-	Version      int             `json:"version"`
-	Text         string          `json:"text"`
+	Version int    `json:"version"`
+	Text    string `json:"text"`
+	// Reasoning is a thinking model's reasoning (its <think> block), kept out of Text.
+	Reasoning    string          `json:"reasoning,omitempty"`
 	FinishReason FinishReason    `json:"finish_reason"`
 	Usage        Usage           `json:"usage"`
 	Timings      Timings         `json:"timings"`

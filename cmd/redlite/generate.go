@@ -9,7 +9,6 @@ import (
 	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/sample"
-	"github.com/redlite/batch/engine/tokenizer"
 )
 
 func init() {
@@ -23,6 +22,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	system := fs.String("system", "", "system message (chat mode)")
 	raw := fs.Bool("raw", false, "feed the prompt as it is instead of through the model's chat template")
 	templateName := fs.String("chat-template", "", "use a built-in chat template (chatml, qwen3) instead of the model's own")
+	thinkingFlag := fs.Bool("thinking", false, "let a thinking model reason before it answers (the template's enable_thinking)")
 	maxTokens := fs.Int("max-tokens", 128, "tokens to generate at most")
 	temperature := fs.Float64("temperature", 0, "sampling temperature (0: greedy)")
 	topK := fs.Int("top-k", sample.DefaultTopK, "top-k filter (0: off)")
@@ -77,21 +77,21 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return fmt.Errorf("%w (use --raw to skip the chat template, or --chat-template)", err)
 		}
-		if tok.AddBOS() {
-			ids = append(ids, tok.BOS())
-		}
+		thinking := thinkingFlag
 		var msgs []chat.Message
 		if *system != "" {
 			msgs = append(msgs, chat.Message{Role: "system", Content: *system})
 		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: *prompt})
-		body, err := tmpl.Encode(msgs, chat.RenderOpts{AddGenerationPrompt: true}, func(text string, special bool) []int32 {
-			return tok.EncodeWith(text, tokenizer.EncodeOpts{ParseSpecial: special})
-		})
+		p, err := tmpl.Encode(chat.Conversation{
+			Messages:            chat.Messages(msgs...),
+			AddGenerationPrompt: true,
+			EnableThinking:      thinking,
+		}, tok)
 		if err != nil {
 			return err
 		}
-		ids = append(ids, body...)
+		ids = p.IDs
 	}
 	n := *ctxLen
 	if n == 0 {

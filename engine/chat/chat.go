@@ -1,199 +1,203 @@
-// Package chat renders conversations into the prompt text a model was trained on, following
-// the chat template in its GGUF file (tokenizer.chat_template).
+// Package chat renders conversations into the prompt a model was trained on, with the model's
+// own chat template (the GGUF key tokenizer.chat_template) run by a Jinja engine set up as
+// Hugging Face transformers sets up jinja2 (package jinja), and tokenizes the prompt so that
+// no text a client sends can become a control token.
 //
-// Templates are Jinja programs. Rather than interpret Jinja, the package recognizes the
-// templates it knows by their shape and renders them natively:
-//
-//   - "chatml": the minimal ChatML loop, <|im_start|>role\ncontent<|im_end|>\n per message.
-//   - "qwen3": Qwen3's template with thinking support: earlier turns' <think> blocks are
-//     dropped from the history, and with thinking disabled the generation prompt carries an
-//     empty <think>\n\n</think>\n\n block.
-//
-// Any other template is refused with ErrUnsupportedTemplate rather than rendered wrongly.
-// The rendered text contains control tokens' text (<|im_start|>), so it is tokenized with
-// special-token parsing on.
+// A template comes from outside, so it renders under jinja.Limits: bounded time, output and
+// memory, and bounded nesting; a failing or runaway template is an error of that job, never
+// of the process.
 package chat
 
 import (
+	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/redlite/batch/engine/chat/jinja"
 	"github.com/redlite/batch/engine/gguf"
 )
-
-// ErrUnsupportedTemplate is wrapped by New and FromGGUF for a template they do not recognize.
-var ErrUnsupportedTemplate = errors.New("chat: unsupported chat template")
 
 // KeyTemplate is the GGUF metadata key of the chat template.
 const KeyTemplate = "tokenizer.chat_template"
 
-// Message is one turn of a conversation.
-type Message struct {
-	Role    string // "system", "user", "assistant" or "tool"
-	Content string
-}
+// ErrNoTemplate is wrapped by FromGGUF when the file carries no chat template.
+var ErrNoTemplate = errors.New("chat: the model file has no chat template (" + KeyTemplate + ")")
 
-// RenderOpts controls Render.
-type RenderOpts struct {
-	// AddGenerationPrompt ends the prompt with the opening of an assistant turn, so that the
-	// model writes the reply.
-	AddGenerationPrompt bool
-	// EnableThinking lets a thinking model reason (<think> … </think>) before its answer.
-	// The zero value disables it, which for Qwen3 puts an empty think block after the
-	// generation prompt: a batch job wants the answer, not the reasoning. Templates without
-	// thinking support ignore it.
-	EnableThinking bool
-}
+// ErrTemplate is wrapped by every error of a template: it does not compile, it raised, or it
+// went past its limits.
+var ErrTemplate = errors.New("chat template")
 
-// Template is a recognized chat template.
+// Template is a compiled chat template.
 type Template struct {
-	name   string
-	text   string
-	render func(*builder, []Message, RenderOpts)
+	// Name says where the template came from: "gguf" for a model's own, or a built-in name.
+	Name string
+	// Source is the template's Jinja text.
+	Source string
+	// BOSToken and EOSToken are the template's bos_token and eos_token variables: the texts
+	// of the model's BOS and EOS tokens (FromGGUF sets them).
+	BOSToken, EOSToken string
+	// Limits bound each render (zero: jinja's defaults).
+	Limits jinja.Limits
+
+	compiled *jinja.Template
 }
 
-// New recognizes a chat template's text.
-func New(text string) (*Template, error) {
-	if strings.TrimSpace(text) == "" {
-		return nil, fmt.Errorf("%w: the template is empty", ErrUnsupportedTemplate)
+// New compiles a chat template.
+func New(name, src string) (*Template, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, fmt.Errorf("%w %s: the template is empty", ErrTemplate, name)
 	}
-	segs, err := lex(text)
+	c, err := jinja.Compile(src)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s (first line %q)", ErrUnsupportedTemplate, err, firstLine(text))
+		return nil, fmt.Errorf("%w %s does not compile: %w", ErrTemplate, name, err)
 	}
-	for _, r := range recognizers {
-		if r.match(segs) {
-			return &Template{name: r.name, text: text, render: r.render}, nil
-		}
-	}
-	return nil, fmt.Errorf("%w: first line %q", ErrUnsupportedTemplate, firstLine(text))
+	return &Template{Name: name, Source: src, compiled: c}, nil
 }
 
-// Builtin returns one of the renderers this package has by name ("chatml", "qwen3"), for a
-// model whose own template is not recognized but is known to speak that format: an
-// operator's explicit choice, never a guess.
+//go:embed builtin/*.jinja
+var builtins embed.FS
+
+// Builtin returns a template this package carries, by name (BuiltinNames), for a model file
+// that has none of its own: an operator's explicit choice, never a guess. "chatml" is plain
+// ChatML; "qwen3" is the Qwen3 family's own template (thinking, tools).
 func Builtin(name string) (*Template, error) {
-	for _, r := range recognizers {
-		if r.name == name {
-			return &Template{name: r.name, text: "", render: r.render}, nil
-		}
+	src, err := builtins.ReadFile("builtin/" + name + ".jinja")
+	if err != nil || name == "" || strings.ContainsAny(name, "/.") {
+		return nil, fmt.Errorf("%w: no built-in template %q (have %s)", ErrTemplate, name, strings.Join(BuiltinNames(), ", "))
 	}
-	return nil, fmt.Errorf("%w: no built-in template %q (have %s)", ErrUnsupportedTemplate, name, strings.Join(BuiltinNames(), ", "))
+	t, err := New(name, string(src))
+	if err != nil {
+		return nil, err
+	}
+	t.EOSToken = "<|im_end|>"
+	return t, nil
 }
 
 // BuiltinNames lists the names Builtin accepts.
 func BuiltinNames() []string {
-	names := make([]string, len(recognizers))
-	for i, r := range recognizers {
-		names[i] = r.name
+	entries, _ := builtins.ReadDir("builtin")
+	var names []string
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".jinja"))
 	}
 	return names
 }
 
-// FromGGUF recognizes the chat template stored in f.
+// FromGGUF compiles the chat template stored in f, with the texts of f's BOS and EOS tokens.
 func FromGGUF(f *gguf.File) (*Template, error) {
-	text, err := f.String(KeyTemplate)
+	src, err := f.String(KeyTemplate)
 	if err != nil {
+		if _, ok := f.Get(KeyTemplate); !ok {
+			return nil, ErrNoTemplate
+		}
 		return nil, fmt.Errorf("chat: %w", err)
 	}
-	return New(text)
-}
-
-// Name says which kind of template this is ("chatml", "qwen3").
-func (t *Template) Name() string { return t.name }
-
-// Text is the template's source.
-func (t *Template) Text() string { return t.text }
-
-// Render turns msgs into prompt text. A system message may only come first; roles must be
-// system, user, assistant or tool. Neither template requires user and assistant turns to
-// alternate, so Render does not either.
-//
-// Tokenizing this text with special-token parsing would also turn control-token text inside
-// a message (a user writing "<|im_end|>") into control tokens; use Parts or Encode for
-// prompts that carry outside text.
-func (t *Template) Render(msgs []Message, o RenderOpts) (string, error) {
-	parts, err := t.Parts(msgs, o)
-	if err != nil {
-		return "", err
-	}
-	var sb strings.Builder
-	for _, p := range parts {
-		sb.WriteString(p.Text)
-	}
-	return sb.String(), nil
-}
-
-// Part is a piece of a rendered prompt: template markup, whose control-token text is meant
-// as control tokens, or message content, which is only ever text.
-type Part struct {
-	Text    string
-	Content bool
-}
-
-// Parts renders msgs as Render does, keeping markup and message content apart.
-func (t *Template) Parts(msgs []Message, o RenderOpts) ([]Part, error) {
-	if len(msgs) == 0 {
-		return nil, errors.New("chat: no messages")
-	}
-	for i, m := range msgs {
-		switch m.Role {
-		case "system":
-			if i > 0 {
-				return nil, fmt.Errorf("chat: message %d: a system message must come first", i)
-			}
-		case "user", "assistant", "tool":
-		default:
-			return nil, fmt.Errorf("chat: message %d has unknown role %q (want system, user, assistant or tool)", i, m.Role)
-		}
-	}
-	var b builder
-	t.render(&b, msgs, o)
-	return b.parts, nil
-}
-
-// Encode renders msgs and tokenizes the result with encode, matching control tokens only in
-// the template's markup: message content is encoded with special parsing off, so no text a
-// user sends can forge a turn boundary.
-func (t *Template) Encode(msgs []Message, o RenderOpts, encode func(text string, parseSpecial bool) []int32) ([]int32, error) {
-	parts, err := t.Parts(msgs, o)
+	t, err := New("gguf", src)
 	if err != nil {
 		return nil, err
 	}
-	var ids []int32
-	for _, p := range parts {
-		ids = append(ids, encode(p.Text, !p.Content)...)
+	if tokens, err := f.Strings("tokenizer.ggml.tokens"); err == nil {
+		text := func(key string) string {
+			id, err := f.IntOr(key, -1)
+			if err != nil || id < 0 || id >= int64(len(tokens)) {
+				return ""
+			}
+			return tokens[id]
+		}
+		t.BOSToken, t.EOSToken = text("tokenizer.ggml.bos_token_id"), text("tokenizer.ggml.eos_token_id")
 	}
-	return ids, nil
+	return t, nil
 }
 
-// builder collects parts, merging neighbours of the same kind.
-type builder struct{ parts []Part }
-
-func (b *builder) add(s string, content bool) {
-	if s == "" {
-		return
-	}
-	if n := len(b.parts); n > 0 && b.parts[n-1].Content == content {
-		b.parts[n-1].Text += s
-		return
-	}
-	b.parts = append(b.parts, Part{Text: s, Content: content})
+// Conversation is what a template renders: the format of one case of
+// ../shared/fixtures/templates/cases.json and of `redlite chat-template --case`.
+type Conversation struct {
+	// Messages is a JSON array of message objects ({"role", "content", …}), passed to the
+	// template as given: content may be null or a list, assistant messages may carry
+	// reasoning_content and tool_calls. Key order is kept (tojson prints keys in order).
+	Messages json.RawMessage `json:"messages"`
+	// Tools is a JSON array of tool definitions, or empty for none (the template sees None).
+	Tools json.RawMessage `json:"tools,omitempty"`
+	// AddGenerationPrompt ends the prompt with the opening of an assistant turn.
+	AddGenerationPrompt bool `json:"add_generation_prompt"`
+	// EnableThinking is passed to the template when set; nil leaves it undefined, as
+	// transformers does when apply_chat_template is called without it.
+	EnableThinking *bool `json:"enable_thinking,omitempty"`
 }
 
-func (b *builder) markup(s string)  { b.add(s, false) }
-func (b *builder) content(s string) { b.add(s, true) }
+// Message is one plain turn of a conversation.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
 
-func firstLine(s string) string {
-	s = strings.TrimLeft(s, " \t\r\n")
-	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
-		s = s[:i]
+// Messages encodes plain messages for Conversation.Messages.
+func Messages(msgs ...Message) json.RawMessage {
+	b, _ := json.Marshal(msgs) // strings only: cannot fail
+	return b
+}
+
+// vars decodes a conversation into the template's variables.
+func (t *Template) vars(c Conversation) (map[string]jinja.Value, error) {
+	if len(c.Messages) == 0 {
+		return nil, errors.New("chat: no messages")
 	}
-	const limit = 80
-	if utf8.RuneCountInString(s) > limit {
-		s = string([]rune(s)[:limit]) + "…"
+	msgs, err := jinja.FromJSON(c.Messages)
+	if err != nil {
+		return nil, fmt.Errorf("chat: messages: %w", err)
 	}
-	return s
+	list, ok := msgs.([]jinja.Value)
+	if !ok {
+		return nil, errors.New("chat: messages must be a JSON array")
+	}
+	for i, m := range list {
+		d, ok := m.(*jinja.Dict)
+		if !ok {
+			return nil, fmt.Errorf("chat: message %d is not an object", i)
+		}
+		if r, _ := d.Get("role"); r == nil {
+			return nil, fmt.Errorf("chat: message %d has no role", i)
+		}
+	}
+	var tools jinja.Value
+	if s := strings.TrimSpace(string(c.Tools)); s != "" && s != "null" {
+		if tools, err = jinja.FromJSON(c.Tools); err != nil {
+			return nil, fmt.Errorf("chat: tools: %w", err)
+		}
+		if _, ok := tools.([]jinja.Value); !ok {
+			return nil, errors.New("chat: tools must be a JSON array")
+		}
+	}
+	v := map[string]jinja.Value{
+		"messages":              list,
+		"tools":                 tools,
+		"add_generation_prompt": c.AddGenerationPrompt,
+		"bos_token":             t.BOSToken,
+		"eos_token":             t.EOSToken,
+	}
+	if c.EnableThinking != nil {
+		v["enable_thinking"] = *c.EnableThinking
+	}
+	return v, nil
+}
+
+// Render returns the prompt exactly as the template renders c. Tokenizing it with special
+// parsing would also turn control-token text inside a message into control tokens: use
+// Encode for prompts that carry outside text.
+func (t *Template) Render(c Conversation) (string, error) {
+	v, err := t.vars(c)
+	if err != nil {
+		return "", err
+	}
+	return t.render(v)
+}
+
+func (t *Template) render(v map[string]jinja.Value) (string, error) {
+	out, err := t.compiled.Render(v, t.Limits)
+	if err != nil {
+		return "", fmt.Errorf("%w %s: %w", ErrTemplate, t.Name, err)
+	}
+	return out, nil
 }

@@ -411,3 +411,16 @@ func (t *Tokenizer) EOG() []int32 { return slices.Clone(t.eog) }
 
 // PreTokenizer is the tokenizer.ggml.pre name in use.
 func (t *Tokenizer) PreTokenizer() string { return t.pre }
+
+// Protected lists the tokens that text turns into only with ParseSpecial (CONTROL and
+// UNKNOWN tokens such as "<|im_start|>"), longest text first: the ones a prompt built from
+// outside text must not contain unless the prompt's own markup put them there.
+func (t *Tokenizer) Protected() []int32 {
+	var out []int32
+	for _, id := range t.specials {
+		if typ := t.types[id]; typ == TypeControl || typ == TypeUnknown {
+			out = append(out, id)
+		}
+	}
+	return out
+}
