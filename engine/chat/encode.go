@@ -197,4 +197,3 @@ func walkStrings(v jinja.Value, f func(string)) {
 		}
 	}
 }
-

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 	"strconv"
@@ -64,11 +65,12 @@ var builtinGlobals = map[string]Value{
 		if step == 0 {
 			return nil, &Error{Kind: "ValueError", Msg: "range() arg 3 must not be zero"}
 		}
-		n := int64(0)
+		// Counted in uint64: the span of two int64s does not overflow there.
+		var n uint64
 		if step > 0 && stop > start {
-			n = (stop - start + step - 1) / step
+			n = (uint64(stop)-uint64(start)-1)/uint64(step) + 1
 		} else if step < 0 && stop < start {
-			n = (start - stop - step - 1) / -step
+			n = (uint64(start)-uint64(stop)-1)/uint64(-step) + 1
 		}
 		if err := e.charge(int(min(n, math.MaxInt32/16)) * 16); err != nil {
 			return nil, err
@@ -209,6 +211,9 @@ func strftime(t time.Time, f string) string {
 func method(v Value, name string) *function {
 	bind := func(f func(pos []Value, kw *Dict) (Value, error)) *function {
 		return &function{name: name, call: func(e *evaluator, pos []Value, kw *Dict) (Value, error) {
+			if err := e.visit(v); err != nil {
+				return nil, err
+			}
 			r, err := f(pos, kw)
 			if s, ok := r.(string); ok && err == nil {
 				err = e.charge(len(s))
@@ -225,7 +230,7 @@ func method(v Value, name string) *function {
 				switch p := arg(pos, kw, 0, "prefix", nil).(type) {
 				case string:
 					cands = []string{p}
-				case []Value:
+				case Tuple:
 					for _, c := range p {
 						s, err := strArg(c, name+" tuple item")
 						if err != nil {
@@ -343,7 +348,7 @@ func method(v Value, name string) *function {
 func dictItems(d *Dict) []Value {
 	out := make([]Value, len(d.keys))
 	for i, k := range d.keys {
-		out[i] = []Value{k, d.m[k]}
+		out[i] = Tuple{k, d.m[k]}
 	}
 	return out
 }
@@ -391,8 +396,9 @@ func pySplit(s string, fromRight bool, sep, maxsplit Value) (Value, error) {
 		}
 		rest := s
 		if fromRight {
+			// What is left when maxsplit runs out keeps its leading whitespace.
 			rest = strings.TrimRightFunc(rest, pyIsSpace)
-			for n > 0 {
+			for n > 0 && rest != "" {
 				i := strings.LastIndexFunc(rest, pyIsSpace)
 				if i < 0 {
 					break
@@ -402,7 +408,7 @@ func pySplit(s string, fromRight bool, sep, maxsplit Value) (Value, error) {
 				rest = strings.TrimRightFunc(rest[:i], pyIsSpace)
 				n--
 			}
-			if rest = strings.TrimLeftFunc(rest, pyIsSpace); rest != "" {
+			if rest != "" {
 				parts = append([]string{rest}, parts...)
 			}
 			break
@@ -580,13 +586,13 @@ func test(name string, v Value, pos []Value) (bool, error) {
 		return false, nil
 	case "iterable":
 		switch v.(type) {
-		case string, []Value, *Dict, Undefined:
+		case string, []Value, Tuple, *Dict, Undefined:
 			return true, nil
 		}
 		return false, nil
 	case "sequence":
 		switch v.(type) {
-		case string, []Value, *Dict:
+		case string, []Value, Tuple, *Dict:
 			return true, nil
 		}
 		return false, nil
@@ -716,16 +722,18 @@ func init() {
 		"attr": func(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
 			return getAttr(v, str(arg(pos, kw, 0, "name", "")))
 		},
-		"int":       filterInt,
-		"float":     filterFloat,
-		"abs":       filterAbs,
-		"round":     filterRound,
-		"indent":    filterIndent,
-		"wordcount": func(e *evaluator, v Value, _ []Value, _ *Dict) (Value, error) { return int64(len(strings.Fields(str(v)))), nil },
-		"sum":       filterSum,
-		"max":       filterMinMax(1),
-		"min":       filterMinMax(-1),
-		"batch":     filterBatch,
+		"int":    filterInt,
+		"float":  filterFloat,
+		"abs":    filterAbs,
+		"round":  filterRound,
+		"indent": filterIndent,
+		"wordcount": func(e *evaluator, v Value, _ []Value, _ *Dict) (Value, error) {
+			return int64(len(strings.Fields(str(v)))), nil
+		},
+		"sum":   filterSum,
+		"max":   filterMinMax(1),
+		"min":   filterMinMax(-1),
+		"batch": filterBatch,
 		"center": func(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
 			w, err := intArg(arg(pos, kw, 0, "width", int64(80)), "width")
 			s := str(v)
@@ -758,7 +766,7 @@ func filterToJSON(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
 	default:
 		return nil, typeErr("tojson indent must be int or str")
 	}
-	if sep, ok := arg(nil, kw, -1, "separators", nil).([]Value); ok && len(sep) == 2 {
+	if sep, err := iterate(arg(nil, kw, -1, "separators", nil)); err == nil && len(sep) == 2 {
 		o.itemSep, o.keySep = str(sep[0]), str(sep[1])
 	}
 	var b strings.Builder
@@ -773,6 +781,8 @@ func filterLength(e *evaluator, v Value, _ []Value, _ *Dict) (Value, error) {
 	case string:
 		return int64(utf8.RuneCountInString(v)), nil
 	case []Value:
+		return int64(len(v)), nil
+	case Tuple:
 		return int64(len(v)), nil
 	case *Dict:
 		return int64(v.Len()), nil
@@ -844,7 +854,10 @@ func sortKey(v Value, caseSensitive bool) Value {
 	return v
 }
 
-func sortValues(items []Value, key func(Value) Value, reverse bool) ([]Value, error) {
+func sortValues(e *evaluator, items []Value, key func(Value) Value, reverse bool) ([]Value, error) {
+	if err := e.work(len(items) * bits.Len(uint(len(items)))); err != nil {
+		return nil, err
+	}
 	out := slices.Clone(items)
 	var err error
 	sort.SliceStable(out, func(i, j int) bool {
@@ -869,7 +882,7 @@ func filterSort(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
 	reverse := truthy(arg(pos, kw, 0, "reverse", false))
 	cs := truthy(arg(pos, kw, 1, "case_sensitive", false))
 	attr := arg(pos, kw, 2, "attribute", nil)
-	return sortValues(items, func(x Value) Value {
+	return sortValues(e, items, func(x Value) Value {
 		if attr != nil {
 			x, _ = getItem(x, attr)
 		}
@@ -889,7 +902,7 @@ func filterDictsort(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error)
 	if by == "value" {
 		i = 1
 	}
-	return sortValues(dictItems(d), func(x Value) Value { return sortKey(x.([]Value)[i], cs) }, reverse)
+	return sortValues(e, dictItems(d), func(x Value) Value { return sortKey(x.(Tuple)[i], cs) }, reverse)
 }
 
 func filterUnique(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
@@ -906,6 +919,9 @@ func filterUnique(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
 			k, _ = getItem(it, attr)
 		}
 		k = sortKey(k, cs)
+		if err := e.work(len(seen)); err != nil {
+			return nil, err
+		}
 		if !slices.ContainsFunc(seen, func(s Value) bool { return equal(s, k) }) {
 			seen = append(seen, k)
 			out = append(out, it)
@@ -1062,14 +1078,20 @@ func filterRound(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := math.Pow(10, float64(max(-300, min(prec, 300))))
+	prec = max(-300, min(prec, 300))
+	p := math.Pow(10, float64(prec))
 	switch str(arg(pos, kw, 1, "method", "common")) {
 	case "ceil":
 		return math.Ceil(f*p) / p, nil
 	case "floor":
 		return math.Floor(f*p) / p, nil
 	}
-	return math.Round(f*p) / p, nil
+	if prec < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return math.RoundToEven(f*p) / p, nil
+	}
+	// Python's round: the decimal nearest the exact binary value, ties to even.
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'f', int(prec), 64), 64)
+	return r, nil
 }
 
 func filterIndent(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {

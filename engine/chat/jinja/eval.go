@@ -22,7 +22,7 @@ type Limits struct {
 	// Timeout bounds the render's wall time (default 2 s; a real chat template renders in
 	// well under a millisecond per message).
 	Timeout time.Duration
-	// MaxOutput bounds the rendered text in bytes (default 64 MiB).
+	// MaxOutput bounds the rendered text in bytes (default 16 MiB).
 	MaxOutput int
 	// MaxAlloc bounds the bytes of strings and lists the render builds, output included
 	// (default 8 × MaxOutput), so that doubling a string in a loop fails early.
@@ -31,7 +31,7 @@ type Limits struct {
 
 const (
 	defaultTimeout   = 2 * time.Second
-	defaultMaxOutput = 64 << 20
+	defaultMaxOutput = 16 << 20
 	maxCallDepth     = 64 // macro calls and recursive loops
 	maxSourceBytes   = 1 << 20
 )
@@ -113,7 +113,8 @@ func (s *scope) get(name string) (Value, bool) {
 type evaluator struct {
 	lim      Limits
 	deadline time.Time
-	steps    int
+	steps    int // work done: nodes, expressions, items visited by builtins
+	checked  int // steps at the last look at the clock
 	alloc    int // bytes built so far
 	depth    int // macro calls and recursive loops in progress
 	out      *strings.Builder
@@ -121,20 +122,42 @@ type evaluator struct {
 	line     int // of the statement running, for errors
 }
 
-// step counts work and checks the clock every so often.
-func (e *evaluator) step() error {
-	e.steps++
-	if e.steps&1023 == 0 && time.Now().After(e.deadline) {
-		return fmt.Errorf("%w: the template ran longer than %v", ErrLimit, e.lim.Timeout)
+// step counts one node or expression.
+func (e *evaluator) step() error { return e.work(1) }
+
+// work counts n units of work (a builtin visiting n items counts n) and looks at the clock
+// every 1024, so that no run of cheap steps, nor one expensive builtin, outlives the timeout.
+func (e *evaluator) work(n int) error {
+	e.steps += n
+	if e.steps-e.checked >= 1024 {
+		e.checked = e.steps
+		if time.Now().After(e.deadline) {
+			return fmt.Errorf("%w: the template ran longer than %v", ErrLimit, e.lim.Timeout)
+		}
 	}
 	return nil
 }
 
-// charge accounts for n bytes the render builds.
+// charge accounts for n bytes the render builds (and for the work of building them).
 func (e *evaluator) charge(n int) error {
 	e.alloc += n
 	if e.alloc > e.lim.MaxAlloc {
 		return fmt.Errorf("%w: the template built more than %d bytes", ErrLimit, e.lim.MaxAlloc)
+	}
+	return e.work(n / 1024)
+}
+
+// visit accounts for a builtin that walks v (a list, dict or string): linear work.
+func (e *evaluator) visit(v Value) error {
+	switch v := v.(type) {
+	case []Value:
+		return e.work(len(v))
+	case Tuple:
+		return e.work(len(v))
+	case *Dict:
+		return e.work(v.Len())
+	case string:
+		return e.work(len(v) / 64)
 	}
 	return nil
 }
@@ -441,6 +464,8 @@ func bind(targets []string, item Value, s *scope) error {
 func iterate(v Value) ([]Value, error) {
 	switch v := v.(type) {
 	case []Value:
+		return v, nil
+	case Tuple:
 		return v, nil
 	case *Dict:
 		out := make([]Value, len(v.keys))

@@ -3,6 +3,7 @@ package jinja
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -105,6 +106,9 @@ func (e *evaluator) eval(x expr, s *scope) (Value, error) {
 			}
 			l[i] = v
 		}
+		if x.tuple {
+			return Tuple(l), e.charge(16 * len(l))
+		}
 		return l, e.charge(16 * len(l))
 	case dictE:
 		d := NewDict()
@@ -147,6 +151,12 @@ func (e *evaluator) binary(x binE, s *scope) (Value, error) {
 	}
 	b, err := e.eval(x.b, s)
 	if err != nil {
+		return nil, err
+	}
+	if err := e.visit(a); err != nil {
+		return nil, err
+	}
+	if err := e.visit(b); err != nil {
 		return nil, err
 	}
 	switch x.op {
@@ -194,6 +204,8 @@ func contained(a, b Value) (bool, error) {
 			}
 		}
 		return false, nil
+	case Tuple:
+		return contained(a, []Value(b))
 	case *Dict:
 		k, ok := a.(string)
 		return ok && hasKey(b, k), nil
@@ -218,6 +230,11 @@ func (e *evaluator) arith(op string, a, b Value) (Value, error) {
 	if y, ok := b.(bool); ok {
 		b = boolInt(y)
 	}
+	if x, ok := a.(Tuple); ok {
+		if y, ok := b.(Tuple); ok && op == "+" {
+			return Tuple(append(append([]Value{}, x...), y...)), e.charge(16 * (len(x) + len(y)))
+		}
+	}
 	switch x := a.(type) {
 	case string:
 		switch op {
@@ -240,7 +257,11 @@ func (e *evaluator) arith(op string, a, b Value) (Value, error) {
 			}
 			return strings.Repeat(x, int(n)), nil
 		case "%":
-			return nil, typeErr("printf-style string formatting is not supported")
+			out, err := printf(x, b)
+			if err == nil {
+				err = e.charge(len(out))
+			}
+			return out, err
 		}
 	case []Value:
 		switch op {
@@ -290,14 +311,30 @@ func (e *evaluator) arith(op string, a, b Value) (Value, error) {
 	return nil, typeErr("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(a), typeName(b))
 }
 
+// errOverflow stands in for Python's unbounded ints: a result past int64 fails rather than
+// wrapping around.
+var errOverflow = &Error{Kind: "OverflowError", Msg: "integer result does not fit in 64 bits"}
+
 func intArith(op string, x, y int64) (Value, error) {
 	switch op {
 	case "+":
-		return x + y, nil
+		if r := x + y; (r > x) == (y > 0) {
+			return r, nil
+		}
+		return nil, errOverflow
 	case "-":
-		return x - y, nil
+		if r := x - y; (r < x) == (y > 0) {
+			return r, nil
+		}
+		return nil, errOverflow
 	case "*":
-		return x * y, nil
+		if x == 0 || y == 0 {
+			return int64(0), nil
+		}
+		if r := x * y; r/y == x && !(x == -1 && y == math.MinInt64) && !(y == -1 && x == math.MinInt64) {
+			return r, nil
+		}
+		return nil, errOverflow
 	case "/":
 		if y == 0 {
 			return nil, &Error{Kind: "ZeroDivisionError", Msg: "division by zero"}
@@ -320,12 +357,19 @@ func intArith(op string, x, y int64) (Value, error) {
 		if y < 0 {
 			return math.Pow(float64(x), float64(y)), nil
 		}
-		if y > 64 && x != 0 && x != 1 && x != -1 {
-			return math.Pow(float64(x), float64(y)), nil
-		}
 		r := int64(1)
-		for range y {
-			r *= x
+		for range min(y, 64) {
+			v, err := intArith("*", r, x)
+			if err != nil {
+				return nil, err
+			}
+			r = v.(int64)
+		}
+		if y > 64 && x != 0 && x != 1 && x != -1 {
+			return nil, errOverflow
+		}
+		if y > 64 && x == -1 && y%2 == 1 {
+			return int64(-1), nil
 		}
 		return r, nil
 	}
@@ -400,6 +444,10 @@ func getItem(v Value, k Value) (Value, error) {
 		if i, ok := index(k, len(v)); ok {
 			return v[i], nil
 		}
+	case Tuple:
+		if i, ok := index(k, len(v)); ok {
+			return v[i], nil
+		}
 	case string:
 		r := []rune(v)
 		if i, ok := index(k, len(r)); ok {
@@ -462,6 +510,8 @@ func (e *evaluator) slice(x sliceE, s *scope) (Value, error) {
 	n := 0
 	switch v := v.(type) {
 	case []Value:
+		items, n = v, len(v)
+	case Tuple:
 		items, n = v, len(v)
 	case string:
 		runes = []rune(v)
@@ -557,6 +607,11 @@ func (e *evaluator) call(x callE, s *scope) (Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, p := range pos {
+		if err := e.visit(p); err != nil {
+			return nil, err
+		}
+	}
 	switch f := fv.(type) {
 	case *function:
 		return f.call(e, pos, kw)
@@ -579,5 +634,80 @@ func (e *evaluator) filter(f filterE, v Value, s *scope) (Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := e.visit(v); err != nil {
+		return nil, err
+	}
 	return fn(e, v, pos, kw)
+}
+
+// printf is Python's "format % args" for the conversions templates use: %s %r %d %i %f %x
+// %%, with an optional precision for %f.
+func printf(format string, a Value) (string, error) {
+	args := []Value{a}
+	if t, ok := a.(Tuple); ok {
+		args = t
+	}
+	var b strings.Builder
+	next := 0
+	for i := 0; i < len(format); i++ {
+		c := format[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		j := i + 1
+		for j < len(format) && (format[j] == '.' || format[j] >= '0' && format[j] <= '9') {
+			j++
+		}
+		if j >= len(format) {
+			return "", &Error{Kind: "ValueError", Msg: "incomplete format"}
+		}
+		spec, verb := format[i+1:j], format[j]
+		i = j
+		if verb == '%' {
+			b.WriteByte('%')
+			continue
+		}
+		if next >= len(args) {
+			return "", typeErr("not enough arguments for format string")
+		}
+		v := args[next]
+		next++
+		switch verb {
+		case 's':
+			b.WriteString(str(v))
+		case 'r':
+			b.WriteString(repr(v))
+		case 'd', 'i', 'x', 'f':
+			var f float64
+			switch n := v.(type) {
+			case int64:
+				f = float64(n)
+			case float64:
+				f = n
+			case bool:
+				f = float64(boolInt(n))
+			default:
+				return "", typeErr("%%%c format: a real number is required, not %s", verb, typeName(v))
+			}
+			switch verb {
+			case 'f':
+				prec := 6
+				if _, p, ok := strings.Cut(spec, "."); ok {
+					fmt.Sscan(p, &prec)
+				}
+				b.WriteString(strconv.FormatFloat(f, 'f', max(0, min(prec, 100)), 64))
+			case 'x':
+				b.WriteString(strconv.FormatInt(int64(f), 16))
+			default:
+				b.WriteString(strconv.FormatInt(int64(f), 10))
+			}
+		default:
+			return "", &Error{Kind: "ValueError", Msg: fmt.Sprintf("unsupported format character '%c'", verb)}
+		}
+	}
+	if next < len(args) && len(args) > 1 {
+		return "", typeErr("not all arguments converted during string formatting")
+	}
+	return b.String(), nil
 }

@@ -31,6 +31,8 @@ type piece struct {
 	leftStrip, leftPlus, rightStrip, rightPlus bool
 	// lineStart: the text starts at the beginning of a line of the source.
 	lineStart bool
+	// raw: a {% raw %} tag, which trim_blocks leaves alone (jinja2 keeps the newline after it).
+	raw bool
 }
 
 func (p *piece) block() bool { return p.kind == pieceStmt || p.kind == pieceComment }
@@ -58,7 +60,7 @@ func cut(src string) ([]piece, error) {
 			switch {
 			case prev.rightStrip:
 				t = strings.TrimLeft(t, " \t\r\n\f\v")
-			case prev.block() && !prev.rightPlus && strings.HasPrefix(t, "\n"):
+			case prev.block() && !prev.rightPlus && !prev.raw && strings.HasPrefix(t, "\n"):
 				t, lineStart = t[1:], true // trim_blocks
 			}
 		}
@@ -151,7 +153,7 @@ func scan(src string) ([]piece, error) {
 				return nil, err
 			}
 			// Both tags stay for whitespace control, as comments: nothing to parse.
-			out[len(out)-1].kind, out[len(out)-1].toks = pieceComment, nil
+			out[len(out)-1].kind, out[len(out)-1].toks, out[len(out)-1].raw = pieceComment, nil, true
 			text(src[i:contentEnd], i)
 			endTag.kind = pieceComment
 			out = append(out, endTag.piece)

@@ -19,12 +19,16 @@ import (
 //	int64      int
 //	float64    float
 //	string     str
-//	[]Value    list (and tuple)
+//	[]Value    list
+//	Tuple      tuple
 //	*Dict      dict, keys in insertion order
 //	Undefined  a name or attribute that does not exist
 //
 // plus the engine's own namespaces, macros, loop objects and functions.
 type Value = any
+
+// Tuple is a Python tuple: a list that prints with parentheses (dict.items() yields them).
+type Tuple []Value
 
 // Undefined is what a missing variable, attribute or key evaluates to: it prints as nothing,
 // is false, iterates as empty, and raises when used in arithmetic or called (jinja2's default
@@ -114,6 +118,8 @@ func typeName(v Value) string {
 		return "str"
 	case []Value:
 		return "list"
+	case Tuple:
+		return "tuple"
 	case *Dict:
 		return "dict"
 	case Undefined:
@@ -141,6 +147,8 @@ func truthy(v Value) bool {
 	case string:
 		return v != ""
 	case []Value:
+		return len(v) > 0
+	case Tuple:
 		return len(v) > 0
 	case *Dict:
 		return v.Len() > 0
@@ -186,6 +194,12 @@ func repr(v Value) string {
 		}
 		b.WriteByte(']')
 		return b.String()
+	case Tuple:
+		if len(v) == 1 {
+			return "(" + repr(v[0]) + ",)"
+		}
+		s := repr([]Value(v))
+		return "(" + s[1:len(s)-1] + ")"
 	case *Dict:
 		var b strings.Builder
 		b.WriteByte('{')
@@ -270,6 +284,10 @@ func pyFloat(f float64) string {
 
 // equal is Python's ==.
 func equal(a, b Value) bool {
+	if x, ok := a.(Tuple); ok {
+		y, ok := b.(Tuple)
+		return ok && equal([]Value(x), []Value(y))
+	}
 	switch x := a.(type) {
 	case nil:
 		return b == nil
@@ -341,6 +359,11 @@ func boolInt(b bool) int64 {
 // compare orders numbers with numbers, strings with strings and lists element-wise, as
 // Python's < does; anything else is a TypeError.
 func compare(op string, a, b Value) (int, error) {
+	if x, ok := a.(Tuple); ok {
+		if y, ok := b.(Tuple); ok {
+			a, b = []Value(x), []Value(y)
+		}
+	}
 	if x, ok := a.(bool); ok {
 		a = boolInt(x)
 	}
@@ -506,6 +529,8 @@ func toJSON(b *strings.Builder, v Value, o jsonOpts, level int) error {
 		}
 	case string:
 		jsonString(b, v, o.ensureASCII)
+	case Tuple:
+		return toJSON(b, []Value(v), o, level)
 	case []Value:
 		if len(v) == 0 {
 			b.WriteString("[]")
