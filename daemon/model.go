@@ -37,9 +37,19 @@ func loadModel(path, name string, threads int, template ...string) (*loadedModel
 		return nil, fmt.Errorf("load model %s: tokenizer: %w", path, err)
 	}
 	if len(template) > 0 && template[0] != "" {
-		lm.tmpl, lm.tmplErr = chat.Builtin(template[0])
+		if lm.tmpl, lm.tmplErr = chat.Builtin(template[0]); lm.tmpl != nil {
+			lm.tmpl.BOSToken, lm.tmpl.EOSToken = lm.tok.Token(lm.tok.BOS()), lm.tok.Token(lm.tok.EOS())
+		}
 	} else {
 		lm.tmpl, lm.tmplErr = chat.FromGGUF(m.File)
+	}
+	if lm.tmpl != nil {
+		// A template that cannot render a plain conversation serves no chat job: say so at
+		// start rather than with every job.
+		probe := chat.Conversation{Messages: chat.Messages(chat.Message{Role: "system", Content: "probe"}, chat.Message{Role: "user", Content: "probe"}), AddGenerationPrompt: true}
+		if _, err := lm.tmpl.Encode(probe, lm.tok); err != nil {
+			lm.tmpl, lm.tmplErr = nil, fmt.Errorf("it does not render a system and a user message: %w", err)
+		}
 	}
 	if lm.profile, err = ProfileOf(m); err != nil {
 		m.Close()
