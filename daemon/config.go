@@ -29,7 +29,8 @@ type Config struct {
 	// Empty means the GGUF's general.name, or the file name without .gguf.
 	ModelName string `env:"REDLITE_MODEL_NAME"`
 	// ChatTemplate names a built-in chat template (chatml, qwen3) to use instead of the
-	// GGUF's own, for a model whose template is not recognized; empty uses the file's.
+	// GGUF's own, for a file without one or with one that cannot render a plain
+	// conversation; empty uses the file's.
 	ChatTemplate string `env:"REDLITE_CHAT_TEMPLATE"`
 	// CacheDir holds the built-in default model. Empty means os.UserCacheDir()/redlite.
 	CacheDir string `env:"REDLITE_CACHE_DIR"`

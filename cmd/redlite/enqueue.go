@@ -94,6 +94,7 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var topK int
 	var seed int64
 	var stops stringList
+	var thinking bool
 	if typ == jobs.TypeSummarize {
 		fs.StringVar(&input, "input", "", "the document `text`")
 		fs.StringVar(&inputFile, "input-file", "", "read the document from `F`, or - for stdin")
@@ -111,6 +112,7 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.Float64Var(&minP, "min-p", -1, "min-p sampling (default 0)")
 		fs.Int64Var(&seed, "seed", -1, "sampling seed (default: the worker picks one)")
 		fs.Var(&stops, "stop", "stop string (repeatable)")
+		fs.BoolVar(&thinking, "thinking", false, "let a thinking model reason first (enable_thinking; the reasoning comes back apart from the text)")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -196,6 +198,9 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		if set["stop"] {
 			p.Stop = stops
+		}
+		if set["thinking"] {
+			p.EnableThinking = &thinking
 		}
 		if err := applyCommon(&p.Common, set, priority, deadline, key, metadata, webhook, model, timeout); err != nil {
 			return err

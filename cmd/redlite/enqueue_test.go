@@ -54,7 +54,7 @@ func TestJobCommands(t *testing.T) {
 	var id string
 	t.Run("EnqueueGenerateWaitJSON", func(t *testing.T) {
 		code, out, errs := runCmd(t, "enqueue", "generate", "--redis", url, "--system", "Be brief.", "--user", "Hello",
-			"--max-tokens", "8", "--temperature", "0", "--metadata", `{"n":1}`, "--idempotency-key", "cli-1", "--wait", "--json")
+			"--max-tokens", "8", "--temperature", "0", "--metadata", `{"n":1}`, "--idempotency-key", "cli-1", "--thinking", "--wait", "--json")
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
@@ -106,6 +106,7 @@ func TestJobCommands(t *testing.T) {
 			{"enqueue", "generate", "--redis", url},
 			{"enqueue", "generate", "--redis", url, "--prompt", "x", "--max-tokens", "0"},
 			{"enqueue", "generate", "--redis", url, "--prompt", "x", "--timeout", "500ms"},
+			{"enqueue", "generate", "--redis", url, "--prompt", "x", "--thinking"},
 			{"enqueue", "summarize", "--redis", url, "--input", "x", "--style", "haiku"},
 			{"status"},
 			{"status", "a", "b"},
