@@ -1062,16 +1062,22 @@ func filterAbs(e *evaluator, v Value, _ []Value, _ *Dict) (Value, error) {
 	return nil, typeErr("bad operand type for abs(): '%s'", typeName(v))
 }
 
-func filterRound(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
-	var f float64
+// toFloat is a number's value as a float (bools count as 0 and 1, as in Python).
+func toFloat(v Value) (float64, bool) {
 	switch x := v.(type) {
 	case int64:
-		f = float64(x)
+		return float64(x), true
 	case float64:
-		f = x
+		return x, true
 	case bool:
-		f = float64(boolInt(x))
-	default:
+		return float64(boolInt(x)), true
+	}
+	return 0, false
+}
+
+func filterRound(e *evaluator, v Value, pos []Value, kw *Dict) (Value, error) {
+	f, ok := toFloat(v)
+	if !ok {
 		return nil, typeErr("round: '%s' is not a number", typeName(v))
 	}
 	prec, err := intArg(arg(pos, kw, 0, "precision", int64(0)), "precision")

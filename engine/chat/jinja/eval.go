@@ -225,18 +225,9 @@ func (e *evaluator) node(n node, s *scope) error {
 		return e.located(e.set(n, s))
 	case setBlockN:
 		e.line = n.line
-		var v Value
-		v, err := e.capture(n.body, s)
-		if err != nil {
-			return err
-		}
-		for _, f := range n.filters {
-			if v, err = e.filter(f, v, s); err != nil {
-				return e.located(err)
-			}
-		}
+		v, err := e.filtered(n.body, n.filters, s)
 		s.vars[n.name] = v
-		return nil
+		return err
 	case macroN:
 		s.vars[n.name] = e.macro(n, s)
 		return nil
@@ -261,15 +252,9 @@ func (e *evaluator) node(n node, s *scope) error {
 		return e.write(str(v))
 	case filterBlockN:
 		e.line = n.line
-		var v Value
-		v, err := e.capture(n.body, s)
+		v, err := e.filtered(n.body, n.filters, s)
 		if err != nil {
 			return err
-		}
-		for _, f := range n.filters {
-			if v, err = e.filter(f, v, s); err != nil {
-				return e.located(err)
-			}
 		}
 		return e.write(str(v))
 	case breakN:
@@ -278,6 +263,21 @@ func (e *evaluator) node(n node, s *scope) error {
 		return errContinue
 	}
 	return fmt.Errorf("jinja: unknown node %T", n)
+}
+
+// filtered renders body into a string and applies filters to it.
+func (e *evaluator) filtered(body []node, filters []filterE, s *scope) (Value, error) {
+	var v Value
+	v, err := e.capture(body, s)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range filters {
+		if v, err = e.filter(f, v, s); err != nil {
+			return nil, e.located(err)
+		}
+	}
+	return v, nil
 }
 
 // capture renders body into a string instead of the output.

@@ -679,15 +679,8 @@ func printf(format string, a Value) (string, error) {
 		case 'r':
 			b.WriteString(repr(v))
 		case 'd', 'i', 'x', 'f':
-			var f float64
-			switch n := v.(type) {
-			case int64:
-				f = float64(n)
-			case float64:
-				f = n
-			case bool:
-				f = float64(boolInt(n))
-			default:
+			f, ok := toFloat(v)
+			if !ok {
 				return "", typeErr("%%%c format: a real number is required, not %s", verb, typeName(v))
 			}
 			switch verb {

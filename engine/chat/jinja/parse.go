@@ -347,21 +347,20 @@ func (p *parser) statement(name string) (node, error) {
 		if !p.op("(") {
 			return nil, p.errorf("expected '(' after macro name")
 		}
-		for !p.op(")") {
-			if len(n.params) > 0 && !p.op(",") {
-				return nil, p.errorf("expected ',' between macro parameters")
-			}
+		err = p.items(")", "macro parameters", func() error {
 			name, err := p.name()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			var def expr
 			if p.op("=") {
-				if def, err = p.expr(); err != nil {
-					return nil, err
-				}
+				def, err = p.expr()
 			}
 			n.params, n.defaults = append(n.params, name), append(n.defaults, def)
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
 		if err := p.end(); err != nil {
 			return nil, err
@@ -373,15 +372,13 @@ func (p *parser) statement(name string) (node, error) {
 	case "call":
 		n := callBlockN{line: line}
 		if p.op("(") {
-			for !p.op(")") {
-				if len(n.params) > 0 && !p.op(",") {
-					return nil, p.errorf("expected ',' between call parameters")
-				}
+			err := p.items(")", "call parameters", func() error {
 				name, err := p.name()
-				if err != nil {
-					return nil, err
-				}
 				n.params = append(n.params, name)
+				return err
+			})
+			if err != nil {
+				return nil, err
 			}
 		}
 		x, err := p.expr()
@@ -569,27 +566,8 @@ func (p *parser) tupleOrExpr() (expr, error) {
 	return l, nil
 }
 
-func (p *parser) or() (expr, error) {
-	x, err := p.and()
-	for err == nil && p.keyword("or") {
-		var y expr
-		if y, err = p.and(); err == nil {
-			x = binE{"or", x, y}
-		}
-	}
-	return x, err
-}
-
-func (p *parser) and() (expr, error) {
-	x, err := p.not()
-	for err == nil && p.keyword("and") {
-		var y expr
-		if y, err = p.not(); err == nil {
-			x = binE{"and", x, y}
-		}
-	}
-	return x, err
-}
+func (p *parser) or() (expr, error)  { return p.binary(p.and, "or") }
+func (p *parser) and() (expr, error) { return p.binary(p.not, "and") }
 
 func (p *parser) not() (expr, error) {
 	if p.keyword("not") {
@@ -604,92 +582,53 @@ func (p *parser) not() (expr, error) {
 }
 
 func (p *parser) compare() (expr, error) {
-	x, err := p.concat()
+	return p.binary(p.concat, "==", "!=", "<", ">", "<=", ">=", "in", "not in")
+}
+func (p *parser) concat() (expr, error)  { return p.binary(p.sum, "~") }
+func (p *parser) sum() (expr, error)     { return p.binary(p.product, "+", "-") }
+func (p *parser) product() (expr, error) { return p.binary(p.power, "*", "//", "/", "%") }
+
+// binary reads operand (op operand)… for the operators of one precedence level, left to
+// right.
+func (p *parser) binary(operand func() (expr, error), ops ...string) (expr, error) {
+	x, err := operand()
 	for err == nil {
-		var op string
-		switch t, ok := p.peek(); {
-		case !ok:
-		case t.kind == tokOp && (t.s == "==" || t.s == "!=" || t.s == "<" || t.s == ">" || t.s == "<=" || t.s == ">="):
-			op = t.s
-			p.pos++
-		case t.kind == tokName && t.s == "in":
-			op = "in"
-			p.pos++
-		case t.kind == tokName && t.s == "not" && p.pos+1 < len(p.toks) && p.toks[p.pos+1].kind == tokName && p.toks[p.pos+1].s == "in":
-			op = "not in"
-			p.pos += 2
-		}
+		op := p.binaryOp(ops)
 		if op == "" {
 			break
 		}
 		var y expr
-		if y, err = p.concat(); err == nil {
+		if y, err = operand(); err == nil {
 			x = binE{op, x, y}
 		}
 	}
 	return x, err
 }
 
-func (p *parser) concat() (expr, error) {
-	x, err := p.sum()
-	for err == nil && p.op("~") {
-		var y expr
-		if y, err = p.sum(); err == nil {
-			x = binE{"~", x, y}
-		}
-	}
-	return x, err
-}
-
-func (p *parser) sum() (expr, error) {
-	x, err := p.product()
-	for err == nil {
-		op := ""
-		if p.op("+") {
-			op = "+"
-		} else if p.op("-") {
-			op = "-"
-		} else {
-			break
-		}
-		var y expr
-		if y, err = p.product(); err == nil {
-			x = binE{op, x, y}
-		}
-	}
-	return x, err
-}
-
-func (p *parser) product() (expr, error) {
-	x, err := p.power()
-	for err == nil {
-		op := ""
-		for _, o := range []string{"*", "//", "/", "%"} {
-			if p.op(o) {
-				op = o
-				break
+// binaryOp reads one of ops, returning it, or "" (reading nothing).
+func (p *parser) binaryOp(ops []string) string {
+	for _, op := range ops {
+		switch op {
+		case "and", "or", "in":
+			if p.keyword(op) {
+				return op
+			}
+		case "not in":
+			if p.peekKeyword("not") && p.pos+1 < len(p.toks) && p.toks[p.pos+1].kind == tokName && p.toks[p.pos+1].s == "in" {
+				p.pos += 2
+				return op
+			}
+		default:
+			if p.op(op) {
+				return op
 			}
 		}
-		if op == "" {
-			break
-		}
-		var y expr
-		if y, err = p.power(); err == nil {
-			x = binE{op, x, y}
-		}
 	}
-	return x, err
+	return ""
 }
 
 func (p *parser) power() (expr, error) {
-	x, err := p.unary(true)
-	for err == nil && p.op("**") {
-		var y expr
-		if y, err = p.unary(true); err == nil {
-			x = binE{"**", x, y}
-		}
-	}
-	return x, err
+	return p.binary(func() (expr, error) { return p.unary(true) }, "**")
 }
 
 // unary reads "-x" and "+x", then filters and tests when withFilters (jinja2 applies them to
@@ -783,35 +722,41 @@ func (p *parser) filterCall(x expr) (filterE, error) {
 	return f, nil
 }
 
+// items reads comma-separated items up to close (a trailing comma allowed), the opening
+// bracket already read; item reads one.
+func (p *parser) items(close, what string, item func() error) error {
+	for n := 0; !p.op(close); n++ {
+		if n > 0 && !p.op(",") {
+			return p.errorf("expected ',' or '%s' in %s, got %s", close, what, p.describe())
+		}
+		if p.op(close) {
+			break
+		}
+		if err := item(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // callArgs reads arguments up to the closing parenthesis (the opening one is read).
 func (p *parser) callArgs() (args, error) {
 	var a args
-	for !p.op(")") {
-		if len(a.pos)+len(a.kwNames) > 0 && !p.op(",") {
-			return a, p.errorf("expected ',' or ')' in arguments, got %s", p.describe())
-		}
-		if p.op(")") {
-			break
-		}
+	err := p.items(")", "arguments", func() error {
 		if t, ok := p.peek(); ok && t.kind == tokName && p.pos+1 < len(p.toks) && p.toks[p.pos+1].kind == tokOp && p.toks[p.pos+1].s == "=" {
 			p.pos += 2
 			v, err := p.expr()
-			if err != nil {
-				return a, err
-			}
 			a.kwNames, a.kwVals = append(a.kwNames, t.s), append(a.kwVals, v)
-			continue
+			return err
 		}
 		if len(a.kwNames) > 0 {
-			return a, p.errorf("positional argument follows keyword argument")
+			return p.errorf("positional argument follows keyword argument")
 		}
 		v, err := p.expr()
-		if err != nil {
-			return a, err
-		}
 		a.pos = append(a.pos, v)
-	}
-	return a, nil
+		return err
+	})
+	return a, err
 }
 
 func (p *parser) postfix() (expr, error) {
@@ -938,43 +883,27 @@ func (p *parser) primary() (expr, error) {
 		return x, nil
 	case "[":
 		var l listE
-		for !p.op("]") {
-			if len(l.items) > 0 && !p.op(",") {
-				return nil, p.errorf("expected ',' or ']' in list, got %s", p.describe())
-			}
-			if p.op("]") {
-				break
-			}
+		err := p.items("]", "list", func() error {
 			y, err := p.expr()
-			if err != nil {
-				return nil, err
-			}
 			l.items = append(l.items, y)
-		}
-		return l, nil
+			return err
+		})
+		return l, err
 	case "{":
 		var d dictE
-		for !p.op("}") {
-			if len(d.keys) > 0 && !p.op(",") {
-				return nil, p.errorf("expected ',' or '}' in dict, got %s", p.describe())
-			}
-			if p.op("}") {
-				break
-			}
+		err := p.items("}", "dict", func() error {
 			k, err := p.expr()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if !p.op(":") {
-				return nil, p.errorf("expected ':' in dict, got %s", p.describe())
+				return p.errorf("expected ':' in dict, got %s", p.describe())
 			}
 			v, err := p.expr()
-			if err != nil {
-				return nil, err
-			}
 			d.keys, d.vals = append(d.keys, k), append(d.vals, v)
-		}
-		return d, nil
+			return err
+		})
+		return d, err
 	}
 	return nil, p.errorf("unexpected '%s'", t.s)
 }
