@@ -175,7 +175,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			name = "redlited"
 		}
 	}
-	d.w = newWorker(&worker{cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, name: name,
+	d.w = newWorker(&worker{cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
 		budget: budget, cal: cal, policy: policy, observer: d.obs}, d.redis)
 	if err := d.w.start(); err != nil {
 		d.w = nil

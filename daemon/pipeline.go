@@ -286,13 +286,7 @@ func (r *run) cancelled(ctx context.Context, res jobs.Result, genErr error) erro
 	return genErr
 }
 
-func (r *run) payloadDeadline() time.Time {
-	p, err := jobs.Decode(r.task.Type(), r.task.Payload())
-	if err != nil || p.Options().Deadline == nil {
-		return time.Time{}
-	}
-	return *p.Options().Deadline
-}
+func (r *run) payloadDeadline() time.Time { return payloadDeadline(r.task) }
 
 // result assembles the job's result from what the engine returned.
 func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) jobs.Result {
