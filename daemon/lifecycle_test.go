@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -308,4 +309,46 @@ func rawTaskMessage(typ string, payload []byte, id, queue string, retry, timeout
 	num(8, timeout)
 	num(12, retention)
 	return b
+}
+
+// TestResultWriteAcrossRedisRestart stops Redis the moment a job has generated its last
+// token, so that its result write fails, and starts it again after the first failure: the
+// worker must retry the write and complete the job on its first attempt, not throw the
+// output away and run the job again.
+func TestResultWriteAcrossRedisRestart(t *testing.T) {
+	b := setup(t, redistest.WithAOF()) // the job survives the restart, as in production
+	const maxTokens = 16
+	restarted := make(chan struct{})
+	var stopOnce, restartOnce sync.Once // once: a second attempt (the bug) must meet no blip
+	startDaemon(t, b.cfg, Observer{
+		Token: func(_ context.Context, _ string, n int) {
+			if n == maxTokens {
+				stopOnce.Do(b.redis.Stop)
+			}
+		},
+		ResultWriteFailed: func(context.Context, string, int, error) {
+			restartOnce.Do(func() {
+				b.redis.Restart()
+				close(restarted)
+			})
+		},
+	})
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)})
+	select { // a client polling meanwhile would see Redis refuse connections
+	case <-restarted:
+	case <-time.After(waitLimit):
+		t.Fatal("the result write never failed: Redis was not stopped at the right moment")
+	}
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.client.Status(context.Background(), job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != jobs.StateCompleted || st.Retried != 0 || res.Usage.CompletionTokens != maxTokens {
+		t.Errorf("after a Redis restart at the result write: state %s, retried %d (last error %q), %d tokens; want completed on the first attempt",
+			st.State, st.Retried, st.LastError, res.Usage.CompletionTokens)
+	}
 }
