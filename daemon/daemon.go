@@ -13,6 +13,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -132,7 +133,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := d.client.Ping(pctx); err != nil {
 		// asynq keeps trying to connect; /readyz says why the worker is not ready.
-		d.log.Warn("redis is not reachable yet; will keep trying", "redis", d.redis.String(), "err", err)
+		switch {
+		case errors.Is(err, jobs.ErrRedisAuth):
+			d.log.Error("redis refused the credentials of REDLITE_REDIS_URL (authentication failed): no job can run until the user or password is fixed", "redis", d.redis.String(), "err", err)
+		case errors.Is(err, jobs.ErrRedisOOM):
+			d.log.Error("redis is out of memory (maxmemory with noeviction): it refuses writes until memory is freed", "redis", d.redis.String(), "err", err)
+		default:
+			d.log.Warn("redis is not reachable yet; will keep trying", "redis", d.redis.String(), "err", err)
+		}
 	}
 	cancel()
 

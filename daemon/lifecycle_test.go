@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -12,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlite/batch/internal/redistest"
+	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -350,5 +353,33 @@ func TestResultWriteAcrossRedisRestart(t *testing.T) {
 	if st.State != jobs.StateCompleted || st.Retried != 0 || res.Usage.CompletionTokens != maxTokens {
 		t.Errorf("after a Redis restart at the result write: state %s, retried %d (last error %q), %d tokens; want completed on the first attempt",
 			st.State, st.Retried, st.LastError, res.Usage.CompletionTokens)
+	}
+}
+
+// TestRedisWrongPassword: a worker given a wrong Redis password says it is an
+// authentication failure, in its log and in /readyz, without repeating the password.
+func TestRedisWrongPassword(t *testing.T) {
+	b := setup(t, redistest.WithPassword("right-horse-battery"))
+	cfg := b.cfg
+	cfg.RedisURL = "redis://:wrong-staple-7@" + b.redis.Addr() + "/0"
+	var logs testlog.Buffer
+	d, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Shutdown)
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	code, body := getURL(t, "http://"+d.HTTPAddr()+"/readyz")
+	if code != 503 || !strings.Contains(body, "authentication failed") {
+		t.Errorf("/readyz with a wrong password: %d %q; want 503 naming an authentication failure", code, body)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "authentication failed") || strings.Contains(out, "not reachable") {
+		t.Errorf("log with a wrong password does not name an authentication failure:\n%s", out)
+	}
+	if strings.Contains(out+body, "wrong-staple-7") {
+		t.Errorf("the password was printed:\n%s\n%s", out, body)
 	}
 }
