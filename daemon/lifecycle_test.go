@@ -357,7 +357,8 @@ func TestResultWriteAcrossRedisRestart(t *testing.T) {
 }
 
 // TestRedisWrongPassword: a worker given a wrong Redis password says it is an
-// authentication failure, in its log and in /readyz, without repeating the password.
+// authentication failure, in its log and in /readyz, without repeating the password there
+// or in /metrics.
 func TestRedisWrongPassword(t *testing.T) {
 	b := setup(t, redistest.WithPassword("right-horse-battery"))
 	cfg := b.cfg
@@ -375,6 +376,8 @@ func TestRedisWrongPassword(t *testing.T) {
 	if code != 503 || !strings.Contains(body, "authentication failed") {
 		t.Errorf("/readyz with a wrong password: %d %q; want 503 naming an authentication failure", code, body)
 	}
+	_, metrics := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
+	body += metrics
 	out := logs.String()
 	if !strings.Contains(out, "authentication failed") || strings.Contains(out, "not reachable") {
 		t.Errorf("log with a wrong password does not name an authentication failure:\n%s", out)

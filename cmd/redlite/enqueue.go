@@ -30,16 +30,28 @@ type jobsEnv struct {
 
 // jobsFlags are the connection flags every job command takes.
 type jobsFlags struct {
-	redisURL *string
-	env      jobsEnv
-	envErr   error
+	redis  *string
+	env    jobsEnv
+	envErr error
 }
 
 func addJobsFlags(fs *flag.FlagSet) *jobsFlags {
 	jf := &jobsFlags{}
 	jf.env, jf.envErr = env.ParseAs[jobsEnv]()
-	jf.redisURL = fs.String("redis", jf.env.RedisURL, "Redis `URL` (default $REDLITE_REDIS_URL)")
+	// The flag's default stays empty: the flag package would print the URL, password and
+	// all, in the help text.
+	jf.redis = fs.String("redis", "", "Redis `URL` (default $REDLITE_REDIS_URL, else "+defaultRedisURL+")")
 	return jf
+}
+
+const defaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// redisURL is --redis, else $REDLITE_REDIS_URL, else the default.
+func (jf *jobsFlags) redisURL() string {
+	if *jf.redis != "" {
+		return *jf.redis
+	}
+	return jf.env.RedisURL
 }
 
 // open connects to Redis; the caller closes the client.
@@ -51,7 +63,7 @@ func (jf *jobsFlags) open(pollEvery time.Duration) (*jobs.Client, error) {
 	if pollEvery > 0 {
 		opts = append(opts, jobs.WithPollInterval(pollEvery))
 	}
-	c, err := jobs.NewClient(*jf.redisURL, opts...)
+	c, err := jobs.NewClient(jf.redisURL(), opts...)
 	if err != nil {
 		return nil, usageErr("--redis: %v", err)
 	}
