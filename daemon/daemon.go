@@ -66,7 +66,7 @@ type Daemon struct {
 // every configuration mistake surfaces before the model loads.
 func New(cfg Config, o Options) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, configErr(err)
 	}
 	log := o.Logger
 	if log == nil {
@@ -86,11 +86,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	}
 	ru, err := jobs.ParseRedisURL(cfg.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
 	client, err := jobs.NewClient(cfg.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
 	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, client: client, obs: o.Observer,
 		insp: asynq.NewInspector(ru.AsynqOpt())}
@@ -148,13 +148,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if path == "" {
 		var err error
 		if path, err = DefaultModel(d.cfg.CacheDir); err != nil {
-			return err
+			return configErr(err)
 		}
 		d.log.Warn("REDLITE_MODEL is not set: serving the built-in default model, whose random weights write meaningless text; set REDLITE_MODEL to a GGUF file for real output", "path", path)
 	}
 	lm, err := loadModel(path, d.cfg.ModelName, d.cfg.Threads, d.cfg.ChatTemplate)
 	if err != nil {
-		return err
+		// A model file that cannot be loaded is a configuration error (exit 2).
+		return configErr(err)
 	}
 	d.lm = lm
 	d.m.modelLoad.Set(lm.m.LoadTime.Seconds())
@@ -171,11 +172,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.limitHeap(budget, lm)
 	cal, err := d.calibration()
 	if err != nil {
-		return err
+		return configErr(err)
 	}
 	policy, err := d.cfg.policy()
 	if err != nil {
-		return err
+		return configErr(err)
 	}
 	name := d.cfg.WorkerName
 	if name == "" {
