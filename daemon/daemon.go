@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
 )
@@ -56,6 +57,7 @@ type Daemon struct {
 
 	lm *loadedModel
 	w  *worker
+	hb *heartbeat // the worker's name beside asynq's heartbeat (heartbeat.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -190,7 +192,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.w = nil
 		return err
 	}
-	d.log.Info("redlited started", "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
+	build := buildinfo.Get()
+	backend := lm.m.Backend.Name()
+	d.m.buildInfo.WithLabelValues(build.Version, build.Commit, build.Go, backend).Set(1)
+	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backend, Build: build}, d.log); err != nil {
+		return err
+	}
+	d.hb.start()
+	d.log.Info("redlited started", "version", build.Version, "commit", build.Commit, "backend", backend, "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
 		"load_time", lm.m.LoadTime.Round(time.Millisecond), "worker", name, "redis", d.redis.String(),
 		"queues", d.cfg.Queues, "concurrency", d.cfg.Concurrency,
 		"limit_mib", budget.UsableMiB(), "budget_source", budget.Source, "calibration", cal.Name)
@@ -258,6 +267,9 @@ func (d *Daemon) shutdown() {
 	if d.w != nil {
 		d.log.Info("shutting down: no new jobs; waiting for running jobs", "timeout", d.cfg.ShutdownTimeout)
 		d.w.terminate()
+	}
+	if d.hb != nil {
+		d.hb.terminate() // after the worker: its name stays listed while it drains
 	}
 	if d.http != nil {
 		d.http.terminate()

@@ -152,6 +152,7 @@ func TestHTTPAndRedisRestart(t *testing.T) {
 			`redlite_jobs_running\{phase="decode"\} 0`,
 			`redlite_model_load_seconds [0-9]`,
 			`redlite_model_info\{architecture="qwen3",model="tiny-qwen3"\} 1`,
+			`redlite_build_info\{backend="cpu",commit="[^"]+",go_version="go1\.[0-9.]+",version="[^"]+"\} 1`,
 			`redlite_plans_total\{chunk="512",kv_precision="f32",mtp="false",residency="full"\} [1-9]`,
 			`redlite_plan_need_bytes_count [1-9]`,
 			`redlite_planned_memory_bytes 0`,

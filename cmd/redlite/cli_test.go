@@ -12,6 +12,12 @@ import (
 )
 
 func TestCLIHelpAndProgress(t *testing.T) {
+	t.Run("Version", func(t *testing.T) {
+		code, out, _ := redlite(t, "--version")
+		if code != 0 || !regexp.MustCompile(`^redlite \S+ \(commit \S+, go1\.[0-9.]+, [a-z0-9]+/[a-z0-9]+\)\n$`).MatchString(out) {
+			t.Errorf("redlite --version: exit %d, %q", code, out)
+		}
+	})
 	t.Run("EnqueueHelpListsBothTypes", func(t *testing.T) {
 		code, _, errs := redlite(t, "enqueue", "--help")
 		if code != 0 {

@@ -18,15 +18,20 @@ import (
 	"syscall"
 
 	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/internal/buildinfo"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Environ(), os.Stderr))
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
-func run(args, environ []string, stderr io.Writer) int {
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, buildinfo.Get().Line("redlited"))
+		return 0
+	}
 	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: redlited (configured by REDLITE_* environment variables; see the README)")
+		fmt.Fprintln(stderr, "usage: redlited [--version] (configured by REDLITE_* environment variables; see the README)")
 		return 2
 	}
 	cfg, err := daemon.ConfigFromEnv(environ)

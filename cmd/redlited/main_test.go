@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,7 @@ import (
 // check the real process's exit status and output.
 func TestMain(m *testing.M) {
 	if os.Getenv("REDLITE_TEST_AS_REDLITED") == "1" {
-		os.Exit(run(os.Args[1:], os.Environ(), os.Stderr))
+		os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -55,5 +56,12 @@ func TestExitStatus(t *testing.T) {
 				t.Errorf("exit %d, want 2 naming %s; output:\n%s", code, tc.want, out)
 			}
 		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out := redlited(t, nil, "--version")
+	if code != 0 || !regexp.MustCompile(`^redlited \S+ \(commit \S+, go1\.[0-9.]+, [a-z0-9]+/[a-z0-9]+\)\n$`).MatchString(out) {
+		t.Errorf("redlited --version: exit %d, %q", code, out)
 	}
 }
