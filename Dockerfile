@@ -15,8 +15,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# Static binaries: metalkit is a stub on Linux and nothing else needs cgo.
-RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/ ./cmd/redlited ./cmd/redlite
+# Static binaries: metalkit is a stub on Linux and nothing else needs cgo. --version and
+# redlite_build_info report VERSION and COMMIT (docker build --build-arg COMMIT=$(git rev-parse HEAD)).
+ARG VERSION=devel
+ARG COMMIT=unknown
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X github.com/redlite/batch/internal/buildinfo.Version=${VERSION} -X github.com/redlite/batch/internal/buildinfo.Commit=${COMMIT}" -o /out/ ./cmd/redlited ./cmd/redlite
 
 # --- runtime: slim Debian, no toolchain, no sources ---
 FROM debian:bookworm-20260824-slim

@@ -80,6 +80,10 @@ type Config struct {
 	// DelayedTaskCheckInterval is how often retrying and scheduled jobs are moved to their
 	// queue when due.
 	DelayedTaskCheckInterval time.Duration `env:"REDLITE_DELAYED_TASK_CHECK_INTERVAL" envDefault:"5s"`
+	// ResultWriteTimeout bounds how long a finished job retries writing its result while
+	// Redis is away (a restart, a failover) before the attempt counts as failed. Keep it
+	// below asynq's 30 s lease, after which another worker may run the job again.
+	ResultWriteTimeout time.Duration `env:"REDLITE_RESULT_WRITE_TIMEOUT" envDefault:"20s"`
 	// WebhookTimeout bounds one POST of a result to a payload's webhook_url.
 	WebhookTimeout time.Duration `env:"REDLITE_WEBHOOK_TIMEOUT" envDefault:"10s"`
 	// WorkerName is what results report as "worker"; empty means the host name.
@@ -163,6 +167,8 @@ func (c Config) Validate() error {
 		return bad("REDLITE_TASK_CHECK_INTERVAL", "must be > 0, got %v", c.TaskCheckInterval)
 	case c.DelayedTaskCheckInterval <= 0:
 		return bad("REDLITE_DELAYED_TASK_CHECK_INTERVAL", "must be > 0, got %v", c.DelayedTaskCheckInterval)
+	case c.ResultWriteTimeout <= 0:
+		return bad("REDLITE_RESULT_WRITE_TIMEOUT", "must be > 0, got %v", c.ResultWriteTimeout)
 	case c.WebhookTimeout <= 0:
 		return bad("REDLITE_WEBHOOK_TIMEOUT", "must be > 0, got %v", c.WebhookTimeout)
 	}

@@ -13,6 +13,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
 )
@@ -55,6 +57,7 @@ type Daemon struct {
 
 	lm *loadedModel
 	w  *worker
+	hb *heartbeat // the worker's name beside asynq's heartbeat (heartbeat.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -65,7 +68,7 @@ type Daemon struct {
 // every configuration mistake surfaces before the model loads.
 func New(cfg Config, o Options) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, configErr(err)
 	}
 	log := o.Logger
 	if log == nil {
@@ -85,11 +88,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	}
 	ru, err := jobs.ParseRedisURL(cfg.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
 	client, err := jobs.NewClient(cfg.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
 	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, client: client, obs: o.Observer,
 		insp: asynq.NewInspector(ru.AsynqOpt())}
@@ -132,7 +135,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := d.client.Ping(pctx); err != nil {
 		// asynq keeps trying to connect; /readyz says why the worker is not ready.
-		d.log.Warn("redis is not reachable yet; will keep trying", "redis", d.redis.String(), "err", err)
+		switch {
+		case errors.Is(err, jobs.ErrRedisAuth):
+			d.log.Error("redis refused the credentials of REDLITE_REDIS_URL (authentication failed): no job can run until the user or password is fixed", "redis", d.redis.String(), "err", err)
+		case errors.Is(err, jobs.ErrRedisOOM):
+			d.log.Error("redis is out of memory (maxmemory with noeviction): it refuses writes until memory is freed", "redis", d.redis.String(), "err", err)
+		default:
+			d.log.Warn("redis is not reachable yet; will keep trying", "redis", d.redis.String(), "err", err)
+		}
 	}
 	cancel()
 
@@ -140,13 +150,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if path == "" {
 		var err error
 		if path, err = DefaultModel(d.cfg.CacheDir); err != nil {
-			return err
+			return configErr(err)
 		}
 		d.log.Warn("REDLITE_MODEL is not set: serving the built-in default model, whose random weights write meaningless text; set REDLITE_MODEL to a GGUF file for real output", "path", path)
 	}
 	lm, err := loadModel(path, d.cfg.ModelName, d.cfg.Threads, d.cfg.ChatTemplate)
 	if err != nil {
-		return err
+		// A model file that cannot be loaded is a configuration error (exit 2).
+		return configErr(err)
 	}
 	d.lm = lm
 	d.m.modelLoad.Set(lm.m.LoadTime.Seconds())
@@ -163,11 +174,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.limitHeap(budget, lm)
 	cal, err := d.calibration()
 	if err != nil {
-		return err
+		return configErr(err)
 	}
 	policy, err := d.cfg.policy()
 	if err != nil {
-		return err
+		return configErr(err)
 	}
 	name := d.cfg.WorkerName
 	if name == "" {
@@ -175,13 +186,20 @@ func (d *Daemon) Start(ctx context.Context) error {
 			name = "redlited"
 		}
 	}
-	d.w = newWorker(&worker{cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, name: name,
+	d.w = newWorker(&worker{cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
 		budget: budget, cal: cal, policy: policy, observer: d.obs}, d.redis)
 	if err := d.w.start(); err != nil {
 		d.w = nil
 		return err
 	}
-	d.log.Info("redlited started", "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
+	build := buildinfo.Get()
+	backend := lm.m.Backend.Name()
+	d.m.buildInfo.WithLabelValues(build.Version, build.Commit, build.Go, backend).Set(1)
+	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backend, Build: build}, d.log); err != nil {
+		return err
+	}
+	d.hb.start()
+	d.log.Info("redlited started", "version", build.Version, "commit", build.Commit, "backend", backend, "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
 		"load_time", lm.m.LoadTime.Round(time.Millisecond), "worker", name, "redis", d.redis.String(),
 		"queues", d.cfg.Queues, "concurrency", d.cfg.Concurrency,
 		"limit_mib", budget.UsableMiB(), "budget_source", budget.Source, "calibration", cal.Name)
@@ -249,6 +267,9 @@ func (d *Daemon) shutdown() {
 	if d.w != nil {
 		d.log.Info("shutting down: no new jobs; waiting for running jobs", "timeout", d.cfg.ShutdownTimeout)
 		d.w.terminate()
+	}
+	if d.hb != nil {
+		d.hb.terminate() // after the worker: its name stays listed while it drains
 	}
 	if d.http != nil {
 		d.http.terminate()

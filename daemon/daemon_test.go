@@ -45,6 +45,9 @@ func runAsDaemon() int {
 	defer stop()
 	if err := Run(ctx, cfg, Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, "redlited:", err)
+		if errors.Is(err, ErrConfig) {
+			return 2
+		}
 		return 1
 	}
 	return 0

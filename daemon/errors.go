@@ -37,3 +37,21 @@ func (e *permanentError) Unwrap() []error { return []error{e.err, asynq.SkipRetr
 // errShuttingDown is the cause of the handlers' context when the daemon stops a job that did
 // not finish within the shutdown timeout; asynq has already put the job back in its queue.
 var errShuttingDown = errors.New("daemon shutting down: job handed back to its queue")
+
+// ErrConfig matches every error of the configuration: an invalid REDLITE_* value, or a
+// file it names that cannot be used (a model that does not load, a bad calibration).
+// redlited exits 2 for them, as the README says.
+var ErrConfig = errors.New("invalid configuration")
+
+type configError struct{ err error }
+
+func (e *configError) Error() string   { return e.err.Error() }
+func (e *configError) Unwrap() []error { return []error{e.err, ErrConfig} }
+
+// configErr marks err as a configuration error (nil stays nil).
+func configErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &configError{err}
+}

@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlite/batch/internal/redistest"
+	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -148,6 +152,7 @@ func TestHTTPAndRedisRestart(t *testing.T) {
 			`redlite_jobs_running\{phase="decode"\} 0`,
 			`redlite_model_load_seconds [0-9]`,
 			`redlite_model_info\{architecture="qwen3",model="tiny-qwen3"\} 1`,
+			`redlite_build_info\{backend="cpu",commit="[^"]+",go_version="go1\.[0-9.]+",version="[^"]+"\} 1`,
 			`redlite_plans_total\{chunk="512",kv_precision="f32",mtp="false",residency="full"\} [1-9]`,
 			`redlite_plan_need_bytes_count [1-9]`,
 			`redlite_planned_memory_bytes 0`,
@@ -308,4 +313,77 @@ func rawTaskMessage(typ string, payload []byte, id, queue string, retry, timeout
 	num(8, timeout)
 	num(12, retention)
 	return b
+}
+
+// TestResultWriteAcrossRedisRestart stops Redis the moment a job has generated its last
+// token, so that its result write fails, and starts it again after the first failure: the
+// worker must retry the write and complete the job on its first attempt, not throw the
+// output away and run the job again.
+func TestResultWriteAcrossRedisRestart(t *testing.T) {
+	b := setup(t, redistest.WithAOF()) // the job survives the restart, as in production
+	const maxTokens = 16
+	restarted := make(chan struct{})
+	var stopOnce, restartOnce sync.Once // once: a second attempt (the bug) must meet no blip
+	startDaemon(t, b.cfg, Observer{
+		Token: func(_ context.Context, _ string, n int) {
+			if n == maxTokens {
+				stopOnce.Do(b.redis.Stop)
+			}
+		},
+		ResultWriteFailed: func(context.Context, string, int, error) {
+			restartOnce.Do(func() {
+				b.redis.Restart()
+				close(restarted)
+			})
+		},
+	})
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)})
+	select { // a client polling meanwhile would see Redis refuse connections
+	case <-restarted:
+	case <-time.After(waitLimit):
+		t.Fatal("the result write never failed: Redis was not stopped at the right moment")
+	}
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.client.Status(context.Background(), job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != jobs.StateCompleted || st.Retried != 0 || res.Usage.CompletionTokens != maxTokens {
+		t.Errorf("after a Redis restart at the result write: state %s, retried %d (last error %q), %d tokens; want completed on the first attempt",
+			st.State, st.Retried, st.LastError, res.Usage.CompletionTokens)
+	}
+}
+
+// TestRedisWrongPassword: a worker given a wrong Redis password says it is an
+// authentication failure, in its log and in /readyz, without repeating the password there
+// or in /metrics.
+func TestRedisWrongPassword(t *testing.T) {
+	b := setup(t, redistest.WithPassword("right-horse-battery"))
+	cfg := b.cfg
+	cfg.RedisURL = "redis://:wrong-staple-7@" + b.redis.Addr() + "/0"
+	var logs testlog.Buffer
+	d, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Shutdown)
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	code, body := getURL(t, "http://"+d.HTTPAddr()+"/readyz")
+	if code != 503 || !strings.Contains(body, "authentication failed") {
+		t.Errorf("/readyz with a wrong password: %d %q; want 503 naming an authentication failure", code, body)
+	}
+	_, metrics := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
+	body += metrics
+	out := logs.String()
+	if !strings.Contains(out, "authentication failed") || strings.Contains(out, "not reachable") {
+		t.Errorf("log with a wrong password does not name an authentication failure:\n%s", out)
+	}
+	if strings.Contains(out+body, "wrong-staple-7") {
+		t.Errorf("the password was printed:\n%s\n%s", out, body)
+	}
 }

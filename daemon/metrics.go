@@ -32,6 +32,7 @@ type metrics struct {
 	phase          *prometheus.GaugeVec
 	modelLoad      prometheus.Gauge
 	modelInfo      *prometheus.GaugeVec
+	buildInfo      *prometheus.GaugeVec
 	plans          *prometheus.CounterVec
 	plannedBytes   prometheus.Gauge
 	limitBytes     prometheus.Gauge
@@ -77,6 +78,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		modelInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redlite_model_info", Help: "The model this worker serves (always 1).",
 		}, []string{"model", "architecture"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlite_build_info", Help: "The build of redlited running (always 1): version, commit, Go version and engine backend.",
+		}, []string{"version", "commit", "go_version", "backend"}),
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlite_plans_total", Help: "Plans chosen, by KV precision, prefill chunk, MTP and expert residency.",
 		}, []string{"kv_precision", "chunk", "mtp", "residency"}),
@@ -100,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 	}
 	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
-		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.plans, m.plannedBytes,
+		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.buildInfo, m.plans, m.plannedBytes,
 		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites, m.expertLookups} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

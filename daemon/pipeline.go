@@ -25,6 +25,9 @@ import (
 type Observer struct {
 	PrefillChunk func(ctx context.Context, id string, done, total int)
 	Token        func(ctx context.Context, id string, generated int)
+	// ResultWriteFailed is called after each failed attempt to write a finished job's
+	// result (attempt counts from 1); the worker then retries within REDLITE_RESULT_WRITE_TIMEOUT.
+	ResultWriteFailed func(ctx context.Context, id string, attempt int, err error)
 }
 
 // run is one attempt of one job.
@@ -252,14 +255,43 @@ func (r *run) do(ctx context.Context) error {
 	}
 	// A result that cannot be written is a failed attempt: the job runs again rather than
 	// being marked completed without a result.
-	if _, err := r.task.ResultWriter().Write(env); err != nil {
-		return fmt.Errorf("write result: %w", err)
+	if err := r.writeResult(ctx, env); err != nil {
+		return err
 	}
 	r.outcome = outcomeCompleted
 	if u := p.Options().WebhookURL; u != "" {
 		w.postWebhook(ctx, r.log, u, r.id, env)
 	}
 	return nil
+}
+
+// writeResult writes a finished job's result, retrying with a back-off (50 ms doubling to
+// 2 s) while Redis is away, for at most REDLITE_RESULT_WRITE_TIMEOUT: a Redis restart at
+// the moment a job finishes must not throw its output away. go-redis reconnects by itself
+// on the next command.
+func (r *run) writeResult(ctx context.Context, env []byte) error {
+	bound := time.NewTimer(r.w.cfg.ResultWriteTimeout)
+	defer bound.Stop()
+	for attempt, delay := 1, 50*time.Millisecond; ; attempt, delay = attempt+1, min(2*delay, 2*time.Second) {
+		_, err := r.task.ResultWriter().Write(env)
+		if err == nil {
+			if attempt > 1 {
+				r.log.Info("result written after Redis came back", "attempts", attempt)
+			}
+			return nil
+		}
+		if f := r.w.observer.ResultWriteFailed; f != nil {
+			f(ctx, r.id, attempt, err)
+		}
+		r.log.Warn("could not write the result; retrying", "attempt", attempt, "retry_in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("write result: %w (job stopped: %v)", err, context.Cause(ctx))
+		case <-bound.C:
+			return fmt.Errorf("write result: gave up after %v (REDLITE_RESULT_WRITE_TIMEOUT): %w", r.w.cfg.ResultWriteTimeout, err)
+		case <-time.After(delay):
+		}
+	}
 }
 
 // cancelled records the partial result of a job whose context ended and returns the error
@@ -291,13 +323,7 @@ func (r *run) cancelled(ctx context.Context, res jobs.Result, genErr error) erro
 	return genErr
 }
 
-func (r *run) payloadDeadline() time.Time {
-	p, err := jobs.Decode(r.task.Type(), r.task.Payload())
-	if err != nil || p.Options().Deadline == nil {
-		return time.Time{}
-	}
-	return *p.Options().Deadline
-}
+func (r *run) payloadDeadline() time.Time { return payloadDeadline(r.task) }
 
 // result assembles the job's result from what the engine returned.
 func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) jobs.Result {

@@ -21,6 +21,7 @@ type worker struct {
 	m        *metrics
 	lm       *loadedModel
 	client   *jobs.Client // writes results once a task's context has ended
+	insp     *asynq.Inspector
 	name     string
 	budget   planner.Budget
 	cal      planner.Calibration
@@ -33,10 +34,15 @@ type worker struct {
 	base       context.Context
 	cancelBase context.CancelCauseFunc
 	running    sync.WaitGroup // handlers still executing
+	// archiving counts the goroutines archiving jobs past their deadline (expire.go); they
+	// stop when stopArchiving closes.
+	archiving     sync.WaitGroup
+	stopArchiving chan struct{}
 }
 
 func newWorker(w *worker, redis jobs.RedisURL) *worker {
 	w.base, w.cancelBase = context.WithCancelCause(context.Background())
+	w.stopArchiving = make(chan struct{})
 	w.srv = asynq.NewServer(redis.AsynqOpt(), asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
 		BaseContext:              func() context.Context { return w.base },
@@ -44,6 +50,7 @@ func newWorker(w *worker, redis jobs.RedisURL) *worker {
 		StrictPriority:           w.cfg.StrictPriority,
 		RetryDelayFunc:           w.retryDelay,
 		IsFailure:                func(err error) bool { return !errors.Is(err, errShuttingDown) },
+		ErrorHandler:             asynq.ErrorHandlerFunc(w.handleError),
 		Logger:                   asynqLogger{w.log.With("component", "asynq")},
 		LogLevel:                 asynqLevel(w.log),
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
@@ -69,18 +76,17 @@ func (w *worker) terminate() {
 	w.srv.Shutdown()
 	w.cancelBase(errShuttingDown)
 	w.running.Wait()
+	// After the server: asynq may still report a failed attempt while it shuts down.
+	close(w.stopArchiving)
+	w.archiving.Wait()
 }
 
 // retryDelay is asynq's back-off for a failed attempt: RetryDelay doubled per retry up to
-// MaxRetryDelay. A job whose deadline has passed retries at once, since each further attempt
-// ends at once and it is archived when its retries are spent.
+// MaxRetryDelay. A job whose deadline has passed is parked for expiredRetryDelay instead:
+// handleError archives it as soon as asynq has moved it to retry (expire.go).
 func (w *worker) retryDelay(n int, err error, t *asynq.Task) time.Duration {
-	if errors.Is(err, context.DeadlineExceeded) {
-		if p, derr := jobs.Decode(t.Type(), t.Payload()); derr == nil {
-			if d := p.Options().Deadline; d != nil && time.Now().After(*d) {
-				return 0
-			}
-		}
+	if pastDeadline(t, err) {
+		return expiredRetryDelay
 	}
 	d := w.cfg.RetryDelay
 	for i := 0; i < n && d < w.cfg.MaxRetryDelay; i++ {

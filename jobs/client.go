@@ -101,7 +101,7 @@ func (c *Client) Close() error { return c.rdb.Close() }
 // Ping checks that Redis answers.
 func (c *Client) Ping(ctx context.Context) error {
 	if err := c.rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis ping: %w", err)
+		return fmt.Errorf("redis ping: %w", classifyRedis(err))
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 		if info, err := c.find(ctx, o.IdempotencyKey); err == nil {
 			return jobOf(info), duplicate(info)
 		} else if !errors.Is(err, ErrNotFound) {
-			return Job{}, err
+			return Job{}, classifyRedis(err)
 		}
 		aopts = append(aopts, asynq.TaskID(o.IdempotencyKey))
 	}
@@ -165,7 +165,7 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 			fmt.Errorf("enqueue %s: %w: job %s", p.TaskType(), ErrDuplicate, o.IdempotencyKey)
 	}
 	if err != nil {
-		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), err)
+		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), classifyRedis(err))
 	}
 	return jobOf(info), nil
 }
@@ -393,7 +393,7 @@ return 1`)
 func (c *Client) WriteEnvelope(ctx context.Context, queue, id string, env []byte) error {
 	n, err := writeEnvelopeScript.Run(ctx, c.rdb, []string{taskKey(queue, id)}, env).Int()
 	if err != nil {
-		return fmt.Errorf("write result of job %s: %w", id, err)
+		return fmt.Errorf("write result of job %s: %w", id, classifyRedis(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("write result of job %s in queue %s: %w", id, queue, ErrNotFound)
@@ -420,7 +420,7 @@ func (c *Client) find(ctx context.Context, id string) (*asynq.TaskInfo, error) {
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 			continue
 		default:
-			return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, err)
+			return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, classifyRedis(err))
 		}
 	}
 	return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)

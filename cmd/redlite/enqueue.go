@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,16 +31,28 @@ type jobsEnv struct {
 
 // jobsFlags are the connection flags every job command takes.
 type jobsFlags struct {
-	redisURL *string
-	env      jobsEnv
-	envErr   error
+	redis  *string
+	env    jobsEnv
+	envErr error
 }
 
 func addJobsFlags(fs *flag.FlagSet) *jobsFlags {
 	jf := &jobsFlags{}
 	jf.env, jf.envErr = env.ParseAs[jobsEnv]()
-	jf.redisURL = fs.String("redis", jf.env.RedisURL, "Redis `URL` (default $REDLITE_REDIS_URL)")
+	// The flag's default stays empty: the flag package would print the URL, password and
+	// all, in the help text.
+	jf.redis = fs.String("redis", "", "Redis `URL` (default $REDLITE_REDIS_URL, else "+defaultRedisURL+")")
 	return jf
+}
+
+const defaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// redisURL is --redis, else $REDLITE_REDIS_URL, else the default.
+func (jf *jobsFlags) redisURL() string {
+	if *jf.redis != "" {
+		return *jf.redis
+	}
+	return jf.env.RedisURL
 }
 
 // open connects to Redis; the caller closes the client.
@@ -51,7 +64,7 @@ func (jf *jobsFlags) open(pollEvery time.Duration) (*jobs.Client, error) {
 	if pollEvery > 0 {
 		opts = append(opts, jobs.WithPollInterval(pollEvery))
 	}
-	c, err := jobs.NewClient(*jf.redisURL, opts...)
+	c, err := jobs.NewClient(jf.redisURL(), opts...)
 	if err != nil {
 		return nil, usageErr("--redis: %v", err)
 	}
@@ -60,8 +73,12 @@ func (jf *jobsFlags) open(pollEvery time.Duration) (*jobs.Client, error) {
 
 func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(stderr, "usage: redlite enqueue summarize|generate [flags]  (redlite enqueue summarize -h for the flags)")
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Fprintln(stderr, "usage: redlite enqueue summarize|generate [flags]")
+			for _, typ := range []string{jobs.TypeSummarize, jobs.TypeGenerate} {
+				fmt.Fprintln(stderr)
+				_ = runEnqueue(ctx, []string{typ, "-h"}, stdout, stderr) // prints its flags
+			}
 			return flag.ErrHelp
 		}
 		return usageErr("usage: redlite enqueue summarize|generate [flags]")
@@ -71,6 +88,10 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageErr("job type must be summarize or generate, got %q", typ)
 	}
 	fs := newFlags("enqueue "+typ, stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "redlite enqueue %s [flags]:\n", typ)
+		fs.PrintDefaults()
+	}
 	jf := addJobsFlags(fs)
 	file := fs.String("file", "", "read the whole payload (JSON, jobs/schema) from `F`, or - for stdin; other payload flags then override its fields")
 	maxTokens := fs.Int("max-tokens", 0, "most tokens to generate (default: the job type's)")
@@ -90,9 +111,10 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// Type-specific flags.
 	var input, inputFile, style, length, language, focus string
 	var prompt, system, user string
-	var temperature, topP, minP float64
-	var topK int
-	var seed int64
+	// Optional numbers: unset means the payload's default, which the usage text states
+	// once (a -1 sentinel would print as a second, wrong default).
+	var temperature, topP, minP optFloat
+	var topK, seed optInt
 	var stops stringList
 	var thinking bool
 	if typ == jobs.TypeSummarize {
@@ -106,12 +128,12 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.StringVar(&prompt, "prompt", "", "raw prompt to continue (no chat template)")
 		fs.StringVar(&system, "system", "", "system message")
 		fs.StringVar(&user, "user", "", "user message (rendered with the model's chat template)")
-		fs.Float64Var(&temperature, "temperature", -1, "sampling temperature, 0 is greedy (default 0.7)")
-		fs.Float64Var(&topP, "top-p", -1, "nucleus sampling (default 0.8)")
-		fs.IntVar(&topK, "top-k", -1, "top-k sampling, 0 off (default 20)")
-		fs.Float64Var(&minP, "min-p", -1, "min-p sampling (default 0)")
-		fs.Int64Var(&seed, "seed", -1, "sampling seed (default: the worker picks one)")
-		fs.Var(&stops, "stop", "stop string (repeatable)")
+		fs.Var(&temperature, "temperature", "sampling temperature, a `number`; 0 is greedy (default 0.7)")
+		fs.Var(&topP, "top-p", "nucleus sampling, a `number` in (0, 1] (default 0.8)")
+		fs.Var(&topK, "top-k", "top-k sampling, an `integer`; 0 is off (default 20)")
+		fs.Var(&minP, "min-p", "min-p sampling, a `number` in [0, 1] (default 0)")
+		fs.Var(&seed, "seed", "sampling seed, an `integer` (default: the worker picks one)")
+		fs.Var(&stops, "stop", "stop `string` (repeatable)")
 		fs.BoolVar(&thinking, "thinking", false, "let a thinking model reason first (enable_thinking; the reasoning comes back apart from the text)")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
@@ -182,19 +204,20 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			p.MaxTokens = maxTokens
 		}
 		if set["temperature"] {
-			p.Temperature = &temperature
+			p.Temperature = &temperature.v
 		}
 		if set["top-p"] {
-			p.TopP = &topP
+			p.TopP = &topP.v
 		}
 		if set["top-k"] {
-			p.TopK = &topK
+			k := int(topK.v)
+			p.TopK = &k
 		}
 		if set["min-p"] {
-			p.MinP = &minP
+			p.MinP = &minP.v
 		}
 		if set["seed"] {
-			p.Seed = &seed
+			p.Seed = &seed.v
 		}
 		if set["stop"] {
 			p.Stop = stops
@@ -230,6 +253,50 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stderr, "job %s enqueued on %s\n", job.ID, job.Queue)
 	return waitAndPrint(ctx, c, job.ID, *waitFor, *asJSON, stdout, stderr)
+}
+
+// optFloat and optInt are numeric flags without a default of their own: unset, they print
+// no "(default …)" in the help.
+type optFloat struct {
+	v   float64
+	set bool
+}
+
+func (o *optFloat) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatFloat(o.v, 'g', -1, 64)
+}
+
+func (o *optFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	o.v, o.set = v, true
+	return nil
+}
+
+type optInt struct {
+	v   int64
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatInt(o.v, 10)
+}
+
+func (o *optInt) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	o.v, o.set = v, true
+	return nil
 }
 
 func setIf(ok bool, dst *string, v string) {
@@ -310,19 +377,13 @@ func waitAndPrint(ctx context.Context, c *jobs.Client, id string, limit time.Dur
 type progressLine struct {
 	w     io.Writer
 	tty   bool
+	start time.Time // when the wait began
 	last  jobs.Phase
 	shown bool
 }
 
 func newProgressLine(w io.Writer) *progressLine {
-	f, ok := w.(*os.File)
-	tty := false
-	if ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			tty = true
-		}
-	}
-	return &progressLine{w: w, tty: tty}
+	return &progressLine{w: w, tty: isTerminal(w), start: time.Now()}
 }
 
 func (p *progressLine) show(pr jobs.Progress) {
@@ -333,6 +394,7 @@ func (p *progressLine) show(pr jobs.Progress) {
 	case jobs.PhaseDecode:
 		line = fmt.Sprintf("decode %d/%d tokens", pr.Generated, pr.MaxTokens)
 	}
+	line += fmt.Sprintf(", %s elapsed", time.Since(p.start).Round(100*time.Millisecond))
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		p.shown = true

@@ -165,11 +165,12 @@ func TestJobCommands(t *testing.T) {
 			}
 			return len(ws) == 1 && len(ws[0].Active) == 1
 		})
-		if ws[0].Queues["critical"] != 6 || ws[0].Active[0].ID != "long-1" || ws[0].Active[0].Type != "generate" {
+		if ws[0].Queues["critical"] != 6 || ws[0].Active[0].ID != "long-1" || ws[0].Active[0].Type != "generate" ||
+			ws[0].Name != "cli-test-worker" || ws[0].Version == "" || ws[0].Backend != "cpu" {
 			t.Errorf("workers --json: %+v", ws)
 		}
 		if code, out, _ := runCmd(t, "workers", "--redis", url); code != 0 || !strings.Contains(out, "critical=6,default=3,low=1") ||
-			!strings.Contains(out, "generate long-1") {
+			!strings.Contains(out, "generate long-1") || !strings.Contains(out, "cli-test-worker") {
 			t.Errorf("workers: exit %d\n%s", code, out)
 		}
 		if code, out, errs := runCmd(t, "cancel", "long-1", "--redis", url); code != 0 || !strings.Contains(out, "cancelled") {

@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/redlite/batch/internal/buildinfo"
 )
 
 // A command is one subcommand. Each lives in its own file and registers itself in init.
@@ -52,6 +54,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Fprintln(stdout, buildinfo.Get().Line("redlite"))
+		return 0
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "redlite: unknown command %q\n\n", args[0])
@@ -81,7 +87,7 @@ func printUsage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nrun 'redlite <command> -h' for a command's flags")
+	fmt.Fprintln(w, "\nrun 'redlite <command> -h' for a command's flags, 'redlite --version' for the build")
 }
 
 // newFlags makes a flag set that reports errors instead of exiting.
@@ -103,4 +109,15 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageErr("unexpected argument %q", fs.Arg(0))
 	}
 	return nil
+}
+
+// isTerminal says whether w is a terminal (a character device), where progress may rewrite
+// one line in place; pipes, files and buffers get whole lines.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

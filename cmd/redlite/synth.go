@@ -62,13 +62,24 @@ func runSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		o.Vocab = v
 	}
 	start := time.Now()
+	tty := isTerminal(stderr)
 	if !*quiet {
+		shown := -1
 		o.Progress = func(done, total int, name string) {
-			fmt.Fprintf(stderr, "\r[%d/%d] %-40s", done+1, total, name)
+			if tty {
+				// One line, rewritten in place.
+				fmt.Fprintf(stderr, "\r[%d/%d] %-40s", done+1, total, name)
+				return
+			}
+			// A pipe or a log gets a line per tenth, not one per tensor.
+			if tenth := (done + 1) * 10 / total; tenth > shown {
+				shown = tenth
+				fmt.Fprintf(stderr, "[%d/%d] %d%% %s\n", done+1, total, tenth*10, name)
+			}
 		}
 	}
 	n, err := synth.WriteFile(ctx, *out, *shape, o)
-	if !*quiet {
+	if !*quiet && tty {
 		fmt.Fprintln(stderr)
 	}
 	if err != nil {

@@ -26,7 +26,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if jf.envErr != nil {
 		return fmt.Errorf("environment: %w", jf.envErr)
 	}
-	ws, err := daemon.Workers(*jf.redisURL)
+	ws, err := daemon.Workers(jf.redisURL())
 	if err != nil {
 		return err
 	}
@@ -38,14 +38,14 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tPID\tSTATUS\tUP\tQUEUES\tBUSY\tJOBS")
+	fmt.Fprintln(tw, "NAME\tHOST\tPID\tVERSION\tSTATUS\tUP\tQUEUES\tBUSY\tJOBS")
 	now := time.Now()
 	for _, w := range ws {
 		var jobs []string
 		for _, a := range w.Active {
 			jobs = append(jobs, fmt.Sprintf("%s %s (%s)", a.Type, a.ID, now.Sub(a.Started).Round(time.Second)))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\n", w.Host, w.PID, w.Status, now.Sub(w.Started).Round(time.Second),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", orDash(w.Name), w.Host, w.PID, orDash(w.Version), w.Status, now.Sub(w.Started).Round(time.Second),
 			queueList(w.Queues), len(w.Active), w.Concurrency, strings.Join(jobs, ", "))
 	}
 	return tw.Flush()
@@ -67,4 +67,11 @@ func queueList(q map[string]int) string {
 		names[i] = fmt.Sprintf("%s=%d", n, q[n])
 	}
 	return strings.Join(names, ",")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -3,32 +3,51 @@
 // jobs from Redis, runs them on the engine and writes the results back. SIGTERM or SIGINT
 // stop it gracefully: no new jobs, running ones get REDLITE_SHUTDOWN_TIMEOUT to finish and
 // are otherwise handed back to their queue.
+//
+// Exit status: 0 after a graceful stop, 2 for invalid configuration (a bad REDLITE_* value,
+// a model file that cannot be loaded), 1 for other errors.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/internal/buildinfo"
 )
 
 func main() {
-	if len(os.Args) > 1 {
-		fmt.Fprintln(os.Stderr, "usage: redlited (configured by REDLITE_* environment variables; see the README)")
-		os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, buildinfo.Get().Line("redlited"))
+		return 0
 	}
-	cfg, err := daemon.ConfigFromEnv(os.Environ())
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: redlited [--version] (configured by REDLITE_* environment variables; see the README)")
+		return 2
+	}
+	cfg, err := daemon.ConfigFromEnv(environ)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "redlited: invalid configuration: %v\n", err)
-		os.Exit(2)
+		fmt.Fprintf(stderr, "redlited: invalid configuration: %v\n", err)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := daemon.Run(ctx, cfg, daemon.Options{}); err != nil {
-		fmt.Fprintf(os.Stderr, "redlited: %v\n", err)
-		os.Exit(1)
+		if errors.Is(err, daemon.ErrConfig) {
+			fmt.Fprintf(stderr, "redlited: invalid configuration: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "redlited: %v\n", err)
+		return 1
 	}
+	return 0
 }

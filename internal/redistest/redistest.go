@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"github.com/redlite/batch/internal/testlog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -40,6 +41,8 @@ type Server struct {
 	dir  string
 	port int
 	aof  bool
+	pass string
+	args []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -54,6 +57,12 @@ type Option func(*Server)
 // WithAOF turns on append-only-file persistence with an fsync after every write, so that
 // data survives Stop, Kill and Restart (the default has no persistence at all).
 func WithAOF() Option { return func(s *Server) { s.aof = true } }
+
+// WithPassword makes the server require password (requirepass) from every client.
+func WithPassword(password string) Option { return func(s *Server) { s.pass = password } }
+
+// WithArgs adds redis-server command-line options, e.g. "--maxmemory", "2mb".
+func WithArgs(args ...string) Option { return func(s *Server) { s.args = append(s.args, args...) } }
 
 // Start starts redis-server and waits until it answers PING. It is stopped in t.Cleanup.
 // When redis-server is not on PATH the test fails under CI=true and is skipped otherwise.
@@ -97,8 +106,13 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // Port is the TCP port of the server.
 func (s *Server) Port() int { return s.port }
 
-// URL is a redis:// URL that selects database db.
-func (s *Server) URL(db int) string { return fmt.Sprintf("redis://%s/%d", s.Addr(), db) }
+// URL is a redis:// URL that selects database db (with the password of WithPassword).
+func (s *Server) URL(db int) string {
+	if s.pass != "" {
+		return fmt.Sprintf("redis://:%s@%s/%d", url.PathEscape(s.pass), s.Addr(), db)
+	}
+	return fmt.Sprintf("redis://%s/%d", s.Addr(), db)
+}
 
 // Dir is the server's working directory (where the AOF lives with WithAOF).
 func (s *Server) Dir() string { return s.dir }
@@ -193,6 +207,10 @@ func (s *Server) start() error {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	if s.pass != "" {
+		args = append(args, "--requirepass", s.pass)
+	}
+	args = append(args, s.args...)
 	log := &testlog.Buffer{}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
@@ -216,7 +234,7 @@ func (s *Server) start() error {
 	deadline := time.Now().Add(startTimeout)
 	delay := pollMin
 	for {
-		err := ping(s.Addr(), pollMax)
+		err := ping(s.Addr(), s.pass, pollMax)
 		if err == nil {
 			return nil
 		}
@@ -244,18 +262,30 @@ func (s *Server) exitErr() error {
 	return s.waitErr
 }
 
-// ping sends PING in RESP and expects +PONG.
-func ping(addr string, timeout time.Duration) error {
+// ping sends PING in RESP (after AUTH when password is set) and expects +PONG.
+func ping(addr, password string, timeout time.Duration) error {
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+	var cmd string
+	if password != "" {
+		cmd = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password)
+	}
+	if _, err := c.Write([]byte(cmd + "*1\r\n$4\r\nPING\r\n")); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	rd := bufio.NewReader(c)
+	if password != "" {
+		if line, err := rd.ReadString('\n'); err != nil {
+			return err
+		} else if line != "+OK\r\n" {
+			return fmt.Errorf("AUTH answered %q", line)
+		}
+	}
+	line, err := rd.ReadString('\n')
 	if err != nil {
 		return err
 	}

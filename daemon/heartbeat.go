@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlite/batch/internal/buildinfo"
+	"github.com/redlite/batch/jobs"
+)
+
+// asynq's server list (Inspector.Servers, asynqmon's Servers page) names a worker by the
+// host name and PID its heartbeat reads from the OS; asynq v0.26 has no setting for a name.
+// So a worker publishes its REDLITE_WORKER_NAME (and build) beside asynq's heartbeat, under
+// a key made of the same host and PID, refreshed and expiring as asynq's is, and
+// `redlite workers` (daemon.Workers) joins the two.
+
+const (
+	identityInterval = 5 * time.Second  // asynq's heartbeat interval
+	identityTTL      = 30 * time.Second // asynq's heartbeat expiry
+)
+
+// identityKey is the Redis key of the worker process on host with pid.
+func identityKey(host string, pid int) string { return fmt.Sprintf("redlite:worker:%s:%d", host, pid) }
+
+// identity is what a worker publishes about itself.
+type identity struct {
+	Name    string         `json:"name"`
+	Model   string         `json:"model"`
+	Backend string         `json:"backend"`
+	Build   buildinfo.Info `json:"build"`
+}
+
+// heartbeat publishes the worker's identity every identityInterval until terminate.
+type heartbeat struct {
+	rdb  redis.UniversalClient
+	key  string
+	val  []byte
+	log  *slog.Logger
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newHeartbeat(ru jobs.RedisURL, id identity, log *slog.Logger) (*heartbeat, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host" // as asynq does
+	}
+	val, err := json.Marshal(id)
+	if err != nil {
+		return nil, err
+	}
+	rdb, ok := ru.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, fmt.Errorf("heartbeat: unexpected redis client type")
+	}
+	return &heartbeat{rdb: rdb, key: identityKey(host, os.Getpid()), val: val, log: log,
+		stop: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+func (h *heartbeat) start() {
+	go func() {
+		defer close(h.done)
+		tick := time.NewTicker(identityInterval)
+		defer tick.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), identityInterval)
+			if err := h.rdb.Set(ctx, h.key, h.val, identityTTL).Err(); err != nil {
+				h.log.Debug("publish the worker's identity", "err", err)
+			}
+			cancel()
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+// terminate stops publishing and removes the key (a worker that dies lets it expire).
+func (h *heartbeat) terminate() {
+	close(h.stop)
+	<-h.done
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = h.rdb.Del(ctx, h.key).Err()
+	_ = h.rdb.Close()
+}
