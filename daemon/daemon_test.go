@@ -65,10 +65,18 @@ type testBundle struct {
 // fixture model from it, with short polling intervals.
 func setup(t *testing.T, opts ...redistest.Option) *testBundle {
 	t.Helper()
-	model := fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf")
 	r := redistest.Start(t, opts...)
+	b := setupURL(t, r.URL(0))
+	b.redis = r
+	return b
+}
+
+// setupURL is setup for a Redis that the test started itself, at redisURL.
+func setupURL(t *testing.T, redisURL string) *testBundle {
+	t.Helper()
+	model := fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf")
 	cfg := DefaultConfig()
-	cfg.RedisURL = r.URL(0)
+	cfg.RedisURL = redisURL
 	cfg.Model = model
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.WorkerName = "test-worker"
@@ -88,7 +96,7 @@ func setup(t *testing.T, opts ...redistest.Option) *testBundle {
 	ru, _ := jobs.ParseRedisURL(cfg.RedisURL)
 	insp := asynq.NewInspector(ru.AsynqOpt())
 	t.Cleanup(func() { insp.Close() })
-	return &testBundle{redis: r, client: client, insp: insp, cfg: cfg, model: model}
+	return &testBundle{client: client, insp: insp, cfg: cfg, model: model}
 }
 
 // startDaemon runs a daemon in-process until the test ends.

@@ -83,7 +83,9 @@ func (h *httpServer) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyzRedisTimeout)
 	defer cancel()
 	if err := h.client.Ping(ctx); err != nil {
-		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		// During a Sentinel failover this says so: the sentinels are asked for the primary,
+		// which is down or not yet replaced.
+		http.Error(w, fmt.Sprintf("not ready: %s: %v", h.client.Redis(), err), http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "ready")

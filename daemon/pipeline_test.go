@@ -298,7 +298,7 @@ func TestJobs(t *testing.T) {
 	})
 }
 
-func mustRedisOpt(t *testing.T, url string) asynq.RedisClientOpt {
+func mustRedisOpt(t *testing.T, url string) asynq.RedisConnOpt {
 	t.Helper()
 	u, err := jobs.ParseRedisURL(url)
 	if err != nil {

@@ -20,6 +20,7 @@ const DefaultPollInterval = 500 * time.Millisecond
 // Client enqueues jobs and follows them. It is safe for concurrent use.
 type Client struct {
 	rdb    redis.UniversalClient
+	target string // the Redis URL without passwords
 	client *asynq.Client
 	insp   *asynq.Inspector
 	cfg    clientConfig
@@ -77,6 +78,7 @@ func NewClient(redisURL string, opts ...ClientOption) (*Client, error) {
 		return nil, errors.New("jobs: asynq returned an unexpected redis client type")
 	}
 	return &Client{
+		target: u.String(),
 		rdb:    rdb,
 		client: asynq.NewClientFromRedisClient(rdb),
 		insp:   asynq.NewInspectorFromRedisClient(rdb),
@@ -97,6 +99,9 @@ func (c clientConfig) check() error {
 
 // Close closes the Redis connections.
 func (c *Client) Close() error { return c.rdb.Close() }
+
+// Redis says which Redis the client talks to: its URL without passwords.
+func (c *Client) Redis() string { return c.target }
 
 // Ping checks that Redis answers.
 func (c *Client) Ping(ctx context.Context) error {

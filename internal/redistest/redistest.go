@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -41,8 +42,10 @@ type Server struct {
 	dir  string
 	port int
 	aof  bool
-	pass string
-	args []string
+	// sentinelConf makes the server a Redis Sentinel with this configuration.
+	sentinelConf string
+	pass         string
+	args         []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -155,6 +158,25 @@ func (s *Server) Kill() {
 	s.signal(syscall.SIGKILL)
 }
 
+// Pause stops the server's process (SIGSTOP) without ending it, as a hung or partitioned host
+// would: it answers nothing until Resume.
+func (s *Server) Pause() { s.t.Helper(); s.send(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.t.Helper(); s.send(syscall.SIGCONT) }
+
+func (s *Server) send(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		s.t.Errorf("redistest: signal %v to redis-server (pid %d): %v", sig, cmd.Process.Pid, err)
+	}
+}
+
 // Restart stops the server if it runs and starts it again on the same port and directory.
 // Without WithAOF the new server starts empty.
 func (s *Server) Restart() {
@@ -194,18 +216,36 @@ func (s *Server) signal(sig syscall.Signal) {
 var errBind = errors.New("port already in use")
 
 func (s *Server) start() error {
-	args := []string{
+	var args []string
+	if s.sentinelConf != "" {
+		// A sentinel rewrites its configuration file as it learns the topology.
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		if _, err := os.Stat(conf); err != nil {
+			if err := os.WriteFile(conf, []byte(s.sentinelConf), 0o644); err != nil {
+				return err
+			}
+		}
+		args = []string{conf, "--sentinel"}
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
-		"--save", "",
 		"--daemonize", "no",
 		"--loglevel", "notice",
+	)
+	switch {
+	case s.sentinelConf != "":
+	default:
+		// A replica's first sync starts at once, not after Redis 7's 5 s wait for more replicas.
+		args = append(args, "--repl-diskless-sync-delay", "0")
 	}
-	if s.aof {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		args = append(args, "--appendonly", "no")
+	switch {
+	case s.sentinelConf != "":
+	case s.aof:
+		args = append(args, "--save", "", "--appendonly", "yes", "--appendfsync", "always")
+	default:
+		args = append(args, "--save", "", "--appendonly", "no")
 	}
 	if s.pass != "" {
 		args = append(args, "--requirepass", s.pass)
