@@ -43,6 +43,29 @@ type run struct {
 	outcome string
 	// thinking: the prompt left a <think> block open, so the output starts with reasoning.
 	thinking bool
+	out      taskWriter // progress and result go here
+}
+
+// taskWriter writes a job's progress and result into its task while the task exists.
+// asynq's ResultWriter sets the field whether or not the task is there, so once a Redis
+// failover has lost a job (its enqueue never reached the replica) it would bring back a hash
+// that is no task at all, which no inspector can read and nothing ever deletes.
+type taskWriter struct {
+	ctx       context.Context // the task's: nothing is written once asynq has let the job go
+	client    *jobs.Client
+	queue, id string
+}
+
+func (t taskWriter) Write(p []byte) (int, error) {
+	if err := t.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("write to job %s: %w", t.id, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
+	defer cancel()
+	if err := t.client.WriteEnvelope(ctx, t.queue, t.id, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // process is the asynq handler: decode → validate → tokenize → plan → session → generate →
@@ -56,7 +79,8 @@ func (w *worker) process(ctx context.Context, task *asynq.Task) (err error) {
 	r.queue, _ = asynq.GetQueueName(ctx)
 	retried, _ := asynq.GetRetryCount(ctx)
 	r.log = w.log.With("job", r.id, "type", task.Type(), "queue", r.queue, "attempt", retried+1)
-	r.prog = newProgressWriter(task.ResultWriter(), w.cfg.ProgressInterval, r.log, w.m)
+	r.out = taskWriter{ctx: ctx, client: w.client, queue: r.queue, id: r.id}
+	r.prog = newProgressWriter(r.out, w.cfg.ProgressInterval, r.log, w.m)
 	r.prog.start()
 	defer func() {
 		if p := recover(); p != nil {
@@ -273,12 +297,15 @@ func (r *run) writeResult(ctx context.Context, env []byte) error {
 	bound := time.NewTimer(r.w.cfg.ResultWriteTimeout)
 	defer bound.Stop()
 	for attempt, delay := 1, 50*time.Millisecond; ; attempt, delay = attempt+1, min(2*delay, 2*time.Second) {
-		_, err := r.task.ResultWriter().Write(env)
+		_, err := r.out.Write(env)
 		if err == nil {
 			if attempt > 1 {
 				r.log.Info("result written after Redis came back", "attempts", attempt)
 			}
 			return nil
+		}
+		if errors.Is(err, jobs.ErrNotFound) {
+			return fmt.Errorf("write result: the job is no longer in Redis (deleted, or lost in a Redis failover): %w", err)
 		}
 		if f := r.w.observer.ResultWriteFailed; f != nil {
 			f(ctx, r.id, attempt, err)

@@ -10,12 +10,12 @@ import (
 	"github.com/redlite/batch/jobs"
 )
 
-// progressWriter publishes one job's progress through asynq's ResultWriter without making the
+// progressWriter publishes one job's progress into its task (a taskWriter) without making the
 // engine wait for Redis: the engine's callbacks store the latest state and return at once; a
 // goroutine writes it, the first time at once and then at most every interval. A slow or
 // unreachable Redis thus slows the progress display, never the job.
 type progressWriter struct {
-	w        io.Writer // the task's ResultWriter
+	w        io.Writer // the task's result field
 	interval time.Duration
 	log      *slog.Logger
 	m        *metrics
