@@ -215,3 +215,44 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestFinishedJobNotRunAgain: a job that comes back with its result already written (asynq
+// did not record the completion: the worker died, or Redis failed over, in between) is
+// completed without running again, and keeps that result.
+func TestFinishedJobNotRunAgain(t *testing.T) {
+	b := setup(t)
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(4)})
+	env, err := jobs.EncodeResult(jobs.Result{Text: "from the first attempt", FinishReason: jobs.FinishLength, Worker: "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.WriteEnvelope(context.Background(), job.Queue, job.ID, env); err != nil {
+		t.Fatal(err)
+	}
+	// A job with progress only (or a cancelled partial result) still runs.
+	again := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(4)})
+	if err := b.client.WriteEnvelope(context.Background(), again.Queue, again.ID, jobs.EncodeProgress(jobs.Progress{Phase: jobs.PhaseDecode, Generated: 2})); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	ran := 0
+	startDaemon(t, b.cfg, Observer{PrefillChunk: func(_ context.Context, id string, _, _ int) {
+		if id == job.ID {
+			mu.Lock()
+			ran++
+			mu.Unlock()
+		}
+	}})
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran != 0 || res.Text != "from the first attempt" || res.Worker != "gone" {
+		t.Errorf("ran %d times, result %+v; want no run and the first attempt's result", ran, res)
+	}
+	if res, err := waitResult(t, b.client, again.ID, nil); err != nil || res.Worker != b.cfg.WorkerName {
+		t.Errorf("job with progress only: %+v, %v; want it run", res, err)
+	}
+}

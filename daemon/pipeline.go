@@ -95,6 +95,13 @@ func (w *worker) process(ctx context.Context, task *asynq.Task) (err error) {
 		w.m.duration.WithLabelValues(task.Type(), r.outcome).Observe(time.Since(r.start).Seconds())
 		r.finishLog(err)
 	}()
+	if done, err := w.client.Finished(ctx, r.queue, r.id); err == nil && done {
+		// An earlier attempt wrote the result and asynq did not record the completion (the
+		// worker died, or Redis failed over, in between): finishing now records it.
+		r.log.Info("the job already has its result from an earlier attempt; not running it again")
+		r.outcome = outcomeCompleted
+		return nil
+	}
 	return r.do(ctx)
 }
 

@@ -406,6 +406,25 @@ func (c *Client) WriteEnvelope(ctx context.Context, queue, id string, env []byte
 	return nil
 }
 
+// Finished reads the job's result field and reports whether it holds a finished result
+// (not progress, not a cancellation). A worker asks before it runs a job: asynq delivers at
+// least once, and a job whose result was written but whose completion asynq never recorded
+// (the worker died, or Redis failed over, in between) comes back to be run again.
+func (c *Client) Finished(ctx context.Context, queue, id string) (bool, error) {
+	raw, err := c.rdb.HGet(ctx, taskKey(queue, id), "result").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read result of job %s: %w", id, classifyRedis(err))
+	}
+	env, err := DecodeEnvelope(raw)
+	if err != nil {
+		return false, nil // not ours to judge: run the job
+	}
+	return env.Type == EnvelopeResult && env.Result.FinishReason != FinishCancelled, nil
+}
+
 // taskKey is asynq's Redis hash of one task (internal/base.TaskKey in asynq v0.26).
 func taskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 

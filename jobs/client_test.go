@@ -523,7 +523,7 @@ func TestStatusErrors(t *testing.T) {
 }
 
 func TestNewClient(t *testing.T) {
-	if _, err := NewClient("http://localhost"); err == nil || !strings.Contains(err.Error(), "scheme must be redis or rediss") {
+	if _, err := NewClient("http://localhost"); err == nil || !strings.Contains(err.Error(), "scheme must be redis, rediss") {
 		t.Errorf("bad URL: %v", err)
 	}
 	if _, err := NewClient("redis://localhost:1", WithRetention(time.Millisecond)); err == nil {

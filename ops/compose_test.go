@@ -44,6 +44,7 @@ type composeService struct {
 	DependsOn       map[string]composeDepends `yaml:"depends_on"`
 	Healthcheck     *composeHealth            `yaml:"healthcheck"`
 	Restart         string                    `yaml:"restart"`
+	Profiles        []string                  `yaml:"profiles"`
 }
 
 type composeBuild struct {
