@@ -86,11 +86,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	ru, err := jobs.ParseRedisURL(cfg.RedisURL)
+	ru, err := cfg.redisURL()
 	if err != nil {
-		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
+		return nil, configErr(err)
 	}
-	client, err := jobs.NewClient(cfg.RedisURL)
+	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithTLSFiles(cfg.tlsFiles()))
 	if err != nil {
 		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}

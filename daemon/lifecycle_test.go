@@ -387,3 +387,33 @@ func TestRedisWrongPassword(t *testing.T) {
 		t.Errorf("the password was printed:\n%s\n%s", out, body)
 	}
 }
+
+// TestRedisTLS: a worker configured with REDLITE_REDIS_CA_FILE, _CERT_FILE and _KEY_FILE
+// reaches a redis-server that serves TLS with a CA made in the test and requires client
+// certificates, and runs a job (the test's client uses the server's plain port).
+func TestRedisTLS(t *testing.T) {
+	f := redistest.NewTLSFiles(t)
+	b := setup(t, redistest.WithTLS(f))
+	cfg := b.cfg
+	cfg.RedisURL, cfg.RedisCAFile, cfg.RedisCertFile, cfg.RedisKeyFile = b.redis.TLSURL(0), f.CA, f.ClientCert, f.ClientKey
+	d := startDaemon(t, cfg, Observer{})
+	waitHTTP(t, "http://"+d.HTTPAddr()+"/readyz", 200)
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Over TLS", MaxTokens: ptr(4)})
+	if _, err := waitResult(t, b.client, job.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("BadSettings", func(t *testing.T) {
+		for _, tc := range []struct {
+			env  []string
+			want string
+		}{
+			{[]string{"REDLITE_REDIS_URL=" + b.redis.TLSURL(0), "REDLITE_REDIS_CERT_FILE=" + f.ClientCert}, "without its key"},
+			{[]string{"REDLITE_REDIS_URL=" + b.redis.URL(0), "REDLITE_REDIS_CA_FILE=" + f.CA}, "not rediss://"},
+			{[]string{"REDLITE_REDIS_URL=" + b.redis.TLSURL(0), "REDLITE_REDIS_CA_FILE=/nonexistent/ca.pem"}, "REDLITE_REDIS_CA_FILE"},
+		} {
+			if _, err := ConfigFromEnv(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v: %v, want an error naming %q", tc.env, err, tc.want)
+			}
+		}
+	})
+}

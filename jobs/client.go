@@ -26,6 +26,7 @@ type Client struct {
 }
 
 type clientConfig struct {
+	tls       TLSFiles
 	poll      time.Duration
 	retention time.Duration
 	maxRetry  int
@@ -42,6 +43,10 @@ func WithPollInterval(d time.Duration) ClientOption {
 		}
 	}
 }
+
+// WithTLSFiles sets the CA and client certificate files of a rediss:// connection
+// (see TLSFiles).
+func WithTLSFiles(f TLSFiles) ClientOption { return func(c *clientConfig) { c.tls = f } }
 
 // WithRetention sets how long results are kept for every job this client enqueues
 // (default DefaultRetention).
@@ -70,6 +75,9 @@ func NewClient(redisURL string, opts ...ClientOption) (*Client, error) {
 		o(&cfg)
 	}
 	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if u, err = u.WithTLSFiles(cfg.tls); err != nil {
 		return nil, err
 	}
 	rdb, ok := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)

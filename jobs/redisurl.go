@@ -24,6 +24,9 @@ type RedisURL struct {
 	Password string
 	DB       int
 	TLS      bool
+	// tlsConfig, set by WithTLSFiles, replaces the default TLS configuration (system roots,
+	// no client certificate).
+	tlsConfig *tls.Config
 }
 
 const redisURLForm = "redis://[[user]:password@]host[:port][/db] or rediss://…"
@@ -102,7 +105,10 @@ func (r RedisURL) String() string {
 // AsynqOpt is the connection option for asynq.NewServer and friends.
 func (r RedisURL) AsynqOpt() asynq.RedisClientOpt {
 	o := asynq.RedisClientOpt{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB}
-	if r.TLS {
+	switch {
+	case r.tlsConfig != nil:
+		o.TLSConfig = r.tlsConfig.Clone()
+	case r.TLS:
 		host, _, _ := net.SplitHostPort(r.Addr)
 		o.TLSConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
 	}

@@ -191,7 +191,7 @@ func TestAgainstLiveDaemon(t *testing.T) {
 
 	t.Run("ComposeDashboardHealthcheck", func(t *testing.T) {
 		u := healthURL(t, "dashboard", loadCompose(t).service(t, "dashboard").Healthcheck)
-		dash, err := daemon.NewDashboard(cfg.RedisURL, "", true)
+		dash, err := daemon.NewDashboard(cfg.RedisURL, jobs.TLSFiles{}, "", true)
 		if err != nil {
 			t.Fatal(err)
 		}
