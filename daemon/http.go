@@ -86,5 +86,10 @@ func (h *httpServer) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	// A full Redis answers PING but refuses every write: no job can start or finish.
+	if err := h.client.CheckMemory(ctx); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	fmt.Fprintln(w, "ready")
 }

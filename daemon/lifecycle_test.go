@@ -181,6 +181,25 @@ func TestHTTPAndRedisRestart(t *testing.T) {
 		}
 	})
 
+	t.Run("RedisOutOfMemory", func(t *testing.T) {
+		// A Redis at its maxmemory with noeviction answers PING but refuses every write.
+		rdb := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
+		defer rdb.Close()
+		if err := rdb.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, body := getURL(t, base+"/readyz")
+		if err := rdb.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if code != 503 || !strings.Contains(body, "redis is out of memory") {
+			t.Errorf("/readyz with Redis full: %d %q; want 503 naming Redis out of memory", code, body)
+		}
+		if code, body := getURL(t, base+"/readyz"); code != 200 {
+			t.Errorf("/readyz once Redis has room again: %d %q", code, body)
+		}
+	})
+
 	t.Run("NotReadyAfterShutdown", func(t *testing.T) {
 		d.http.ready.Store(false) // what Shutdown does first
 		if code, body := getURL(t, base+"/readyz"); code != 503 || !strings.Contains(body, "shutting down") {
