@@ -436,3 +436,31 @@ func TestRedisTLS(t *testing.T) {
 		}
 	})
 }
+
+// TestKill9Restart: a worker killed with SIGKILL mid-job and started again (as launchd or
+// Docker restart it) runs the job again at once, rather than after asynq's 60–120 s of
+// lease expiry, skew allowance and recoverer period: the orphan finder proves the old
+// process gone and hands the job to asynq's recoverer, which runs when the server starts.
+func TestKill9Restart(t *testing.T) {
+	b := setup(t)
+	p := startDaemonProcess(t, b.cfg)
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(200), Temperature: ptr(0.0)})
+	waitFor(t, b.client, job.ID, "decoding", decoding)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	killed := time.Now()
+	b.cfg.WorkerName = "restarted-worker"
+	startDaemonProcess(t, b.cfg)
+	// waitLimit (30 s) is below what asynq alone needs (at least 60 s after the death).
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kill -9 to result of the re-run: %v (includes the restart and the model load)", time.Since(killed).Round(10*time.Millisecond))
+	st, _ := b.client.Status(context.Background(), job.ID)
+	if res.Worker != "restarted-worker" || res.Usage.CompletionTokens != 200 || st.Retried != 1 || !strings.Contains(st.LastError, "lease expired") {
+		t.Errorf("rerun: worker %q, %d tokens, retried %d, last error %q", res.Worker, res.Usage.CompletionTokens, st.Retried, st.LastError)
+	}
+}
