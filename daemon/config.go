@@ -22,6 +22,11 @@ import (
 type Config struct {
 	// RedisURL is redis://[[user]:password@]host[:port][/db] or rediss:// for TLS.
 	RedisURL string `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	// RedisCAFile, RedisCertFile and RedisKeyFile are PEM files for rediss://: the CA that
+	// verifies Redis (empty: the system's roots) and a client certificate and its key.
+	RedisCAFile   string `env:"REDLITE_REDIS_CA_FILE"`
+	RedisCertFile string `env:"REDLITE_REDIS_CERT_FILE"`
+	RedisKeyFile  string `env:"REDLITE_REDIS_KEY_FILE"`
 	// Model is the GGUF file to serve. Empty means the built-in default model (random
 	// weights: its output is meaningless text), written to CacheDir on first use.
 	Model string `env:"REDLITE_MODEL"`
@@ -132,6 +137,9 @@ func (c Config) Validate() error {
 	if _, err := jobs.ParseRedisURL(c.RedisURL); err != nil {
 		return bad("REDLITE_REDIS_URL", "%v", err)
 	}
+	if _, err := c.redisURL(); err != nil {
+		return err
+	}
 	if len(c.Queues) == 0 {
 		return bad("REDLITE_QUEUES", "no queues; want name=weight pairs like critical=6,default=3,low=1")
 	}
@@ -194,6 +202,23 @@ func (c Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// tlsFiles are the REDLITE_REDIS_*_FILE settings.
+func (c Config) tlsFiles() jobs.TLSFiles {
+	return jobs.TLSFiles{CA: c.RedisCAFile, Cert: c.RedisCertFile, Key: c.RedisKeyFile}
+}
+
+// redisURL is REDLITE_REDIS_URL with the TLS files applied.
+func (c Config) redisURL() (jobs.RedisURL, error) {
+	u, err := jobs.ParseRedisURL(c.RedisURL)
+	if err != nil {
+		return u, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+	}
+	if u, err = u.WithTLSFiles(c.tlsFiles()); err != nil {
+		return u, fmt.Errorf("REDLITE_REDIS_CA_FILE, REDLITE_REDIS_CERT_FILE, REDLITE_REDIS_KEY_FILE: %w", err)
+	}
+	return u, nil
 }
 
 // policy is the planner policy the KV, chunk, MTP and preference settings make.

@@ -57,7 +57,8 @@ type Daemon struct {
 
 	lm *loadedModel
 	w  *worker
-	hb *heartbeat // the worker's name beside asynq's heartbeat (heartbeat.go)
+	hb *heartbeat    // the worker's name beside asynq's heartbeat (heartbeat.go)
+	of *orphanFinder // jobs of dead workers (orphans.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -86,11 +87,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	ru, err := jobs.ParseRedisURL(cfg.RedisURL)
+	ru, err := cfg.redisURL()
 	if err != nil {
-		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
+		return nil, configErr(err)
 	}
-	client, err := jobs.NewClient(cfg.RedisURL)
+	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithTLSFiles(cfg.tlsFiles()))
 	if err != nil {
 		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
@@ -186,18 +187,27 @@ func (d *Daemon) Start(ctx context.Context) error {
 			name = "redlited"
 		}
 	}
-	d.w = newWorker(&worker{cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
+	build := buildinfo.Get()
+	backend := lm.m.Backend.Name()
+	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backend, Build: build}, d.log); err != nil {
+		return err
+	}
+	d.w = newWorker(&worker{hb: d.hb, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
 		budget: budget, cal: cal, policy: policy, observer: d.obs}, d.redis)
+	// Before the asynq server starts: its recoverer runs at start and takes the jobs of a
+	// predecessor on this host that the finder proves dead (orphans.go).
+	if d.of, err = newOrphanFinder(d.redis, d.insp, d.cfg.Queues, d.log); err != nil {
+		return err
+	}
+	if n := d.of.sweep(ctx, true); n > 0 {
+		d.log.Info("jobs of dead workers handed to asynq's recoverer", "jobs", n)
+	}
+	d.of.start()
 	if err := d.w.start(); err != nil {
 		d.w = nil
 		return err
 	}
-	build := buildinfo.Get()
-	backend := lm.m.Backend.Name()
 	d.m.buildInfo.WithLabelValues(build.Version, build.Commit, build.Go, backend).Set(1)
-	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backend, Build: build}, d.log); err != nil {
-		return err
-	}
 	d.hb.start()
 	d.log.Info("redlited started", "version", build.Version, "commit", build.Commit, "backend", backend, "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
 		"load_time", lm.m.LoadTime.Round(time.Millisecond), "worker", name, "redis", d.redis.String(),
@@ -270,6 +280,9 @@ func (d *Daemon) shutdown() {
 	}
 	if d.hb != nil {
 		d.hb.terminate() // after the worker: its name stays listed while it drains
+	}
+	if d.of != nil {
+		d.of.terminate()
 	}
 	if d.http != nil {
 		d.http.terminate()

@@ -23,9 +23,12 @@ type Dashboard struct {
 }
 
 // NewDashboard makes the handler; readOnly hides the buttons that change tasks.
-func NewDashboard(redisURL, rootPath string, readOnly bool) (*Dashboard, error) {
+func NewDashboard(redisURL string, tlsFiles jobs.TLSFiles, rootPath string, readOnly bool) (*Dashboard, error) {
 	u, err := jobs.ParseRedisURL(redisURL)
 	if err != nil {
+		return nil, err
+	}
+	if u, err = u.WithTLSFiles(tlsFiles); err != nil {
 		return nil, err
 	}
 	h := asynqmon.New(asynqmon.Options{

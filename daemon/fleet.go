@@ -44,9 +44,12 @@ type ActiveJob struct {
 }
 
 // Workers lists the worker servers registered in the Redis at redisURL, by host and PID.
-func Workers(redisURL string) ([]WorkerServer, error) {
+func Workers(redisURL string, tlsFiles jobs.TLSFiles) ([]WorkerServer, error) {
 	u, err := jobs.ParseRedisURL(redisURL)
 	if err != nil {
+		return nil, err
+	}
+	if u, err = u.WithTLSFiles(tlsFiles); err != nil {
 		return nil, err
 	}
 	insp := asynq.NewInspector(u.AsynqOpt())

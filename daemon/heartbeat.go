@@ -28,6 +28,11 @@ const (
 // identityKey is the Redis key of the worker process on host with pid.
 func identityKey(host string, pid int) string { return fmt.Sprintf("redlite:worker:%s:%d", host, pid) }
 
+// jobsKey is the set of the job ids the worker process on host with pid is running: written
+// when a job starts, before the engine runs (asynq's own list of a worker's jobs is written
+// only with its next heartbeat), so that a restarted worker can prove them orphaned.
+func jobsKey(host string, pid int) string { return identityKey(host, pid) + ":jobs" }
+
 // identity is what a worker publishes about itself.
 type identity struct {
 	Name    string         `json:"name"`
@@ -40,6 +45,7 @@ type identity struct {
 type heartbeat struct {
 	rdb  redis.UniversalClient
 	key  string
+	jobs string // jobsKey
 	val  []byte
 	log  *slog.Logger
 	stop chan struct{}
@@ -59,7 +65,7 @@ func newHeartbeat(ru jobs.RedisURL, id identity, log *slog.Logger) (*heartbeat, 
 	if !ok {
 		return nil, fmt.Errorf("heartbeat: unexpected redis client type")
 	}
-	return &heartbeat{rdb: rdb, key: identityKey(host, os.Getpid()), val: val, log: log,
+	return &heartbeat{rdb: rdb, key: identityKey(host, os.Getpid()), jobs: jobsKey(host, os.Getpid()), val: val, log: log,
 		stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
@@ -73,6 +79,7 @@ func (h *heartbeat) start() {
 			if err := h.rdb.Set(ctx, h.key, h.val, identityTTL).Err(); err != nil {
 				h.log.Debug("publish the worker's identity", "err", err)
 			}
+			h.rdb.Expire(ctx, h.jobs, identityTTL)
 			cancel()
 			select {
 			case <-h.stop:
@@ -83,12 +90,32 @@ func (h *heartbeat) start() {
 	}()
 }
 
+// claim records that the worker runs job id; release forgets it. Best effort: without the
+// record, a job of a worker that dies is recovered by its lease (orphans.go).
+func (h *heartbeat) claim(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, h.jobs, id)
+		p.Expire(ctx, h.jobs, identityTTL)
+		return nil
+	}); err != nil {
+		h.log.Debug("record a running job", "job", id, "err", err)
+	}
+}
+
+func (h *heartbeat) release(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	h.rdb.SRem(ctx, h.jobs, id)
+}
+
 // terminate stops publishing and removes the key (a worker that dies lets it expire).
 func (h *heartbeat) terminate() {
 	close(h.stop)
 	<-h.done
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = h.rdb.Del(ctx, h.key).Err()
+	_ = h.rdb.Del(ctx, h.key, h.jobs).Err()
 	_ = h.rdb.Close()
 }

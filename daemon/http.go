@@ -88,5 +88,10 @@ func (h *httpServer) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("not ready: %s: %v", h.client.Redis(), err), http.StatusServiceUnavailable)
 		return
 	}
+	// A full Redis answers PING but refuses every write: no job can start or finish.
+	if err := h.client.CheckMemory(ctx); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	fmt.Fprintln(w, "ready")
 }

@@ -181,6 +181,25 @@ func TestHTTPAndRedisRestart(t *testing.T) {
 		}
 	})
 
+	t.Run("RedisOutOfMemory", func(t *testing.T) {
+		// A Redis at its maxmemory with noeviction answers PING but refuses every write.
+		rdb := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
+		defer rdb.Close()
+		if err := rdb.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		code, body := getURL(t, base+"/readyz")
+		if err := rdb.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if code != 503 || !strings.Contains(body, "redis is out of memory") {
+			t.Errorf("/readyz with Redis full: %d %q; want 503 naming Redis out of memory", code, body)
+		}
+		if code, body := getURL(t, base+"/readyz"); code != 200 {
+			t.Errorf("/readyz once Redis has room again: %d %q", code, body)
+		}
+	})
+
 	t.Run("NotReadyAfterShutdown", func(t *testing.T) {
 		d.http.ready.Store(false) // what Shutdown does first
 		if code, body := getURL(t, base+"/readyz"); code != 503 || !strings.Contains(body, "shutting down") {
@@ -385,5 +404,63 @@ func TestRedisWrongPassword(t *testing.T) {
 	}
 	if strings.Contains(out+body, "wrong-staple-7") {
 		t.Errorf("the password was printed:\n%s\n%s", out, body)
+	}
+}
+
+// TestRedisTLS: a worker configured with REDLITE_REDIS_CA_FILE, _CERT_FILE and _KEY_FILE
+// reaches a redis-server that serves TLS with a CA made in the test and requires client
+// certificates, and runs a job (the test's client uses the server's plain port).
+func TestRedisTLS(t *testing.T) {
+	f := redistest.NewTLSFiles(t)
+	b := setup(t, redistest.WithTLS(f))
+	cfg := b.cfg
+	cfg.RedisURL, cfg.RedisCAFile, cfg.RedisCertFile, cfg.RedisKeyFile = b.redis.TLSURL(0), f.CA, f.ClientCert, f.ClientKey
+	d := startDaemon(t, cfg, Observer{})
+	waitHTTP(t, "http://"+d.HTTPAddr()+"/readyz", 200)
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Over TLS", MaxTokens: ptr(4)})
+	if _, err := waitResult(t, b.client, job.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("BadSettings", func(t *testing.T) {
+		for _, tc := range []struct {
+			env  []string
+			want string
+		}{
+			{[]string{"REDLITE_REDIS_URL=" + b.redis.TLSURL(0), "REDLITE_REDIS_CERT_FILE=" + f.ClientCert}, "without its key"},
+			{[]string{"REDLITE_REDIS_URL=" + b.redis.URL(0), "REDLITE_REDIS_CA_FILE=" + f.CA}, "not rediss://"},
+			{[]string{"REDLITE_REDIS_URL=" + b.redis.TLSURL(0), "REDLITE_REDIS_CA_FILE=/nonexistent/ca.pem"}, "REDLITE_REDIS_CA_FILE"},
+		} {
+			if _, err := ConfigFromEnv(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v: %v, want an error naming %q", tc.env, err, tc.want)
+			}
+		}
+	})
+}
+
+// TestKill9Restart: a worker killed with SIGKILL mid-job and started again (as launchd or
+// Docker restart it) runs the job again at once, rather than after asynq's 60–120 s of
+// lease expiry, skew allowance and recoverer period: the orphan finder proves the old
+// process gone and hands the job to asynq's recoverer, which runs when the server starts.
+func TestKill9Restart(t *testing.T) {
+	b := setup(t)
+	p := startDaemonProcess(t, b.cfg)
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(200), Temperature: ptr(0.0)})
+	waitFor(t, b.client, job.ID, "decoding", decoding)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	killed := time.Now()
+	b.cfg.WorkerName = "restarted-worker"
+	startDaemonProcess(t, b.cfg)
+	// waitLimit (30 s) is below what asynq alone needs (at least 60 s after the death).
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kill -9 to result of the re-run: %v (includes the restart and the model load)", time.Since(killed).Round(10*time.Millisecond))
+	st, _ := b.client.Status(context.Background(), job.ID)
+	if res.Worker != "restarted-worker" || res.Usage.CompletionTokens != 200 || st.Retried != 1 || !strings.Contains(st.LastError, "lease expired") {
+		t.Errorf("rerun: worker %q, %d tokens, retried %d, last error %q", res.Worker, res.Usage.CompletionTokens, st.Retried, st.LastError)
 	}
 }

@@ -77,6 +77,12 @@ func (w *worker) process(ctx context.Context, task *asynq.Task) (err error) {
 	r := &run{w: w, task: task, start: time.Now(), outcome: outcomeFault}
 	r.id, _ = asynq.GetTaskID(ctx)
 	r.queue, _ = asynq.GetQueueName(ctx)
+	if w.hb != nil {
+		// Before the engine runs: a restarted worker proves the job orphaned by this record
+		// (orphans.go).
+		w.hb.claim(r.id)
+		defer w.hb.release(r.id)
+	}
 	retried, _ := asynq.GetRetryCount(ctx)
 	r.log = w.log.With("job", r.id, "type", task.Type(), "queue", r.queue, "attempt", retried+1)
 	r.out = taskWriter{ctx: ctx, client: w.client, queue: r.queue, id: r.id}

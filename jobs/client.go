@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -27,6 +28,7 @@ type Client struct {
 }
 
 type clientConfig struct {
+	tls       TLSFiles
 	poll      time.Duration
 	retention time.Duration
 	maxRetry  int
@@ -43,6 +45,10 @@ func WithPollInterval(d time.Duration) ClientOption {
 		}
 	}
 }
+
+// WithTLSFiles sets the CA and client certificate files of a rediss:// connection
+// (see TLSFiles).
+func WithTLSFiles(f TLSFiles) ClientOption { return func(c *clientConfig) { c.tls = f } }
 
 // WithRetention sets how long results are kept for every job this client enqueues
 // (default DefaultRetention).
@@ -71,6 +77,9 @@ func NewClient(redisURL string, opts ...ClientOption) (*Client, error) {
 		o(&cfg)
 	}
 	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if u, err = u.WithTLSFiles(cfg.tls); err != nil {
 		return nil, err
 	}
 	rdb, ok := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
@@ -107,6 +116,37 @@ func (c *Client) Redis() string { return c.target }
 func (c *Client) Ping(ctx context.Context) error {
 	if err := c.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis ping: %w", classifyRedis(err))
+	}
+	return nil
+}
+
+// CheckMemory returns an error matching ErrRedisOOM when Redis is at its maxmemory with the
+// noeviction policy, where it refuses every write (enqueue, a worker taking a job, a
+// result); PING still answers then. It reads INFO memory.
+func (c *Client) CheckMemory(ctx context.Context) error {
+	info, err := c.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return fmt.Errorf("redis info memory: %w", classifyRedis(err))
+	}
+	var used, limit int64
+	var policy string
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "used_memory":
+			used, _ = strconv.ParseInt(v, 10, 64)
+		case "maxmemory":
+			limit, _ = strconv.ParseInt(v, 10, 64)
+		case "maxmemory_policy":
+			policy = v
+		}
+	}
+	if limit > 0 && used >= limit && policy == "noeviction" {
+		return &redisRefusal{kind: ErrRedisOOM, hint: "it is at its maxmemory with the noeviction policy and refuses new jobs until memory is freed: wait for finished results to expire, delete archived jobs, or raise maxmemory",
+			err: fmt.Errorf("used_memory %d ≥ maxmemory %d", used, limit)}
 	}
 	return nil
 }

@@ -29,6 +29,9 @@ type RedisURL struct {
 	Password string
 	DB       int
 	TLS      bool
+	// tlsConfig, set by WithTLSFiles, replaces the default TLS configuration (system roots,
+	// no client certificate).
+	tlsConfig *tls.Config
 
 	// Sentinel: the sentinels' host:port addresses and the name of the primary they watch.
 	Sentinels                          []string
@@ -130,9 +133,13 @@ func (r RedisURL) String() string {
 // primary that the sentinels name (go-redis follows a failover to the new primary).
 func (r RedisURL) AsynqOpt() asynq.RedisConnOpt {
 	var tlsConfig *tls.Config
-	if r.TLS {
+	switch {
+	case r.tlsConfig != nil:
+		tlsConfig = r.tlsConfig.Clone()
+	case r.TLS:
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		if r.Master == "" {
+			// With Sentinel each server's name is taken from the address it is dialled at.
 			tlsConfig.ServerName, _, _ = net.SplitHostPort(r.Addr)
 		}
 	}

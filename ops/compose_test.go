@@ -254,7 +254,7 @@ func healthURL(t *testing.T, name string, h *composeHealth) *url.URL {
 	return nil
 }
 
-var wantServices = []string{"dashboard", "grafana", "prometheus", "redis", "worker"}
+var wantServices = []string{"dashboard", "grafana", "prometheus", "redis", "redis-exporter", "worker"}
 
 func TestCompose(t *testing.T) {
 	raw := string(readFile(t, "docker-compose.yml"))

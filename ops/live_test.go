@@ -6,8 +6,10 @@ import (
 	"github.com/redlite/batch/internal/testlog"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -144,6 +146,13 @@ func TestAgainstLiveDaemon(t *testing.T) {
 		t.Fatalf("/metrics: status %d, %d metrics", resp.StatusCode, len(exported))
 	}
 
+	// The Redis metrics the rules and the dashboard read come from the redis-exporter
+	// service of docker-compose.yml: run the same exporter (Debian's build of
+	// oliver006/redis_exporter) against this Redis and add what it exports.
+	for n := range redisExporterMetrics(t, r) {
+		exported[n] = true
+	}
+
 	check := func(t *testing.T, uses map[string][]string) {
 		var names []string
 		for n := range uses {
@@ -154,7 +163,7 @@ func TestAgainstLiveDaemon(t *testing.T) {
 			if exported[n] || scrapeGenerated[n] {
 				continue
 			}
-			t.Errorf("%s reads %s, which the daemon does not export", strings.Join(uses[n], ", "), n)
+			t.Errorf("%s reads %s, which neither the daemon nor the Redis exporter exports", strings.Join(uses[n], ", "), n)
 		}
 	}
 
@@ -191,7 +200,7 @@ func TestAgainstLiveDaemon(t *testing.T) {
 
 	t.Run("ComposeDashboardHealthcheck", func(t *testing.T) {
 		u := healthURL(t, "dashboard", loadCompose(t).service(t, "dashboard").Healthcheck)
-		dash, err := daemon.NewDashboard(cfg.RedisURL, "", true)
+		dash, err := daemon.NewDashboard(cfg.RedisURL, jobs.TLSFiles{}, "", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,4 +217,42 @@ func TestAgainstLiveDaemon(t *testing.T) {
 			t.Errorf("asynqmon's %s answers %s %.200q; want 200 listing queue %s", u.Path, resp.Status, body, jobs.QueueDefault)
 		}
 	})
+}
+
+// redisExporterMetrics runs prometheus-redis-exporter (apt-get install
+// prometheus-redis-exporter) against r and returns the metric names it exports.
+func redisExporterMetrics(t *testing.T, r *redistest.Server) map[string]bool {
+	t.Helper()
+	bin := needTool(t, "prometheus-redis-exporter", "apt-get install prometheus-redis-exporter")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var out testlog.Buffer
+	cmd := exec.Command(bin, "-redis.addr", "redis://"+r.Addr(), "-web.listen-address", addr)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	deadline := time.Now().Add(liveWait)
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			names, perr := scrapedMetrics(resp.Body)
+			resp.Body.Close()
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			if names["redis_up"] {
+				return names
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Redis exporter did not serve metrics within %v (last error %v):\n%s", liveWait, err, out.String())
+		}
+		time.Sleep(delay) // the exporter announces nothing: polling its port is the only way to know
+	}
 }

@@ -27,7 +27,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if jf.envErr != nil {
 		return fmt.Errorf("environment: %w", jf.envErr)
 	}
-	d, err := daemon.NewDashboard(jf.redisURL(), "", *readOnly)
+	d, err := daemon.NewDashboard(jf.redisURL(), jf.tlsFiles(), "", *readOnly)
 	if err != nil {
 		return usageErr("--redis: %v", err)
 	}

@@ -25,6 +25,9 @@ func init() {
 // and retries the jobs it enqueues get (asynq stores both in the task at enqueue time).
 type jobsEnv struct {
 	RedisURL  string        `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	CAFile    string        `env:"REDLITE_REDIS_CA_FILE"`
+	CertFile  string        `env:"REDLITE_REDIS_CERT_FILE"`
+	KeyFile   string        `env:"REDLITE_REDIS_KEY_FILE"`
 	Retention time.Duration `env:"REDLITE_RESULT_RETENTION" envDefault:"24h"`
 	MaxRetry  int           `env:"REDLITE_MAX_RETRY" envDefault:"3"`
 }
@@ -47,6 +50,11 @@ func addJobsFlags(fs *flag.FlagSet) *jobsFlags {
 
 const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
+// tlsFiles are $REDLITE_REDIS_CA_FILE, _CERT_FILE and _KEY_FILE.
+func (jf *jobsFlags) tlsFiles() jobs.TLSFiles {
+	return jobs.TLSFiles{CA: jf.env.CAFile, Cert: jf.env.CertFile, Key: jf.env.KeyFile}
+}
+
 // redisURL is --redis, else $REDLITE_REDIS_URL, else the default.
 func (jf *jobsFlags) redisURL() string {
 	if *jf.redis != "" {
@@ -60,7 +68,7 @@ func (jf *jobsFlags) open(pollEvery time.Duration) (*jobs.Client, error) {
 	if jf.envErr != nil {
 		return nil, fmt.Errorf("environment: %w", jf.envErr)
 	}
-	opts := []jobs.ClientOption{jobs.WithRetention(jf.env.Retention), jobs.WithMaxRetry(jf.env.MaxRetry)}
+	opts := []jobs.ClientOption{jobs.WithRetention(jf.env.Retention), jobs.WithMaxRetry(jf.env.MaxRetry), jobs.WithTLSFiles(jf.tlsFiles())}
 	if pollEvery > 0 {
 		opts = append(opts, jobs.WithPollInterval(pollEvery))
 	}

@@ -36,3 +36,23 @@ func TestNoCredentialsPrinted(t *testing.T) {
 		t.Errorf("status with a bad URL: exit %d, %q %q", code, out, errs)
 	}
 }
+
+// TestRedisTLSEnv: the CLI reads REDLITE_REDIS_CA_FILE, _CERT_FILE and _KEY_FILE.
+func TestRedisTLSEnv(t *testing.T) {
+	f := redistest.NewTLSFiles(t)
+	r := redistest.Start(t, redistest.WithTLS(f))
+	t.Setenv("REDLITE_REDIS_URL", r.TLSURL(0))
+	t.Setenv("REDLITE_REDIS_CA_FILE", f.CA)
+	t.Setenv("REDLITE_REDIS_CERT_FILE", f.ClientCert)
+	t.Setenv("REDLITE_REDIS_KEY_FILE", f.ClientKey)
+	if code, _, errs := runCmd(t, "status", "no-such-job"); code != 1 || !strings.Contains(errs, "not found") {
+		t.Errorf("status over TLS: exit %d, %q; want the job not found", code, errs)
+	}
+	if code, out, errs := runCmd(t, "workers"); code != 0 {
+		t.Errorf("workers over TLS: exit %d, %q %q", code, out, errs)
+	}
+	t.Setenv("REDLITE_REDIS_CA_FILE", "")
+	if code, _, errs := runCmd(t, "status", "no-such-job"); code != 1 || !strings.Contains(errs, "certificate") {
+		t.Errorf("status over TLS without the CA: exit %d, %q; want a certificate error", code, errs)
+	}
+}

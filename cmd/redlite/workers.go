@@ -26,7 +26,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if jf.envErr != nil {
 		return fmt.Errorf("environment: %w", jf.envErr)
 	}
-	ws, err := daemon.Workers(jf.redisURL())
+	ws, err := daemon.Workers(jf.redisURL(), jf.tlsFiles())
 	if err != nil {
 		return err
 	}

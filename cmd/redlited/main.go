@@ -39,15 +39,25 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlited: invalid configuration: %v\n", err)
 		return 2
 	}
+	log, err := daemon.NewLogger(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlited: invalid configuration: %v\n", err)
+		return 2
+	}
+	daemon.RouteLibraryLogs(log) // with REDLITE_LOG_FORMAT=json, every line is JSON
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := daemon.Run(ctx, cfg, daemon.Options{}); err != nil {
+	if err := daemon.Run(ctx, cfg, daemon.Options{Logger: log}); err != nil {
+		code, what := 1, "redlited"
 		if errors.Is(err, daemon.ErrConfig) {
-			fmt.Fprintf(stderr, "redlited: invalid configuration: %v\n", err)
-			return 2
+			code, what = 2, "redlited: invalid configuration"
 		}
-		fmt.Fprintf(stderr, "redlited: %v\n", err)
-		return 1
+		if cfg.LogFormat == "json" {
+			log.Error(what, "err", err, "exit_code", code)
+		} else {
+			fmt.Fprintf(stderr, "%s: %v\n", what, err)
+		}
+		return code
 	}
 	return 0
 }

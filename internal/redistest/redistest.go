@@ -37,15 +37,17 @@ const (
 // Server is one redis-server child process. Its methods are safe to call from one test
 // goroutine at a time; they fail the test (t.Fatal) on error.
 type Server struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	port int
-	aof  bool
+	t       testing.TB
+	bin     string
+	dir     string
+	port    int
+	aof     bool
+	pass    string
+	args    []string
+	tls     *TLSFiles
+	tlsPort int
 	// sentinelConf makes the server a Redis Sentinel with this configuration.
 	sentinelConf string
-	pass         string
-	args         []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -91,7 +93,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
-		s.port = port
+		s.port, s.tlsPort = port, 0
 		if lastErr = s.start(); lastErr == nil {
 			return s
 		}
@@ -250,6 +252,11 @@ func (s *Server) start() error {
 	if s.pass != "" {
 		args = append(args, "--requirepass", s.pass)
 	}
+	targs, err := s.tlsArgs()
+	if err != nil {
+		return err
+	}
+	args = append(args, targs...)
 	args = append(args, s.args...)
 	log := &testlog.Buffer{}
 	cmd := exec.Command(s.bin, args...)

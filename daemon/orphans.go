@@ -1,0 +1,196 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlite/batch/jobs"
+)
+
+// A job whose worker dies (kill -9, power loss) stays active, leased to the dead worker.
+// asynq v0.26 gives it back only when its recoverer, which runs when a server starts and
+// then every minute (fixed), finds a lease that expired more than 30 s ago (fixed, for
+// clock skew); leases last 30 s (fixed) and live workers extend them every heartbeat (5 s).
+// None of the three is configurable, so on its own asynq re-runs such a job 60–120 s after
+// the death (measured: 90–100 s).
+//
+// The orphan finder shortens that for jobs it can prove orphaned, by moving their lease
+// back so that asynq's recoverer takes them at its next run:
+//   - held by a worker process of this host that no longer exists (a worker restarted by
+//     launchd or Docker: its predecessor's PID is gone, or is our own PID in a container
+//     and the predecessor started before us): proven at once, and since it runs before our
+//     asynq server starts, whose recoverer runs at start, the job runs again within the
+//     restart;
+//   - no live worker lists it in its heartbeat and its lease has not been extended for
+//     orphanLeaseAge (three missed heartbeats): a dead worker on another host. asynq's next
+//     recoverer run on any worker (each runs one a minute) then takes it.
+//
+// A lease is moved back far enough (leaseBackdate) that asynq's 30 s skew allowance is
+// passed.
+
+const (
+	leaseDuration  = 30 * time.Second // asynq's rdb.LeaseDuration
+	orphanLeaseAge = 15 * time.Second // three heartbeats without an extension
+	leaseBackdate  = 61 * time.Second // past asynq's expiry + 30 s skew cutoff
+	orphanInterval = 5 * time.Second  // how often the finder looks (asynq's heartbeat)
+)
+
+// processStart tells this process's asynq server apart from a predecessor that had the
+// same PID (PID 1 in a container).
+var processStart = time.Now()
+
+// orphanFinder moves back the leases of jobs whose worker is provably gone.
+type orphanFinder struct {
+	rdb    redis.UniversalClient
+	insp   *asynq.Inspector
+	queues []string
+	host   string
+	log    *slog.Logger
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func newOrphanFinder(ru jobs.RedisURL, insp *asynq.Inspector, queues map[string]int, log *slog.Logger) (*orphanFinder, error) {
+	rdb, ok := ru.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, errors.New("orphan finder: unexpected redis client type")
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host" // as asynq does
+	}
+	f := &orphanFinder{rdb: rdb, insp: insp, host: host, log: log.With("component", "orphans"),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	for q := range queues {
+		f.queues = append(f.queues, q)
+	}
+	return f, nil
+}
+
+// start looks once, then every orphanInterval until terminate.
+func (f *orphanFinder) start() {
+	go func() {
+		defer close(f.done)
+		tick := time.NewTicker(orphanInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+				f.sweep(context.Background(), false)
+			}
+		}
+	}()
+}
+
+func (f *orphanFinder) terminate() {
+	close(f.stop)
+	<-f.done
+	_ = f.rdb.Close()
+}
+
+// sweep moves back the leases of the jobs it can prove orphaned and returns how many.
+// atStart is true for the sweep before this process's asynq server starts, when a record of
+// running jobs under our own PID can only be a predecessor's (PID 1 in a container).
+func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
+	ctx, cancel := context.WithTimeout(ctx, orphanInterval)
+	defer cancel()
+	servers, err := f.insp.Servers()
+	if err != nil {
+		f.log.Debug("list workers", "err", err)
+		return 0
+	}
+	claimed := map[string]bool{} // task ids live workers hold
+	dead := map[string]bool{}    // task ids of workers of this host that are gone
+	for _, s := range servers {
+		gone := s.Host == f.host && (s.PID == os.Getpid() && s.Started.Before(processStart) ||
+			s.PID != os.Getpid() && !processAlive(s.PID))
+		for _, w := range s.ActiveWorkers {
+			if gone {
+				dead[w.TaskID] = true
+			} else {
+				claimed[w.TaskID] = true
+			}
+		}
+	}
+	// The running jobs each worker process of this host recorded when they started
+	// (heartbeat.go): asynq lists a worker's jobs only with its next heartbeat.
+	prefix := "redlite:worker:" + f.host + ":"
+	iter := f.rdb.Scan(ctx, 0, prefix+"*:jobs", 100).Iterator()
+	var deadKeys []string
+	for iter.Next(ctx) {
+		key := iter.Val()
+		pid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(key, prefix), ":jobs"))
+		if err != nil || key != jobsKey(f.host, pid) {
+			continue
+		}
+		if pid == os.Getpid() && !atStart || pid != os.Getpid() && processAlive(pid) {
+			continue
+		}
+		ids, err := f.rdb.SMembers(ctx, key).Result()
+		if err != nil {
+			continue
+		}
+		for _, id := range ids {
+			dead[id] = true
+		}
+		deadKeys = append(deadKeys, key)
+	}
+	now := time.Now()
+	stale := float64(now.Add(leaseDuration - orphanLeaseAge).Unix())
+	n := 0
+	for _, q := range f.queues {
+		key := "asynq:{" + q + "}:lease"
+		leases, err := f.rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result()
+		if err != nil {
+			f.log.Debug("read leases", "queue", q, "err", err)
+			continue
+		}
+		for _, z := range leases {
+			id, _ := z.Member.(string)
+			staleLease := z.Score <= stale
+			if !dead[id] && (claimed[id] || !staleLease) {
+				continue
+			}
+			back := float64(now.Add(-leaseBackdate).Unix())
+			if z.Score <= back {
+				continue // asynq's recoverer will take it as it is
+			}
+			// XX: only a lease that still exists (the job may have just finished).
+			if err := f.rdb.ZAddXX(ctx, key, redis.Z{Score: back, Member: id}).Err(); err != nil {
+				f.log.Debug("move a lease back", "job", id, "err", err)
+				continue
+			}
+			why := "no live worker holds it and its lease has not been extended for " + orphanLeaseAge.String()
+			if dead[id] {
+				why = "its worker process on this host is gone"
+			}
+			f.log.Info("job orphaned by a dead worker: handing it to asynq's recoverer", "job", id, "queue", q, "why", why)
+			n++
+		}
+	}
+	if len(deadKeys) > 0 {
+		f.rdb.Del(ctx, deadKeys...)
+	}
+	return n
+}
+
+// processAlive says whether a process with pid exists (signal 0; EPERM means it exists but
+// is another user's).
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
