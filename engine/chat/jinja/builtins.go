@@ -627,19 +627,7 @@ func test(name string, v Value, pos []Value) (bool, error) {
 		if op == "" {
 			op = name
 		}
-		c, err := compare(op, v, argN(0))
-		if err != nil {
-			return false, err
-		}
-		switch op {
-		case "<":
-			return c < 0, nil
-		case ">":
-			return c > 0, nil
-		case "<=":
-			return c <= 0, nil
-		}
-		return c >= 0, nil
+		return ordered(op, v, argN(0))
 	case "in":
 		return contained(v, argN(0))
 	case "sameas":

@@ -165,19 +165,7 @@ func (e *evaluator) binary(x binE, s *scope) (Value, error) {
 	case "!=":
 		return !equal(a, b), nil
 	case "<", ">", "<=", ">=":
-		c, err := compare(x.op, a, b)
-		if err != nil {
-			return nil, err
-		}
-		switch x.op {
-		case "<":
-			return c < 0, nil
-		case ">":
-			return c > 0, nil
-		case "<=":
-			return c <= 0, nil
-		}
-		return c >= 0, nil
+		return ordered(x.op, a, b)
 	case "in", "not in":
 		in, err := contained(a, b)
 		return in == (x.op == "in"), err

@@ -408,6 +408,20 @@ func compare(op string, a, b Value) (int, error) {
 	return 0, typeErr("'%s' not supported between instances of '%s' and '%s'", op, typeName(a), typeName(b))
 }
 
+// ordered is Python's a < b, a > b, a <= b or a >= b, by op.
+func ordered(op string, a, b Value) (bool, error) {
+	c, err := compare(op, a, b)
+	switch op {
+	case "<":
+		return c < 0, err
+	case ">":
+		return c > 0, err
+	case "<=":
+		return c <= 0, err
+	}
+	return c >= 0, err
+}
+
 func cmpOrdered[T int | int64 | float64](a, b T) int {
 	switch {
 	case a < b:
