@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/sample"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
@@ -56,7 +57,13 @@ func (w *worker) process(ctx context.Context, task *asynq.Task) (err error) {
 		if p := recover(); p != nil {
 			// asynq would recover too, but as a plain error; ours is a typed, retried fault
 			// with the stack in the log.
-			err = &EngineFault{Err: fmt.Errorf("panic: %v", p), Stack: string(debug.Stack())}
+			stack := string(debug.Stack())
+			if lp, ok := p.(*cpu.LoopPanic); ok {
+				// The panic happened on a CPU pool goroutine: its stack is the one that
+				// shows the fault.
+				stack = string(lp.Stack) + "\nraised on the job's goroutine:\n" + stack
+			}
+			err = &EngineFault{Err: fmt.Errorf("panic: %v", p), Stack: stack}
 			r.outcome = outcomeFault
 		}
 		r.prog.terminate()
