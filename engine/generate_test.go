@@ -120,14 +120,20 @@ func TestGenerateStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok, _ := m.Tokenizer()
+	var streamed strings.Builder
 	g, err := s.Generate(ctx, prompt, GenerateOptions{MaxTokens: 24, Stream: tok.NewStreamDecoder(),
-		OnToken: func(n int, _ string) {
+		OnToken: func(n int, text string) {
+			streamed.WriteString(text)
 			if n == 5 {
 				cancel()
 			}
 		}})
 	if !errors.Is(err, context.Canceled) || g.FinishReason != FinishCancelled || g.CompletionTokens != 5 {
 		t.Errorf("cancelled after 5 tokens: %d tokens, %q, %v", g.CompletionTokens, g.FinishReason, err)
+	}
+	// The partial text is what was streamed, and the start of the uncancelled run's.
+	if g.Text != streamed.String() || g.Text == "" || !strings.HasPrefix(free.Text, g.Text) {
+		t.Errorf("cancelled text %q, streamed %q, free run %q", g.Text, streamed.String(), free.Text)
 	}
 	if g.Decode <= 0 || g.Decode > time.Minute {
 		t.Errorf("decode time %v", g.Decode)
