@@ -174,6 +174,9 @@ func (r *run) do(ctx context.Context) error {
 	if err != nil {
 		return &EngineFault{Err: fmt.Errorf("open session: %w", err)}
 	}
+	// The session's KV cache and state go back at once, however the job ends: an error, a
+	// cancellation or a panic.
+	defer sess.Close()
 	params := sample.Params{
 		Temperature: float32(sampling.Temperature),
 		TopK:        sampling.TopK,
@@ -234,7 +237,11 @@ func (r *run) do(ctx context.Context) error {
 
 	if genErr != nil {
 		if gen.FinishReason != engine.FinishCancelled {
-			return &EngineFault{Err: genErr}
+			f := &EngineFault{Err: genErr}
+			if lp := (*cpu.LoopPanic)(nil); errors.As(genErr, &lp) {
+				f.Stack = string(lp.Stack) // where a pool goroutine panicked
+			}
+			return f
 		}
 		return r.cancelled(ctx, res, genErr)
 	}

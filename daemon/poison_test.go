@@ -17,9 +17,9 @@ import (
 )
 
 // poisonBackend is the CPU backend with one fault planted: a forward pass whose token ids
-// contain poison embeds ids past the end of the table instead, so that the CPU backend's
-// own Embed panics inside its parallel loop, on the pool's helper goroutines as well as the
-// caller. It stands for any operation that panics mid-pass on a job's input.
+// contain poison uploads ids past the end of the embedding table instead, so that the CPU
+// backend's own Embed panics inside its parallel loop, on the pool's helper goroutines as
+// well as the caller. It stands for any operation that panics mid-pass on a job's input.
 type poisonBackend struct {
 	*cpu.Backend
 	poison int32
@@ -34,20 +34,20 @@ type poisonContext struct {
 	poison int32
 }
 
-func (c *poisonContext) Embed(table ml.Weight, ids []int32) ml.Tensor {
+func (c *poisonContext) InputIDs(ids []int32) ml.Tensor {
 	if slices.Contains(ids, c.poison) {
 		bad := make([]int32, len(ids))
 		for i := range bad {
-			bad[i] = int32(table.Dims()[1]) + int32(i)
+			bad[i] = 1<<20 + int32(i) // past any test vocabulary
 		}
 		ids = bad
 	}
-	return c.Context.Embed(table, ids)
+	return c.Context.InputIDs(ids)
 }
 
 // TestPoisonJob checks that a job whose forward pass panics inside a parallel loop of the
-// CPU backend becomes a retried engine fault, archived when its retries are spent, while the
-// daemon goes on serving the jobs after it.
+// CPU backend becomes a retried engine fault (the pass's error), archived when its retries
+// are spent, while the daemon goes on serving the jobs after it.
 func TestPoisonJob(t *testing.T) {
 	b := setup(t)
 	lm, err := loadModel(b.model, "", engine.Options{Threads: 1})
@@ -83,7 +83,7 @@ func TestPoisonJob(t *testing.T) {
 
 	bad := enqueue(t, b.client, &jobs.Generate{Prompt: poisonPrompt, MaxTokens: ptr(4)}, jobs.MaxRetry(1))
 	st := waitFor(t, b.client, bad.ID, "archived", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
-	if st.Retried != 1 || !strings.Contains(st.LastError, "engine fault: panic: cpu: panic in a parallel loop: cpu: token id") {
+	if st.Retried != 1 || !strings.Contains(st.LastError, "engine fault: engine: forward pass: cpu: embed failed: cpu: panic in a parallel loop: cpu: token id 1048576 outside token_embd.weight") {
 		t.Errorf("poison job: retried %d, last error %q", st.Retried, st.LastError)
 	}
 

@@ -120,7 +120,10 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 			if err := ctx.Err(); err != nil {
 				return nil, fmt.Errorf("engine: decode stopped: %w", err)
 			}
-			rows, ok := s.speculate(drafter, id)
+			rows, ok, err := s.speculate(drafter, id)
+			if err != nil {
+				return nil, err
+			}
 			if s.drafted {
 				g.Speculation.Drafted++
 				g.Speculation.Passes++

@@ -231,6 +231,8 @@ func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 type scratch struct {
 	mu   sync.Mutex
 	free [][]float32
+	// meter, when set, counts the buffers handed out in the backend's peak.
+	meter *arena
 }
 
 // maxScratch bounds the buffers kept; more are dropped to the garbage collector.
@@ -250,14 +252,30 @@ func (s *scratch) get(n int) []float32 {
 		s.free[best] = s.free[len(s.free)-1]
 		s.free = s.free[:len(s.free)-1]
 		s.mu.Unlock()
+		s.count(cap(b))
 		return b[:n]
 	}
 	s.mu.Unlock()
+	s.count(n)
 	return make([]float32, n)
+}
+
+func (s *scratch) count(floats int) {
+	if s.meter != nil {
+		s.meter.track(floats)
+	}
+}
+
+// reset drops the kept buffers.
+func (s *scratch) reset() {
+	s.mu.Lock()
+	s.free = nil
+	s.mu.Unlock()
 }
 
 // put returns a buffer from get.
 func (s *scratch) put(b []float32) {
+	s.count(-cap(b))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.free) < maxScratch {
