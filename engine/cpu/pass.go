@@ -231,8 +231,8 @@ type arena struct {
 	// decoding runs), so the arena follows the work instead of keeping every size ever used.
 	taken map[int]int
 	// live is what passes and operations hold now (float32s), peak its maximum since the
-	// last reset.
-	live, peak int64
+	// last reset; makes counts the buffers allocated (for tests).
+	live, peak, makes int64
 }
 
 // sizeClass rounds n up to the next of 1, 1¼, 1½, 1¾ times a power of two (64 at least).
@@ -255,6 +255,7 @@ func (a *arena) get(n int) []float32 {
 		a.free[class] = list[:len(list)-1]
 	} else {
 		b = make([]float32, class)
+		a.makes++
 	}
 	if a.taken == nil {
 		a.taken = map[int]int{}
@@ -288,8 +289,8 @@ func (a *arena) endPass() {
 	clear(a.taken)
 }
 
-// track counts buffers that operations take and give back outside the arena (the pool's
-// scratch), so that the peak covers them.
+// track counts memory that operations hold outside the arena (the pool's scratch), so that
+// the peak covers it.
 func (a *arena) track(floats int) {
 	a.mu.Lock()
 	a.live += int64(floats)
@@ -315,6 +316,6 @@ func (b *Backend) PeakScratchBytes() int64 {
 
 // ResetScratch drops the buffers kept for later passes and restarts the peak.
 func (b *Backend) ResetScratch() {
-	b.arena.reset()
 	b.pool.scratch.reset()
+	b.arena.reset()
 }

@@ -231,7 +231,10 @@ func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 type scratch struct {
 	mu   sync.Mutex
 	free [][]float32
-	// meter, when set, counts the buffers handed out in the backend's peak.
+	// meter, when set, counts the buffers in use in the backend's peak. The ones kept for
+	// later (at most maxScratch) are not counted: which ones are kept depends on how the
+	// loops happened to be scheduled, and a measure that changes from run to run cannot be
+	// fitted.
 	meter *arena
 }
 
