@@ -290,9 +290,11 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 	group := heads / kc.kvHeads
 	row := kc.kvHeads * hd // floats per position in the cache
 	c.b.pool.parallel(n*heads, 1, func(lo, hi int) {
-		scores := make([]float32, pos0+n)
-		kbuf := make([]float32, hd)
-		acc := make([]float32, hd)
+		// One scratch buffer for the scores and two rows: this runs once per layer and
+		// token, and decode should not allocate.
+		buf := c.b.pool.scratch.get(pos0 + n + 2*hd)
+		defer c.b.pool.scratch.put(buf)
+		scores, kbuf, acc := buf[:pos0+n], buf[pos0+n:pos0+n+hd], buf[pos0+n+hd:]
 		for job := lo; job < hi; job++ {
 			i, h := job/heads, job%heads
 			g := h / group
