@@ -139,3 +139,26 @@ func TestGenerateStops(t *testing.T) {
 		t.Errorf("decode time %v", g.Decode)
 	}
 }
+
+// TestSessionClose checks that a closed session refuses work and that Close is idempotent.
+func TestSessionClose(t *testing.T) {
+	m := loadModel(t, "tiny-qwen3-Q8_0.gguf")
+	s, err := m.NewSession(SessionOptions{Context: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Decode(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Close()
+	if _, err := s.Decode(context.Background(), 1); !errors.Is(err, ErrSessionClosed) {
+		t.Errorf("decode after Close: %v", err)
+	}
+	if _, err := s.Prefill(context.Background(), []int32{1, 2}, PrefillOptions{}); !errors.Is(err, ErrSessionClosed) {
+		t.Errorf("prefill after Close: %v", err)
+	}
+	if _, err := s.Snapshot(); !errors.Is(err, ErrSessionClosed) {
+		t.Errorf("snapshot after Close: %v", err)
+	}
+}
