@@ -1,9 +1,9 @@
 // Package ml is the backend interface the model graphs are written against.
 //
-// A graph issues operations on a Context, one per forward pass. A backend may run each
-// operation at once (the CPU backend) or record them and run the whole pass at Compute (a GPU
-// backend encoding one command buffer), so graphs never read a tensor's values except through
-// Context.Read after Compute. Tensors stay on the backend; only token ids go in and logits come
+// A graph issues operations on a Context, one per forward pass. A backend records them and
+// runs the whole pass at Compute (the CPU backend, which plans the pass's memory from it; a
+// GPU backend would encode one command buffer), so graphs never read a tensor's values
+// except through Context.Read after Compute. Tensors stay on the backend; only token ids go in and logits come
 // out.
 //
 // The interface is split by caller, as in ollama's KV cache: Backend is used by model loading
