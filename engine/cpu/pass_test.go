@@ -207,3 +207,23 @@ func TestSizeClass(t *testing.T) {
 		}
 	}
 }
+
+// TestNameHook checks that the debug hook sees each named tensor's values at its place in
+// the pass, including intermediates whose buffers are reused afterwards, and that naming an
+// output does not make it an intermediate.
+func TestNameHook(t *testing.T) {
+	b := New(2)
+	seen := map[string][]float32{}
+	b.Hook = func(name string, layer int, shape []int, data []float32) {
+		seen[name] = append([]float32(nil), data...)
+	}
+	c := b.NewContext()
+	defer c.Close()
+	x := c.Input([]float32{1, 2, 3, 4}, 1, 4)
+	a := c.Name(c.Scale(x, 2), "a", 0)
+	out := c.Name(c.Add(a, a), "out", -1)
+	got := values(t, c, out)
+	if !equal32(seen["a"], []float32{2, 4, 6, 8}) || !equal32(seen["out"], []float32{4, 8, 12, 16}) || !equal32(got, seen["out"]) {
+		t.Errorf("hook saw %v, read %v", seen, got)
+	}
+}
