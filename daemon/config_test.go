@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/engine/tokenizer"
 	"github.com/redlite/batch/internal/fixtures"
@@ -65,7 +66,7 @@ func TestConfigFromEnv(t *testing.T) {
 // TestPromptInjection checks that text inside a document stays text: "<|im_end|>" in a
 // summarize input must not become the control token that ends the user's turn.
 func TestPromptInjection(t *testing.T) {
-	lm, err := loadModel(fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf"), "", 1)
+	lm, err := loadModel(fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf"), "", engine.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestDefaultModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lm, err := loadModel(path, "", 1)
+	lm, err := loadModel(path, "", engine.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestDefaultModel(t *testing.T) {
 func TestChatTemplateOverride(t *testing.T) {
 	path := fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf")
 	msgs := []jobs.Message{{Role: jobs.RoleUser, Content: "hello"}}
-	lm, err := loadModel(path, "", 1)
+	lm, err := loadModel(path, "", engine.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestChatTemplateOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fixture's template is ChatML: naming chatml must give the same prompt.
-	over, err := loadModel(path, "", 1, "chatml")
+	over, err := loadModel(path, "", engine.Options{Threads: 1}, "chatml")
 	if err != nil {
 		t.Fatal(err)
 	}

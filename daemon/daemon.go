@@ -27,6 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
@@ -41,6 +43,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Observer receives pipeline events (tests).
 	Observer Observer
+	// Backend runs the engine; nil means the CPU backend with REDLITE_THREADS threads.
+	// Tests inject a wrapped CPU backend to make an operation fail for one job.
+	Backend ml.Backend
 }
 
 // Daemon is a running redlited.
@@ -54,6 +59,8 @@ type Daemon struct {
 	insp   *asynq.Inspector
 	http   *httpServer // nil with REDLITE_HTTP_ADDR=off
 	obs    Observer
+	// backend is Options.Backend.
+	backend ml.Backend
 
 	lm *loadedModel
 	w  *worker
@@ -95,7 +102,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
-	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, client: client, obs: o.Observer,
+	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, client: client, obs: o.Observer, backend: o.Backend,
 		insp: asynq.NewInspector(ru.AsynqOpt())}
 	if err := reg.Register(asynqmetrics.NewQueueMetricsCollector(d.insp)); err != nil {
 		d.closeClients()
@@ -155,7 +162,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		}
 		d.log.Warn("REDLITE_MODEL is not set: serving the built-in default model, whose random weights write meaningless text; set REDLITE_MODEL to a GGUF file for real output", "path", path)
 	}
-	lm, err := loadModel(path, d.cfg.ModelName, d.cfg.Threads, d.cfg.ChatTemplate)
+	lm, err := loadModel(path, d.cfg.ModelName, engine.Options{Backend: d.backend, Threads: d.cfg.Threads}, d.cfg.ChatTemplate)
 	if err != nil {
 		// A model file that cannot be loaded is a configuration error (exit 2).
 		return configErr(err)

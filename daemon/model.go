@@ -26,8 +26,10 @@ type loadedModel struct {
 	profile planner.Profile
 }
 
-func loadModel(path, name string, threads int, template ...string) (*loadedModel, error) {
-	m, err := engine.Load(path, engine.Options{Threads: threads})
+// loadModel loads path on the backend of eo (the CPU backend with eo.Threads threads when
+// unset).
+func loadModel(path, name string, eo engine.Options, template ...string) (*loadedModel, error) {
+	m, err := engine.Load(path, eo)
 	if err != nil {
 		return nil, fmt.Errorf("load model (REDLITE_MODEL=%s): %w", path, err)
 	}

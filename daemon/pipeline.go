@@ -14,6 +14,7 @@ import (
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/chat"
+	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/sample"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
@@ -92,7 +93,13 @@ func (w *worker) process(ctx context.Context, task *asynq.Task) (err error) {
 		if p := recover(); p != nil {
 			// asynq would recover too, but as a plain error; ours is a typed, retried fault
 			// with the stack in the log.
-			err = &EngineFault{Err: fmt.Errorf("panic: %v", p), Stack: string(debug.Stack())}
+			stack := string(debug.Stack())
+			if lp, ok := p.(*cpu.LoopPanic); ok {
+				// The panic happened on a CPU pool goroutine: its stack is the one that
+				// shows the fault.
+				stack = string(lp.Stack) + "\nraised on the job's goroutine:\n" + stack
+			}
+			err = &EngineFault{Err: fmt.Errorf("panic: %v", p), Stack: stack}
 			r.outcome = outcomeFault
 		}
 		r.prog.terminate()
@@ -212,6 +219,9 @@ func (r *run) do(ctx context.Context) error {
 	if err != nil {
 		return &EngineFault{Err: fmt.Errorf("open session: %w", err)}
 	}
+	// The session's KV cache and state go back at once, however the job ends: an error, a
+	// cancellation or a panic.
+	defer sess.Close()
 	params := sample.Params{
 		Temperature: float32(sampling.Temperature),
 		TopK:        sampling.TopK,
@@ -272,7 +282,11 @@ func (r *run) do(ctx context.Context) error {
 
 	if genErr != nil {
 		if gen.FinishReason != engine.FinishCancelled {
-			return &EngineFault{Err: genErr}
+			f := &EngineFault{Err: genErr}
+			if lp := (*cpu.LoopPanic)(nil); errors.As(genErr, &lp) {
+				f.Stack = string(lp.Stack) // where a pool goroutine panicked
+			}
+			return f
 		}
 		return r.cancelled(ctx, res, genErr)
 	}

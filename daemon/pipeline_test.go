@@ -310,7 +310,7 @@ func mustRedisOpt(t *testing.T, url string) asynq.RedisConnOpt {
 // TestPlanning is issue 4's end-to-end check: the daemon plans every job against its limit.
 func TestPlanning(t *testing.T) {
 	b := setup(t)
-	lm, err := loadModel(b.model, "", 1)
+	lm, err := loadModel(b.model, "", engine.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestBoundedExpertCache(t *testing.T) {
 	b := setup(t)
 	cfg := b.cfg
 	cfg.Model = fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
-	lm, err := loadModel(cfg.Model, "", 1)
+	lm, err := loadModel(cfg.Model, "", engine.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,6 +109,9 @@ var ErrContextFull = errors.New("engine: context is full")
 // ErrBadToken is returned for token ids outside the vocabulary.
 var ErrBadToken = errors.New("engine: token id outside the vocabulary")
 
+// ErrSessionClosed is returned by a closed session.
+var ErrSessionClosed = errors.New("engine: session is closed")
+
 // Session is one sequence: its state and position.
 type Session struct {
 	m      *Model
@@ -118,6 +121,19 @@ type Session struct {
 	mtp    bool
 	// drafted reports whether the last speculate call ran a verification pass.
 	drafted bool
+	// broken is the error of a failed pass: the state may hold part of it, so the session
+	// refuses to go on.
+	broken error
+}
+
+// Close releases the session's state (KV cache, recurrent state) at once. A closed session
+// refuses further work; Close is idempotent. Every session must be closed.
+func (s *Session) Close() {
+	if s.broken == ErrSessionClosed {
+		return
+	}
+	s.state.Free()
+	s.broken = ErrSessionClosed
 }
 
 // NewSession allocates a session's state.
@@ -189,7 +205,10 @@ func (s *Session) Prefill(ctx context.Context, tokens []int32, o PrefillOptions)
 			return nil, fmt.Errorf("engine: prefill stopped after %d of %d tokens: %w", done, len(tokens), err)
 		}
 		n := min(chunk, len(tokens)-done)
-		last = s.forward(tokens[done:done+n], o.AllLogits)
+		var err error
+		if last, err = s.forward(tokens[done:done+n], o.AllLogits); err != nil {
+			return nil, err
+		}
 		if o.AllLogits {
 			all = append(all, last...)
 		}
@@ -213,10 +232,13 @@ func (s *Session) Decode(ctx context.Context, token int32) ([]float32, error) {
 	if err := s.check(tokens); err != nil {
 		return nil, err
 	}
-	return s.forward(tokens, false), nil
+	return s.forward(tokens, false)
 }
 
 func (s *Session) check(tokens []int32) error {
+	if s.broken != nil {
+		return s.broken
+	}
 	if s.pos+len(tokens) > s.state.Capacity() {
 		return fmt.Errorf("%w: %d tokens at position %d exceed the session's %d positions", ErrContextFull, len(tokens), s.pos, s.state.Capacity())
 	}
@@ -229,11 +251,43 @@ func (s *Session) check(tokens []int32) error {
 	return nil
 }
 
-func (s *Session) forward(tokens []int32, all bool) []float32 {
+func (s *Session) forward(tokens []int32, all bool) ([]float32, error) {
+	out, err := s.pass(func(ctx ml.Context) ml.Tensor { return s.m.Graph.Forward(ctx, s.state, tokens, s.pos, all) })
+	if err != nil {
+		return nil, err
+	}
+	s.pos += len(tokens)
+	return out, nil
+}
+
+// pass issues one forward pass with build, runs it and reads the tensor build returns (none
+// when it returns nil). A pass that fails — an operation's error, or a panic while the graph
+// is issued (a shape that does not fit) — breaks the session, whose state may then hold
+// part of the pass.
+func (s *Session) pass(build func(ml.Context) ml.Tensor) (out []float32, err error) {
+	if s.broken != nil {
+		return nil, s.broken
+	}
 	ctx := s.m.Backend.NewContext()
 	defer ctx.Close()
-	out := s.m.Graph.Forward(ctx, s.state, tokens, s.pos, all)
-	ctx.Compute()
-	s.pos += len(tokens)
-	return ctx.Read(out)
+	defer func() {
+		if p := recover(); p != nil {
+			if e, ok := p.(error); ok {
+				err = fmt.Errorf("engine: forward pass: %w", e)
+			} else {
+				err = fmt.Errorf("engine: forward pass: %v", p)
+			}
+		}
+		if err != nil {
+			s.broken = err
+		}
+	}()
+	t := build(ctx)
+	if err := ctx.Compute(); err != nil {
+		return nil, fmt.Errorf("engine: forward pass: %w", err)
+	}
+	if t == nil {
+		return nil, nil
+	}
+	return ctx.Read(t)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redlite/batch/engine/model"
@@ -77,10 +78,13 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		}
 		return o.Sampler.Sample(logits)
 	}
-	emit := func(text string) {
-		g.Text += text
+	// The text grows in a builder and is copied into g once per return: appending to a
+	// string per token would copy the whole text every time, quadratic in the output.
+	var text strings.Builder
+	emit := func(t string) {
+		text.WriteString(t)
 		if o.OnToken != nil {
-			o.OnToken(len(g.Tokens), text)
+			o.OnToken(len(g.Tokens), t)
 		}
 	}
 	cancelled := func(err error) (Generation, error) {
@@ -89,6 +93,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 			out, _ := stops.Push(o.Stream.Flush())
 			emit(out + stops.Flush())
 		}
+		g.Text = text.String()
 		return g, err
 	}
 
@@ -115,7 +120,10 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 			if err := ctx.Err(); err != nil {
 				return nil, fmt.Errorf("engine: decode stopped: %w", err)
 			}
-			rows, ok := s.speculate(drafter, id)
+			rows, ok, err := s.speculate(drafter, id)
+			if err != nil {
+				return nil, err
+			}
 			if s.drafted {
 				g.Speculation.Drafted++
 				g.Speculation.Passes++
@@ -135,6 +143,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 	for {
 		id, err := pick(logits)
 		if err != nil {
+			g.Text = text.String()
 			return g, fmt.Errorf("engine: sampling token %d: %w", len(g.Tokens), err)
 		}
 		if o.Vocab != nil && o.Vocab.IsEOG(id) {
@@ -167,5 +176,6 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		emit(out + stops.Flush())
 	}
 	g.Decode = time.Since(start)
+	g.Text = text.String()
 	return g, nil
 }

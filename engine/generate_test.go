@@ -120,8 +120,10 @@ func TestGenerateStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok, _ := m.Tokenizer()
+	var streamed strings.Builder
 	g, err := s.Generate(ctx, prompt, GenerateOptions{MaxTokens: 24, Stream: tok.NewStreamDecoder(),
-		OnToken: func(n int, _ string) {
+		OnToken: func(n int, text string) {
+			streamed.WriteString(text)
 			if n == 5 {
 				cancel()
 			}
@@ -129,7 +131,34 @@ func TestGenerateStops(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || g.FinishReason != FinishCancelled || g.CompletionTokens != 5 {
 		t.Errorf("cancelled after 5 tokens: %d tokens, %q, %v", g.CompletionTokens, g.FinishReason, err)
 	}
+	// The partial text is what was streamed, and the start of the uncancelled run's.
+	if g.Text != streamed.String() || g.Text == "" || !strings.HasPrefix(free.Text, g.Text) {
+		t.Errorf("cancelled text %q, streamed %q, free run %q", g.Text, streamed.String(), free.Text)
+	}
 	if g.Decode <= 0 || g.Decode > time.Minute {
 		t.Errorf("decode time %v", g.Decode)
+	}
+}
+
+// TestSessionClose checks that a closed session refuses work and that Close is idempotent.
+func TestSessionClose(t *testing.T) {
+	m := loadModel(t, "tiny-qwen3-Q8_0.gguf")
+	s, err := m.NewSession(SessionOptions{Context: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Decode(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Close()
+	if _, err := s.Decode(context.Background(), 1); !errors.Is(err, ErrSessionClosed) {
+		t.Errorf("decode after Close: %v", err)
+	}
+	if _, err := s.Prefill(context.Background(), []int32{1, 2}, PrefillOptions{}); !errors.Is(err, ErrSessionClosed) {
+		t.Errorf("prefill after Close: %v", err)
+	}
+	if _, err := s.Snapshot(); !errors.Is(err, ErrSessionClosed) {
+		t.Errorf("snapshot after Close: %v", err)
 	}
 }

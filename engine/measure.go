@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // Allocation is what the engine holds for one session, by kind, in bytes: the facts the
@@ -18,10 +20,17 @@ type Allocation struct {
 	// StateBytes is the rest of the session's state: recurrent layers' conv windows and
 	// delta-rule matrices.
 	StateBytes int64 `json:"state_bytes"`
-	// ScratchBytes bounds the transient memory of a prefill chunk at the end of the context:
-	// every intermediate the chunk's forward pass allocates (none freed until the pass
-	// ends), plus the scratch buffers the backend keeps between passes.
+	// ScratchBytes is the transient memory of the prefill: with a backend that accounts
+	// for it (ml.ScratchPool, the CPU backend) the most its passes held at once —
+	// intermediates alive together and operations' working buffers — over a prefill of the
+	// whole context, whose last chunk attends to the most positions. Otherwise it is
+	// HeapGrowthBytes.
 	ScratchBytes int64 `json:"scratch_bytes"`
+	// HeapGrowthBytes is the Go heap's growth over the session's baseline at the end of the
+	// last chunk, run with the collector paused: the pooled scratch plus everything the
+	// chunk allocated, garbage included. It was the scratch term before passes reused
+	// memory and is kept for comparison.
+	HeapGrowthBytes int64 `json:"heap_growth_bytes"`
 }
 
 // TotalBytes is the sum of every kind.
@@ -31,10 +40,9 @@ func (a Allocation) TotalBytes() int64 {
 
 // MeasureAllocation opens a session of o.Context positions, prefills it to the full context
 // in chunks of chunk tokens (random ids) and reports what it holds. The scratch term is the
-// Go heap's growth over the session's baseline at the end of the last chunk, run with the
-// collector paused: every intermediate of that pass plus the scratch the backend pools
-// between passes. It runs a prefill of the whole context: a few seconds for the fixture
-// models, long for real ones.
+// backend's peak pass memory when it reports one (it drops its pooled memory first, so
+// earlier passes do not count), else the heap's growth (see Allocation). It runs a prefill
+// of the whole context: a few seconds for the fixture models, long for real ones.
 func (m *Model) MeasureAllocation(ctx context.Context, o SessionOptions, chunk int) (Allocation, error) {
 	if chunk < 1 || o.Context < chunk {
 		return Allocation{}, fmt.Errorf("engine: measure needs 1 ≤ chunk ≤ context, got chunk %d, context %d", chunk, o.Context)
@@ -46,6 +54,11 @@ func (m *Model) MeasureAllocation(ctx context.Context, o SessionOptions, chunk i
 	s, err := m.NewSession(o)
 	if err != nil {
 		return a, err
+	}
+	defer s.Close()
+	pool, pooled := m.Backend.(ml.ScratchPool)
+	if pooled {
+		pool.ResetScratch()
 	}
 	cfg := m.Config()
 	a.KVBytes = int64(o.Context) * int64(cfg.AttnLayers) * int64(cfg.KVHeads) * int64(cfg.HeadDim) * 2 * int64(o.KV.Bytes())
@@ -76,6 +89,10 @@ func (m *Model) MeasureAllocation(ctx context.Context, o SessionOptions, chunk i
 	if err != nil {
 		return a, err
 	}
-	a.ScratchBytes = max(int64(after.HeapAlloc)-int64(base.HeapAlloc), 0)
+	a.HeapGrowthBytes = max(int64(after.HeapAlloc)-int64(base.HeapAlloc), 0)
+	a.ScratchBytes = a.HeapGrowthBytes
+	if pooled {
+		a.ScratchBytes = pool.PeakScratchBytes()
+	}
 	return a, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
 )
 
@@ -45,7 +46,11 @@ func (s *Session) DecodeGreedy(ctx context.Context, logits []float32, n int) ([]
 		// Draft only where an accepted draft still leaves a token to return, so the
 		// session ends where plain decoding would.
 		if s.mtp && drafter != nil && len(out) <= n-2 {
-			if rows, ok := s.speculate(drafter, next); ok {
+			rows, ok, err := s.speculate(drafter, next)
+			if err != nil {
+				return out, st, err
+			}
+			if ok {
 				st.Drafted++
 				st.Accepted++
 				st.Passes++
@@ -61,7 +66,11 @@ func (s *Session) DecodeGreedy(ctx context.Context, logits []float32, n int) ([]
 			return out, st, err
 		}
 		st.Passes++
-		next = int32(argmaxLogits(s.forward([]int32{next}, false)))
+		l, err := s.forward([]int32{next}, false)
+		if err != nil {
+			return out, st, err
+		}
+		next = int32(argmaxLogits(l))
 	}
 	return out, st, nil
 }
@@ -70,51 +79,56 @@ func (s *Session) DecodeGreedy(ctx context.Context, logits []float32, n int) ([]
 // pass. When the model's own choice after tok is the draft, both stay in the session and it
 // returns the two positions' logits ([2·vocab]); otherwise it undoes the pass and returns
 // false, and the caller feeds tok alone. s.drafted says whether a verification pass ran.
-func (s *Session) speculate(d model.Drafter, tok int32) ([]float32, bool) {
+func (s *Session) speculate(d model.Drafter, tok int32) ([]float32, bool, error) {
 	s.drafted = false
 	if s.check([]int32{tok, 0}) != nil {
-		return nil, false
+		return nil, false, s.broken
 	}
-	draft := s.draft(d, tok)
+	draft, err := s.draft(d, tok)
+	if err != nil {
+		return nil, false, err
+	}
 	if s.check([]int32{tok, draft}) != nil {
-		return nil, false
+		return nil, false, s.broken
 	}
 	s.drafted = true
 	vocab := s.m.Config().Vocab
-	rows := s.verify(d, tok, draft)
-	if int32(argmaxLogits(rows[:vocab])) == draft {
-		return rows, true
+	rows, err := s.verify(d, tok, draft)
+	if err != nil {
+		return nil, false, err
 	}
-	s.rollback(d, 2)
-	return nil, false
+	if int32(argmaxLogits(rows[:vocab])) == draft {
+		return rows, true, nil
+	}
+	return nil, false, s.rollback(d, 2)
 }
 
-// draft asks the MTP head for the token after tok, which is about to be fed at s.pos.
-func (s *Session) draft(d model.Drafter, tok int32) int32 {
-	ctx := s.m.Backend.NewContext()
-	defer ctx.Close()
-	out := d.Draft(ctx, s.state, tok, s.pos)
-	ctx.Compute()
-	return int32(argmaxLogits(ctx.Read(out)))
+// draft asks the MTP head for the token after tok, which is about to be fed at s.pos. The
+// argmax runs on the backend: one id comes back, not the logits.
+func (s *Session) draft(d model.Drafter, tok int32) (int32, error) {
+	id, err := s.pass(func(ctx ml.Context) ml.Tensor { return ctx.Argmax(d.Draft(ctx, s.state, tok, s.pos)) })
+	if err != nil {
+		return 0, err
+	}
+	return int32(id[0]), nil
 }
 
 // verify checkpoints the recurrent state and feeds tok and draft in one pass, returning
 // both positions' logits.
-func (s *Session) verify(d model.Drafter, tok, draft int32) []float32 {
-	ctx := s.m.Backend.NewContext()
-	d.Checkpoint(ctx, s.state)
-	ctx.Compute()
-	ctx.Close()
+func (s *Session) verify(d model.Drafter, tok, draft int32) ([]float32, error) {
+	if _, err := s.pass(func(ctx ml.Context) ml.Tensor { d.Checkpoint(ctx, s.state); return nil }); err != nil {
+		return nil, err
+	}
 	return s.forward([]int32{tok, draft}, true)
 }
 
 // rollback undoes the last verification pass of n tokens.
-func (s *Session) rollback(d model.Drafter, n int) {
-	ctx := s.m.Backend.NewContext()
-	defer ctx.Close()
-	d.Rollback(ctx, s.state)
-	ctx.Compute()
+func (s *Session) rollback(d model.Drafter, n int) error {
+	if _, err := s.pass(func(ctx ml.Context) ml.Tensor { d.Rollback(ctx, s.state); return nil }); err != nil {
+		return err
+	}
 	s.pos -= n
+	return nil
 }
 
 func argmaxLogits(x []float32) int {

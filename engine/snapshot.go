@@ -36,6 +36,9 @@ var ErrBadSnapshot = errors.New("engine: bad session snapshot")
 
 // Snapshot encodes the session's state.
 func (s *Session) Snapshot() ([]byte, error) {
+	if s.broken != nil {
+		return nil, fmt.Errorf("engine: snapshot: %w", s.broken)
+	}
 	payload, err := s.state.Snapshot(s.m.Backend, s.pos)
 	if err != nil {
 		return nil, fmt.Errorf("engine: snapshot: %w", err)
@@ -96,9 +99,11 @@ func (m *Model) RestoreSession(data []byte, o SessionOptions) (*Session, error) 
 		return nil, err
 	}
 	if pos > uint64(s.Capacity()) {
+		s.Close()
 		return nil, fmt.Errorf("%w: snapshot holds %d positions, the session only %d", ErrBadSnapshot, pos, s.Capacity())
 	}
 	if err := s.state.Restore(m.Backend, int(pos), payload); err != nil {
+		s.Close()
 		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
 	s.pos = int(pos)

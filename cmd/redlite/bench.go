@@ -112,6 +112,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			_, err = s.Prefill(ctx, prompt, engine.PrefillOptions{})
 			return err
 		})
@@ -126,6 +127,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			for _, t := range gen {
 				if _, err := s.Decode(ctx, t); err != nil {
 					return err

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/planner"
 )
@@ -49,6 +54,77 @@ func TestCalibrate(t *testing.T) {
 			}
 			if cal.Status != planner.StatusMeasured || cal.Backend != "cpu" || cal != r.Calibration {
 				t.Errorf("written calibration %+v differs from the report's %+v", cal, r.Calibration)
+			}
+		})
+	}
+}
+
+// TestCalibrationPredicts fits the planner's constants on some configurations and checks
+// its predictions on others it was not fitted on (larger contexts, a larger chunk), both
+// KV precisions and both fixture architectures: the calibration must predict the engine's
+// memory, not only cover the points it saw. Each point is measured on a fresh load, as
+// calibrate does.
+func TestCalibrationPredicts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("prefills up to 4096 tokens per configuration")
+	}
+	type config struct {
+		context, chunk int
+		kv             ml.DType
+	}
+	var fit []config
+	for _, kv := range []ml.DType{ml.F32, ml.F16} {
+		for _, n := range []int{1024, 2048} {
+			for _, chunk := range []int{512, 1024} {
+				fit = append(fit, config{n, chunk, kv})
+			}
+		}
+	}
+	// A larger context and a larger chunk than any fitted, in each precision.
+	check := []config{{4096, 2048, ml.F32}, {2048, 2048, ml.F16}}
+	for _, name := range []string{"tiny-qwen3-Q8_0", "tiny-qwen3next-IQ2_XXS"} {
+		t.Run(name, func(t *testing.T) {
+			path := fixtures.Path(t, "models", name+".gguf")
+			var profile planner.Profile
+			measure := func(c config) planner.Measurement {
+				m, err := engine.Load(path, engine.Options{Threads: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				if profile.Name == "" {
+					if profile, err = daemon.ProfileOf(m); err != nil {
+						t.Fatal(err)
+					}
+				}
+				a, err := m.MeasureAllocation(context.Background(), engine.SessionOptions{Context: c.context, KV: c.kv}, c.chunk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return planner.Measurement{Context: c.context, Chunk: c.chunk, KV: planner.Precision(c.kv.String()), AllocatedBytes: a.TotalBytes()}
+			}
+			var ms []planner.Measurement
+			for _, c := range fit {
+				ms = append(ms, measure(c))
+			}
+			cal := daemon.DefaultCalibration()
+			cal.Backend = "cpu"
+			cal, err := planner.FitCalibration(cal, profile, ms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range check {
+				got := measure(c)
+				b, err := planner.Estimate(planner.Config{Context: c.context, Slots: 1, KV: got.KV, Chunk: c.chunk, Residency: planner.ResidencyFull}, profile, cal)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := float64(b.TotalBytes)/float64(got.AllocatedBytes) - 1
+				t.Logf("%s KV, context %d, chunk %d: predicted %d bytes, measured %d (%+.1f%%)", c.kv, c.context, c.chunk, b.TotalBytes, got.AllocatedBytes, 100*e)
+				if math.Abs(e) > 0.10 {
+					t.Errorf("%s KV, context %d, chunk %d: predicted %d bytes for %d measured (%+.1f%%), want within 10%%",
+						c.kv, c.context, c.chunk, b.TotalBytes, got.AllocatedBytes, 100*e)
+				}
 			}
 		})
 	}

@@ -101,6 +101,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	g, err := s.Generate(ctx, ids, engine.GenerateOptions{
 		MaxTokens: *maxTokens,
 		Sampler:   sampler,

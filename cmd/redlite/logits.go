@@ -69,6 +69,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	logits, err := s.Prefill(ctx, tokens, engine.PrefillOptions{Chunk: *chunk, AllLogits: true})
 	if err != nil {
 		return err

@@ -18,10 +18,16 @@ type Backend struct {
 	Hook func(name string, layer int, shape []int, data []float32)
 	// experts decides where routed experts are read from (moe.go).
 	experts expertCache
+	// arena holds the buffers of intermediates between their uses and between passes.
+	arena arena
 }
 
 // New returns a CPU backend using threads goroutines (0: GOMAXPROCS).
-func New(threads int) *Backend { return &Backend{pool: newPool(threads)} }
+func New(threads int) *Backend {
+	b := &Backend{pool: newPool(threads)}
+	b.pool.scratch.meter = &b.arena
+	return b
+}
 
 func (b *Backend) Name() string { return "cpu" }
 func (b *Backend) Threads() int { return b.pool.threads }
@@ -49,7 +55,41 @@ func (w *weight) row(r int) []byte { return w.data[r*w.rowB : (r+1)*w.rowB] }
 // and gates are read element-wise and are tiny next to the matrices.
 const smallVector = 1 << 16
 
-func (b *Backend) Weight(name string, typ quant.Type, dims []int, data []byte) (ml.Weight, error) {
+// mapping is host memory weights are bound from; the CPU reads it in place.
+type mapping struct{ data []byte }
+
+func (m *mapping) Bytes() int64 { return int64(len(m.data)) }
+
+func (b *Backend) Map(data []byte) (ml.Mapping, error) { return &mapping{data: data}, nil }
+
+// Weight binds a weight in place: its bytes are the mapping's, nothing is copied (only
+// small vectors are expanded to float32).
+func (b *Backend) Weight(m ml.Mapping, name string, typ quant.Type, dims []int, offset int64) (ml.Weight, error) {
+	mp, ok := m.(*mapping)
+	if !ok {
+		return nil, fmt.Errorf("cpu: weight %s bound from a mapping of another backend", name)
+	}
+	if len(dims) == 0 {
+		return nil, fmt.Errorf("cpu: weight %s has no dimensions", name)
+	}
+	if !quant.Supported(typ) {
+		return nil, fmt.Errorf("cpu: weight %s has type %s, which this engine cannot compute with", name, typ)
+	}
+	size := int64(typ.RowBytes(dims[0]))
+	for _, d := range dims[1:] {
+		size *= int64(d)
+	}
+	if offset < 0 || offset+size > int64(len(mp.data)) {
+		return nil, fmt.Errorf("cpu: weight %s: bytes [%d, %d) outside the mapping's %d", name, offset, offset+size, len(mp.data))
+	}
+	w, err := bindWeight(name, typ, dims, mp.data[offset:offset+size:offset+size])
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func bindWeight(name string, typ quant.Type, dims []int, data []byte) (*weight, error) {
 	if len(dims) == 0 {
 		return nil, fmt.Errorf("cpu: weight %s has no dimensions", name)
 	}
@@ -78,19 +118,38 @@ func (b *Backend) Weight(name string, typ quant.Type, dims []int, data []byte) (
 
 func (b *Backend) NewContext() ml.Context { return &context{b: b} }
 
+// tensor is an array of float32. A state tensor (Backend.NewTensor) or one made outside a
+// context owns its data; a pass tensor gets its data when the operation making it runs, from
+// its root: itself, or for a view the tensor it views (elements [off, off+n)).
 type tensor struct {
 	shape []int
 	data  []float32
+	n     int // elements
+
+	root *tensor  // nil for state and host tensors
+	ctx  *context // the pass a root belongs to
+	off  int      // a view's first element in its root
+	buf  []float32
+
+	// Lifetime in the pass (pass.go): last is the index of the root's last use, used whether
+	// an operation or view consumes the tensor, keep whether the root must outlive the pass's
+	// operations (an output), released whether its buffer is gone.
+	last                 int
+	used, keep, released bool
+	// freed is set on a state tensor by Backend.Release.
+	freed bool
 }
 
 func (t *tensor) Shape() []int { return t.shape }
 
+// newTensor makes a tensor with its own zeroed data.
 func newTensor(shape ...int) *tensor {
-	return &tensor{shape: shape, data: make([]float32, ml.Numel(shape))}
+	n := ml.Numel(shape)
+	return &tensor{shape: shape, data: make([]float32, n), n: n}
 }
 
 // rows2 views a tensor as [rows, last dimension].
 func (t *tensor) rows2() (int, int) {
 	last := t.shape[len(t.shape)-1]
-	return len(t.data) / last, last
+	return t.n / last, last
 }

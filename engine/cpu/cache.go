@@ -15,6 +15,7 @@ type cache struct {
 	kvHeads, headDim int
 	k32, v32         [][]float32
 	k16, v16         [][]uint16
+	freed            bool
 }
 
 func (b *Backend) NewCache(layers, kvHeads, headDim, capacity int, dtype ml.DType) (ml.Cache, error) {
@@ -36,6 +37,19 @@ func (b *Backend) NewCache(layers, kvHeads, headDim, capacity int, dtype ml.DTyp
 		}
 	}
 	return c, nil
+}
+
+// Free drops the cache's memory; operations on it afterwards panic (and fail their pass).
+func (c *cache) Free() {
+	c.k32, c.v32, c.k16, c.v16 = nil, nil, nil, nil
+	c.freed = true
+}
+
+// check refuses a freed cache where the operation is issued.
+func (c *cache) check(what string) {
+	if c.freed {
+		panic("cpu: " + what + " a freed KV cache")
+	}
 }
 
 func (c *cache) DType() ml.DType { return c.dtype }

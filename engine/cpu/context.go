@@ -3,30 +3,31 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
 )
 
-// context runs every operation as it is issued; Compute has nothing left to do.
+// context records the operations of one pass and runs them at Compute (pass.go).
 type context struct {
 	b *Backend
 	// rope caches the rotation tables of the positions of this pass: every layer rotates
 	// its queries and keys by the same angles.
 	rope map[ropeKey]*ropeTable
-}
 
-func (c *context) Compute() {}
-func (c *context) Close()   {}
-
-func (c *context) Read(t ml.Tensor) []float32 {
-	return append([]float32(nil), t.(*tensor).data...)
+	ops  []op
+	made []*tensor // pass tensors (outputs and views), in order
+	next int       // first operation not run yet
+	seen int       // tensors of made already looked at by Compute
+	err  error     // the first failure; the pass is over
 }
 
 func (c *context) Name(t ml.Tensor, name string, layer int) ml.Tensor {
-	if c.b.Hook != nil {
+	if hook := c.b.Hook; hook != nil {
 		x := t.(*tensor)
-		c.b.Hook(name, layer, x.shape, x.data)
+		c.record("name "+name, false, func() { hook(name, layer, x.shape, x.data) }, nil, x)
+		c.ops[len(c.ops)-1].observe = true
 	}
 	return t
 }
@@ -35,77 +36,125 @@ func (c *context) Input(data []float32, shape ...int) ml.Tensor {
 	if ml.Numel(shape) != len(data) {
 		panic(fmt.Sprintf("cpu: input of %d values for shape %v", len(data), shape))
 	}
-	return &tensor{shape: shape, data: append([]float32(nil), data...)}
+	out := c.out(shape...)
+	out.data = append([]float32(nil), data...)
+	c.record("input", false, func() {}, []*tensor{out})
+	return out
 }
 
-func (c *context) Embed(table ml.Weight, ids []int32) ml.Tensor {
+func (c *context) InputIDs(ids []int32) ml.Tensor {
+	v := make([]float32, len(ids))
+	for i, id := range ids {
+		v[i] = float32(id)
+	}
+	out := c.out(len(ids))
+	out.data = v
+	c.record("input ids", false, func() {}, []*tensor{out})
+	return out
+}
+
+func (c *context) Embed(table ml.Weight, ids ml.Tensor) ml.Tensor {
 	w := table.(*weight)
-	out := newTensor(len(ids), w.cols)
-	c.b.pool.parallel(len(ids), 4, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			id := int(ids[i])
-			if id < 0 || id >= w.rows {
-				panic(fmt.Sprintf("cpu: token id %d outside %s's %d rows", id, w.name, w.rows))
+	it := ids.(*tensor)
+	if len(it.shape) != 1 {
+		panic(fmt.Sprintf("cpu: embed of ids %v (want [n])", it.shape))
+	}
+	out := c.out(it.shape[0], w.cols)
+	c.record("embed", false, func() {
+		c.b.pool.parallel(it.n, 4, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				v := it.data[i]
+				id := int(v)
+				if id < 0 || id >= w.rows || float32(id) != v {
+					panic(fmt.Sprintf("cpu: token id %s outside %s's %d rows", strconv.FormatFloat(float64(v), 'f', -1, 32), w.name, w.rows))
+				}
+				dst := out.data[i*w.cols : (i+1)*w.cols]
+				if w.f32 != nil {
+					copy(dst, w.f32[id*w.cols:])
+					continue
+				}
+				if err := quant.Dequantize(w.typ, w.row(id), dst); err != nil {
+					panic(err)
+				}
 			}
-			dst := out.data[i*w.cols : (i+1)*w.cols]
-			if w.f32 != nil {
-				copy(dst, w.f32[id*w.cols:])
-				continue
+		})
+	}, []*tensor{out}, it)
+	return out
+}
+
+func (c *context) Argmax(x ml.Tensor) ml.Tensor {
+	t := x.(*tensor)
+	rows, _ := t.rows2()
+	out := c.out(rows)
+	c.record("argmax", false, func() {
+		_, d := t.rows2()
+		for r := 0; r < rows; r++ {
+			row := t.data[r*d : (r+1)*d]
+			best := 0
+			for i, v := range row {
+				if v > row[best] {
+					best = i
+				}
 			}
-			if err := quant.Dequantize(w.typ, w.row(id), dst); err != nil {
-				panic(err)
-			}
+			out.data[r] = float32(best)
 		}
-	})
+	}, []*tensor{out}, t)
 	return out
 }
 
 func (c *context) Reshape(x ml.Tensor, shape ...int) ml.Tensor {
 	t := x.(*tensor)
-	if ml.Numel(shape) != len(t.data) {
+	if ml.Numel(shape) != t.n {
 		panic(fmt.Sprintf("cpu: reshape %v to %v", t.shape, shape))
 	}
-	return &tensor{shape: shape, data: t.data}
+	return c.view(t, 0, shape...)
 }
 
 func (c *context) Rows(x ml.Tensor, start, n int) ml.Tensor {
 	t := x.(*tensor)
-	row := len(t.data) / t.shape[0]
+	row := t.n / t.shape[0]
+	if start < 0 || n < 0 || start+n > t.shape[0] {
+		panic(fmt.Sprintf("cpu: rows [%d, %d) of %v", start, start+n, t.shape))
+	}
 	shape := append([]int{n}, t.shape[1:]...)
-	return &tensor{shape: shape, data: t.data[start*row : (start+n)*row]}
+	return c.view(t, start*row, shape...)
 }
 
-func (c *context) elementwise(a, b ml.Tensor, f func(x, y float32) float32) ml.Tensor {
+func (c *context) elementwise(name string, a, b ml.Tensor, f func(x, y float32) float32) ml.Tensor {
 	x, y := a.(*tensor), b.(*tensor)
-	if len(x.data) != len(y.data) {
+	if x.n != y.n {
 		panic(fmt.Sprintf("cpu: element-wise op on shapes %v and %v", x.shape, y.shape))
 	}
-	out := newTensor(x.shape...)
-	c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			out.data[i] = f(x.data[i], y.data[i])
-		}
-	})
+	out := c.out(x.shape...)
+	c.record(name, true, func() {
+		c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				out.data[i] = f(x.data[i], y.data[i])
+			}
+		})
+	}, []*tensor{out}, x, y)
 	return out
 }
 
 func (c *context) Add(a, b ml.Tensor) ml.Tensor {
-	return c.elementwise(a, b, func(x, y float32) float32 { return x + y })
+	return c.elementwise("add", a, b, func(x, y float32) float32 { return x + y })
 }
 
 func (c *context) Mul(a, b ml.Tensor) ml.Tensor {
-	return c.elementwise(a, b, func(x, y float32) float32 { return x * y })
+	return c.elementwise("mul", a, b, func(x, y float32) float32 { return x * y })
 }
 
 func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor {
 	g, u := gate.(*tensor), up.(*tensor)
-	if len(g.data) != len(u.data) {
+	if g.n != u.n {
 		panic(fmt.Sprintf("cpu: swiglu of shapes %v and %v", g.shape, u.shape))
 	}
-	out := newTensor(g.shape...)
-	c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
-		swiglu(out.data[lo:hi], g.data[lo:hi], u.data[lo:hi])
-	})
+	out := c.out(g.shape...)
+	c.record("swiglu", true, func() {
+		c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
+			swiglu(out.data[lo:hi], g.data[lo:hi], u.data[lo:hi])
+		})
+	}, []*tensor{out}, g, u)
 	return out
 }
 
@@ -121,16 +170,18 @@ func (c *context) RMSNorm(x ml.Tensor, w ml.Weight, eps float32) ml.Tensor {
 			panic(fmt.Sprintf("cpu: rms norm of rows of %d with weight %s of %d", d, w.Name(), len(scale)))
 		}
 	}
-	out := newTensor(t.shape...)
-	c.b.pool.parallel(rows, 64, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			src, dst := t.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
-			// The sum of squares in float64, as ggml does, so long rows lose nothing.
-			sum := sumSquares(src)
-			s := float32(1 / math.Sqrt(float64(float32(sum/float64(d))+eps)))
-			scaleRow(dst, src, s, scale)
-		}
-	})
+	out := c.out(t.shape...)
+	c.record("rms norm", true, func() {
+		c.b.pool.parallel(rows, 64, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				src, dst := t.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
+				// The sum of squares in float64, as ggml does, so long rows lose nothing.
+				sum := sumSquares(src)
+				s := float32(1 / math.Sqrt(float64(float32(sum/float64(d))+eps)))
+				scaleRow(dst, src, s, scale)
+			}
+		})
+	}, []*tensor{out}, t)
 	return out
 }
 
@@ -178,37 +229,43 @@ func (c *context) RoPE(x ml.Tensor, pos0 int, r ml.RoPE) ml.Tensor {
 	if r.Dims > hd || r.Dims%2 != 0 {
 		panic(fmt.Sprintf("cpu: rope over %d of %d features", r.Dims, hd))
 	}
-	out := newTensor(t.shape...)
-	copy(out.data, t.data)
-	tab := c.ropeTable(pos0, n, r)
-	half := r.Dims / 2
-	c.b.pool.parallel(n, 4, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			cos, sin := tab.cos[i*half:(i+1)*half], tab.sin[i*half:(i+1)*half]
-			for h := 0; h < heads; h++ {
-				v := out.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
-				for k := 0; k < half; k++ {
-					a, b := 2*k, 2*k+1
-					if r.NeoX {
-						a, b = k, k+half
+	out := c.out(t.shape...)
+	// Each head's pair (a, b) is read before either is written, so the output may share
+	// the input's buffer.
+	c.record("rope", true, func() {
+		tab := c.ropeTable(pos0, n, r)
+		half := r.Dims / 2
+		c.b.pool.parallel(n, 4, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				cos, sin := tab.cos[i*half:(i+1)*half], tab.sin[i*half:(i+1)*half]
+				for h := 0; h < heads; h++ {
+					src := t.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
+					v := out.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
+					copy(v[r.Dims:], src[r.Dims:])
+					for k := 0; k < half; k++ {
+						a, b := 2*k, 2*k+1
+						if r.NeoX {
+							a, b = k, k+half
+						}
+						x0, x1 := src[a], src[b]
+						v[a] = x0*cos[k] - x1*sin[k]
+						v[b] = x0*sin[k] + x1*cos[k]
 					}
-					x0, x1 := v[a], v[b]
-					v[a] = x0*cos[k] - x1*sin[k]
-					v[b] = x0*sin[k] + x1*cos[k]
 				}
 			}
-		}
-	})
+		})
+	}, []*tensor{out}, t)
 	return out
 }
 
 func (c *context) StoreKV(cc ml.Cache, layer, pos0 int, k, v ml.Tensor) {
 	kc := cc.(*cache)
 	kt, vt := k.(*tensor), v.(*tensor)
-	if len(kt.data) != len(vt.data) || len(kt.data)%(kc.kvHeads*kc.headDim) != 0 {
+	if kt.n != vt.n || kt.n%(kc.kvHeads*kc.headDim) != 0 {
 		panic(fmt.Sprintf("cpu: store k %v, v %v in a cache of %d×%d", kt.shape, vt.shape, kc.kvHeads, kc.headDim))
 	}
-	kc.store(layer, pos0, kt.data, vt.data)
+	kc.check("store in")
+	c.record("store kv", false, func() { kc.store(layer, pos0, kt.data, vt.data) }, nil, kt, vt)
 }
 
 func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32) ml.Tensor {
@@ -218,17 +275,26 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 	if hd != kc.headDim || heads%kc.kvHeads != 0 {
 		panic(fmt.Sprintf("cpu: attention of q %v over a cache of %d×%d", qt.shape, kc.kvHeads, kc.headDim))
 	}
-	out := newTensor(n, heads*hd)
+	kc.check("attend over")
+	out := c.out(n, heads*hd)
+	c.record("attention", false, func() { c.attention(qt, kc, layer, pos0, scale, out) }, []*tensor{out}, qt)
+	return out
+}
+
+func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float32, out *tensor) {
+	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
 	if useAttentionGemm(defaultKernel, n, hd) {
 		attentionGemm(c.b.pool, defaultKernel, qt.data, n, heads, hd, kc, layer, pos0, scale, out.data)
-		return out
+		return
 	}
 	group := heads / kc.kvHeads
 	row := kc.kvHeads * hd // floats per position in the cache
 	c.b.pool.parallel(n*heads, 1, func(lo, hi int) {
-		scores := make([]float32, pos0+n)
-		kbuf := make([]float32, hd)
-		acc := make([]float32, hd)
+		// One scratch buffer for the scores and two rows: this runs once per layer and
+		// token, and decode should not allocate.
+		buf := c.b.pool.scratch.get(pos0 + n + 2*hd)
+		defer c.b.pool.scratch.put(buf)
+		scores, kbuf, acc := buf[:pos0+n], buf[pos0+n:pos0+n+hd], buf[pos0+n+hd:]
 		for job := lo; job < hi; job++ {
 			i, h := job/heads, job%heads
 			g := h / group
@@ -252,5 +318,4 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 			copy(dst, acc)
 		}
 	})
-	return out
 }

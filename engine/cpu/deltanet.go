@@ -27,26 +27,29 @@ func (c *context) Conv1DCausal(x ml.Tensor, w ml.Weight, state ml.Tensor) ml.Ten
 			panic(err)
 		}
 	}
-	// The window: kernel−1 remembered rows, then the new inputs.
-	win := make([]float32, (kernel-1+n)*ch)
-	copy(win, st.data)
-	copy(win[(kernel-1)*ch:], xt.data)
-	out := newTensor(xt.shape...)
-	c.b.pool.parallel(ch, 64, func(lo, hi int) {
-		for t := 0; t < n; t++ {
-			y := out.data[t*ch : (t+1)*ch]
-			for ci := lo; ci < hi; ci++ {
-				wr := kw[ci*kernel : (ci+1)*kernel]
-				// Summed oldest first in float32, as ggml's ssm_conv does.
-				var sum float32
-				for i, wv := range wr {
-					sum += win[(t+i)*ch+ci] * wv
+	out := c.out(xt.shape...)
+	c.record("conv1d", false, func() {
+		// The window: kernel−1 remembered rows, then the new inputs.
+		win := c.b.pool.scratch.get((kernel - 1 + n) * ch)
+		defer c.b.pool.scratch.put(win)
+		copy(win, st.data)
+		copy(win[(kernel-1)*ch:], xt.data)
+		c.b.pool.parallel(ch, 64, func(lo, hi int) {
+			for t := 0; t < n; t++ {
+				y := out.data[t*ch : (t+1)*ch]
+				for ci := lo; ci < hi; ci++ {
+					wr := kw[ci*kernel : (ci+1)*kernel]
+					// Summed oldest first in float32, as ggml's ssm_conv does.
+					var sum float32
+					for i, wv := range wr {
+						sum += win[(t+i)*ch+ci] * wv
+					}
+					y[ci] = sum
 				}
-				y[ci] = sum
 			}
-		}
-	})
-	copy(st.data, win[n*ch:])
+		})
+		copy(st.data, win[n*ch:])
+	}, []*tensor{out}, xt, st)
 	return out
 }
 
@@ -61,7 +64,7 @@ func checkDelta(q, k, v, g, beta, state *tensor) deltaShapes {
 	if !bad {
 		s = deltaShapes{n: q.shape[0], kHeads: q.shape[1], dk: q.shape[2], vHeads: v.shape[1], dv: v.shape[2]}
 		bad = !sameShape(q.shape, k.shape) || v.shape[0] != s.n || s.vHeads%s.kHeads != 0 ||
-			len(g.data) != s.n*s.vHeads || len(beta.data) != s.n*s.vHeads ||
+			g.n != s.n*s.vHeads || beta.n != s.n*s.vHeads ||
 			state.shape[0] != s.vHeads || state.shape[1] != s.dv || state.shape[2] != s.dk
 	}
 	if bad {
@@ -96,7 +99,12 @@ func (c *context) DeltaNet(q, k, v, g, beta, state ml.Tensor, scale float32) ml.
 // (token-by-token) form. Heads are independent and run in parallel.
 func (c *context) deltaNet(q, k, v, g, beta, state *tensor, scale float32, chunk int) ml.Tensor {
 	s := checkDelta(q, k, v, g, beta, state)
-	out := newTensor(s.n, s.vHeads, s.dv)
+	out := c.out(s.n, s.vHeads, s.dv)
+	c.record("delta net", false, func() { c.deltaRun(s, q, k, v, g, beta, state, scale, chunk, out) }, []*tensor{out}, q, k, v, g, beta, state)
+	return out
+}
+
+func (c *context) deltaRun(s deltaShapes, q, k, v, g, beta, state *tensor, scale float32, chunk int, out *tensor) {
 	group := s.vHeads / s.kHeads
 	c.b.pool.parallel(s.vHeads, 1, func(lo, hi int) {
 		var w *chunkWork
@@ -115,7 +123,6 @@ func (c *context) deltaNet(q, k, v, g, beta, state *tensor, scale float32, chunk
 			}
 		}
 	})
-	return out
 }
 
 // headData addresses one value head's inputs, state and output.

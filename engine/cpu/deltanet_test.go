@@ -51,10 +51,11 @@ func randomDelta(rng *rand.Rand, n, hk, hv, d int) *deltaInputs {
 	return in
 }
 
-func (in *deltaInputs) run(c *context, chunk int) (out, state []float32) {
-	st := &tensor{shape: in.state.shape, data: append([]float32(nil), in.state.data...)}
-	o := c.deltaNet(in.q, in.k, in.v, in.g, in.beta, st, in.scale, chunk).(*tensor)
-	return o.data, st.data
+func (in *deltaInputs) run(t testing.TB, c *context, chunk int) (out, state []float32) {
+	st := newTensor(in.state.shape...)
+	copy(st.data, in.state.data)
+	o := c.deltaNet(in.q, in.k, in.v, in.g, in.beta, st, in.scale, chunk)
+	return values(t, c, o), st.data
 }
 
 // reference64 is the recurrence in float64, written from the definition.
@@ -112,9 +113,9 @@ func TestDeltaNetChunkedEqualsRecurrent(t *testing.T) {
 	for _, shape := range []struct{ n, hk, hv, d int }{{150, 2, 4, 128}, {70, 1, 3, 32}, {1, 2, 2, 16}} {
 		in := randomDelta(rng, shape.n, shape.hk, shape.hv, shape.d)
 		wantO, wantS := in.reference64()
-		recO, recS := in.run(c, 1)
+		recO, recS := in.run(t, c, 1)
 		for _, chunk := range []int{1, 5, 64} {
-			o, s := in.run(c, chunk)
+			o, s := in.run(t, c, chunk)
 			eo, es := maxRelDiff(o, wantO), maxRelDiff(s, wantS)
 			t.Logf("%+v chunk %d: output %.2g, state %.2g relative to float64", shape, chunk, eo, es)
 			if eo > 1e-5 || es > 1e-5 {
@@ -139,13 +140,13 @@ func TestDeltaNetChunkedEqualsRecurrent(t *testing.T) {
 func TestDeltaNetCarriesState(t *testing.T) {
 	c := New(2).NewContext().(*context)
 	in := randomDelta(rand.New(rand.NewPCG(3, 4)), 40, 2, 4, 32)
-	whole, wholeS := in.run(c, 64)
-	st := &tensor{shape: in.state.shape, data: append([]float32(nil), in.state.data...)}
+	whole, wholeS := in.run(t, c, 64)
+	st := hostTensor(append([]float32(nil), in.state.data...), in.state.shape...)
 	var parts []float32
 	for _, cut := range [][2]int{{0, 1}, {1, 13}, {13, 14}, {14, 40}} {
-		sub := func(x *tensor) *tensor { return c.Rows(x, cut[0], cut[1]-cut[0]).(*tensor) }
-		o := c.DeltaNet(sub(in.q), sub(in.k), sub(in.v), sub(in.g), sub(in.beta), st, in.scale).(*tensor)
-		parts = append(parts, o.data...)
+		sub := func(x *tensor) ml.Tensor { return c.Rows(x, cut[0], cut[1]-cut[0]) }
+		o := c.DeltaNet(sub(in.q), sub(in.k), sub(in.v), sub(in.g), sub(in.beta), st, in.scale)
+		parts = append(parts, values(t, c, o)...)
 	}
 	for i := range whole {
 		if d := math.Abs(float64(whole[i] - parts[i])); d > 1e-5 {
@@ -170,7 +171,7 @@ func TestConv1DCausal(t *testing.T) {
 	for i := range wdata {
 		wdata[i] = float32(rng.NormFloat64())
 	}
-	w, err := b.Weight("conv", quant.F32, []int{kernel, ch}, f32bytes(wdata))
+	w, err := weightOf(b, "conv", quant.F32, []int{kernel, ch}, f32bytes(wdata))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func TestConv1DCausal(t *testing.T) {
 		x.data[i] = float32(rng.NormFloat64())
 	}
 	st, _ := b.NewTensor(kernel-1, ch)
-	y := c.Conv1DCausal(x, w, st).(*tensor)
+	y := &tensor{data: values(t, c, c.Conv1DCausal(x, w, st))}
 	for tk := 0; tk < n; tk++ {
 		for ci := 0; ci < ch; ci++ {
 			var want float64
@@ -196,8 +197,8 @@ func TestConv1DCausal(t *testing.T) {
 	st2, _ := b.NewTensor(kernel-1, ch)
 	var parts []float32
 	for _, cut := range [][2]int{{0, 2}, {2, 3}, {3, 9}} {
-		o := c.Conv1DCausal(c.Rows(x, cut[0], cut[1]-cut[0]), w, st2).(*tensor)
-		parts = append(parts, o.data...)
+		o := c.Conv1DCausal(c.Rows(x, cut[0], cut[1]-cut[0]), w, st2)
+		parts = append(parts, values(t, c, o)...)
 	}
 	for i := range parts {
 		if parts[i] != y.data[i] {
@@ -242,8 +243,10 @@ func BenchmarkDeltaNet(b *testing.B) {
 	}{{"prefill64/chunked", 64, 64}, {"prefill64/recurrent", 64, 1}, {"decode", 1, 1}} {
 		in := randomDelta(rng, bc.n, 16, 32, 128)
 		b.Run(bc.name, func(b *testing.B) {
+			s := checkDelta(in.q, in.k, in.v, in.g, in.beta, in.state)
+			out := newTensor(bc.n, 32, 128)
 			for b.Loop() {
-				c.deltaNet(in.q, in.k, in.v, in.g, in.beta, in.state, in.scale, bc.chunk)
+				c.deltaRun(s, in.q, in.k, in.v, in.g, in.beta, in.state, in.scale, bc.chunk, out)
 			}
 			b.ReportMetric(float64(b.N*bc.n)/b.Elapsed().Seconds(), "tok/s")
 		})

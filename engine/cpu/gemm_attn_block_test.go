@@ -48,8 +48,8 @@ func TestAttentionGemmBlocks(t *testing.T) {
 			want := refAttention(q, n, heads, hd, kc, layer, pos0, scale)
 			perPos := make([]float32, 0, n*heads*hd)
 			for i := 0; i < n; i++ {
-				qi := &tensor{shape: []int{1, heads, hd}, data: q[i*heads*hd : (i+1)*heads*hd]}
-				perPos = append(perPos, c.Attention(qi, kc, layer, pos0+i, scale).(*tensor).data...)
+				qi := hostTensor(q[i*heads*hd:(i+1)*heads*hd], 1, heads, hd)
+				perPos = append(perPos, values(t, c, c.Attention(qi, kc, layer, pos0+i, scale))...)
 			}
 			for i, w := range want {
 				if math.Abs(float64(perPos[i])-w) > 1e-5*(1+math.Abs(w)) {
@@ -110,7 +110,7 @@ func BenchmarkAttentionLong(b *testing.B) {
 	const heads, kvHeads, hd, n, total = 16, 8, 128, 512, 8192
 	be := New(0)
 	kc := longCache(b, rng, be, ml.F16, 1, kvHeads, hd, total)
-	q := &tensor{shape: []int{n, heads, hd}, data: randomTensor(rng, n, heads*hd).data}
+	q := hostTensor(randomTensor(rng, n, heads*hd).data, n, heads, hd)
 	c := be.NewContext()
 	for b.Loop() {
 		c.Attention(q, kc, 0, total-n, 0.088)

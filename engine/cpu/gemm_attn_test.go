@@ -70,7 +70,7 @@ func TestAttentionGemm(t *testing.T) {
 						attentionGemm(b.pool, kern, q, n, heads, hd, kc, layer, pos0, scale, got)
 					} else {
 						c := b.NewContext().(*context)
-						got = c.Attention(&tensor{shape: []int{n, heads, hd}, data: q}, kc, layer, pos0, scale).(*tensor).data
+						got = values(t, c, c.Attention(hostTensor(q, n, heads, hd), kc, layer, pos0, scale))
 					}
 					want := refAttention(q, n, heads, hd, kc, layer, pos0, scale)
 					for i, w := range want {
@@ -93,7 +93,7 @@ func BenchmarkAttention(b *testing.B) {
 	cc, _ := be.NewCache(1, kvHeads, hd, n, ml.F32)
 	kc := cc.(*cache)
 	kc.store(0, 0, randomTensor(rng, n, kvHeads*hd).data, randomTensor(rng, n, kvHeads*hd).data)
-	q := &tensor{shape: []int{n, heads, hd}, data: randomTensor(rng, n, heads*hd).data}
+	q := hostTensor(randomTensor(rng, n, heads*hd).data, n, heads, hd)
 	c := be.NewContext()
 	for b.Loop() {
 		c.Attention(q, kc, 0, 0, 0.088)

@@ -117,9 +117,9 @@ func TestRowKernels(t *testing.T) {
 func TestRoPETableReuse(t *testing.T) {
 	c := New(2).NewContext().(*context)
 	r := ml.RoPE{Dims: 4, Base: 10000, NeoX: true}
-	x := &tensor{shape: []int{3, 1, 4}, data: []float32{1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4}}
-	a := c.RoPE(x, 5, r).(*tensor).data
-	b := c.RoPE(x, 5, r).(*tensor).data
+	x := hostTensor([]float32{1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4}, 3, 1, 4)
+	a := values(t, c, c.RoPE(x, 5, r))
+	b := values(t, c, c.RoPE(x, 5, r))
 	if len(c.rope) != 1 || !equal32(a, b) {
 		t.Fatalf("tables %d, rotations %v and %v", len(c.rope), a, b)
 	}

@@ -64,7 +64,7 @@ func randomWeight(t testing.TB, b *Backend, rng *rand.Rand, typ quant.Type, rows
 	if err := quant.Quantize(typ, src, data); err != nil {
 		t.Fatal(err)
 	}
-	w, err := b.Weight(fmt.Sprintf("blk.0.%v.weight", typ), typ, []int{cols, rows}, data)
+	w, err := weightOf(b, fmt.Sprintf("blk.0.%v.weight", typ), typ, []int{cols, rows}, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func randomBlocks(t testing.TB, b *Backend, rng *rand.Rand, typ quant.Type, rows
 			data[o+off], data[o+off+1] = byte(h), byte(h>>8)
 		}
 	}
-	w, err := b.Weight(fmt.Sprintf("blk.0.%v.weight", typ), typ, []int{cols, rows}, data)
+	w, err := weightOf(b, fmt.Sprintf("blk.0.%v.weight", typ), typ, []int{cols, rows}, data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,8 @@ func (c *context) MatMul(wt ml.Weight, x ml.Tensor) ml.Tensor {
 	if d != w.cols {
 		panic(fmt.Sprintf("cpu: matmul of %v by %s %v", t.shape, w.name, w.dims))
 	}
-	out := newTensor(n, w.rows)
-	c.matmul(w, 0, w.rows, t.data, n, out.data)
+	out := c.out(n, w.rows)
+	c.record("matmul", false, func() { c.matmul(w, 0, w.rows, t.data, n, out.data) }, []*tensor{out}, t)
 	return out
 }
 

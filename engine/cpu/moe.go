@@ -24,33 +24,35 @@ func (c *context) Route(logits ml.Tensor, k int, norm bool) (ml.Tensor, ml.Tenso
 	if k <= 0 || k > experts {
 		panic(fmt.Sprintf("cpu: route %d of %d experts", k, experts))
 	}
-	ids, weights := newTensor(n, k), newTensor(n, k)
-	c.b.pool.parallel(n, 16, func(lo, hi int) {
-		p := make([]float32, experts)
-		for i := lo; i < hi; i++ {
-			softmax(p, t.data[i*experts:(i+1)*experts])
-			id, w := ids.data[i*k:(i+1)*k], weights.data[i*k:(i+1)*k]
-			// k passes of selection: k is a handful, experts at most a few hundred.
-			var sum float64
-			for j := range id {
-				best := -1
-				for e, v := range p {
-					if v >= 0 && (best < 0 || v > p[best]) {
-						best = e
+	ids, weights := c.out(n, k), c.out(n, k)
+	c.record("route", false, func() {
+		c.b.pool.parallel(n, 16, func(lo, hi int) {
+			p := make([]float32, experts)
+			for i := lo; i < hi; i++ {
+				softmax(p, t.data[i*experts:(i+1)*experts])
+				id, w := ids.data[i*k:(i+1)*k], weights.data[i*k:(i+1)*k]
+				// k passes of selection: k is a handful, experts at most a few hundred.
+				var sum float64
+				for j := range id {
+					best := -1
+					for e, v := range p {
+						if v >= 0 && (best < 0 || v > p[best]) {
+							best = e
+						}
+					}
+					id[j], w[j] = float32(best), p[best]
+					sum += float64(p[best])
+					p[best] = -1 // taken; probabilities are ≥ 0
+				}
+				if norm {
+					s := max(float32(sum), minRouteWeightSum)
+					for j := range w {
+						w[j] /= s
 					}
 				}
-				id[j], w[j] = float32(best), p[best]
-				sum += float64(p[best])
-				p[best] = -1 // taken; probabilities are ≥ 0
 			}
-			if norm {
-				s := max(float32(sum), minRouteWeightSum)
-				for j := range w {
-					w[j] /= s
-				}
-			}
-		}
-	})
+		})
+	}, []*tensor{ids, weights}, t)
 	return ids, weights
 }
 
@@ -79,13 +81,24 @@ func (c *context) MatMulExperts(wt ml.Weight, x, ids ml.Tensor) ml.Tensor {
 	if len(w.dims) != 3 || len(it.shape) != 2 {
 		panic(fmt.Sprintf("cpu: expert product of %s %v with ids %v", w.name, w.dims, it.shape))
 	}
-	cols, rows, experts := w.dims[0], w.dims[1], w.dims[2]
+	cols, rows := w.dims[0], w.dims[1]
 	n, k := it.shape[0], it.shape[1]
 	shared := len(xt.shape) == 2
 	if !(shared && xt.shape[0] == n && xt.shape[1] == cols) &&
 		!(len(xt.shape) == 3 && xt.shape[0] == n && xt.shape[1] == k && xt.shape[2] == cols) {
 		panic(fmt.Sprintf("cpu: expert product of %s %v with x %v and ids %v", w.name, w.dims, xt.shape, it.shape))
 	}
+	out := c.out(n, k, rows)
+	c.record("matmul experts", false, func() { c.matMulExperts(w, xt, it, out) }, []*tensor{out}, xt, it)
+	return out
+}
+
+// matMulExperts runs MatMulExperts: the (token, slot) pairs grouped by expert, each
+// expert's rows multiplied by its pairs' inputs at once.
+func (c *context) matMulExperts(w *weight, xt, it, out *tensor) {
+	cols, rows, experts := w.dims[0], w.dims[1], w.dims[2]
+	n, k := it.shape[0], it.shape[1]
+	shared := len(xt.shape) == 2
 	// Group the (token, slot) pairs by expert: a counting sort over the ids.
 	start := make([]int, experts+1)
 	for _, v := range it.data {
@@ -105,14 +118,15 @@ func (c *context) MatMulExperts(wt ml.Weight, x, ids ml.Tensor) ml.Tensor {
 		order[next[e]] = p
 		next[e]++
 	}
-	out := newTensor(n, k, rows)
-	xs := make([]float32, 0, n*k*cols)
+	xs := c.b.pool.scratch.get(n * k * cols)
+	defer c.b.pool.scratch.put(xs)
+	ys := c.b.pool.scratch.get(n * k * rows)
+	defer c.b.pool.scratch.put(ys)
 	for e := 0; e < experts; e++ {
 		pairs := order[start[e]:start[e+1]]
 		if len(pairs) == 0 {
 			continue
 		}
-		xs = xs[:len(pairs)*cols]
 		for r, p := range pairs {
 			src := p * cols // x[i][j] with p = i·k + j
 			if shared {
@@ -121,13 +135,13 @@ func (c *context) MatMulExperts(wt ml.Weight, x, ids ml.Tensor) ml.Tensor {
 			copy(xs[r*cols:(r+1)*cols], xt.data[src:src+cols])
 		}
 		data, release := c.b.experts.get(w, e)
-		y := c.MatMul(expertView(w, e, data), &tensor{shape: []int{len(pairs), cols}, data: xs}).(*tensor)
+		y := ys[:len(pairs)*rows]
+		c.matmul(expertView(w, e, data), 0, rows, xs[:len(pairs)*cols], len(pairs), y)
 		release()
 		for r, p := range pairs {
-			copy(out.data[p*rows:(p+1)*rows], y.data[r*rows:(r+1)*rows])
+			copy(out.data[p*rows:(p+1)*rows], y[r*rows:(r+1)*rows])
 		}
 	}
-	return out
 }
 
 // expertView is expert e of w as a matrix over data, that expert's bytes.

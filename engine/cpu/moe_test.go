@@ -14,22 +14,23 @@ import (
 func TestRoute(t *testing.T) {
 	c := New(1).NewContext().(*context)
 	// Row 0: a clear order. Row 1: a tie between experts 1 and 3 goes to the lower id.
-	logits := &tensor{shape: []int{2, 4}, data: []float32{0, 2, 1, -1, 0, 1, -3, 1}}
-	ids, w := c.Route(logits, 2, false)
-	if got := ids.(*tensor).data; !equal32(got, []float32{1, 2, 1, 3}) {
+	logits := hostTensor([]float32{0, 2, 1, -1, 0, 1, -3, 1}, 2, 4)
+	idt, wt := c.Route(logits, 2, false)
+	_, wnt := c.Route(logits, 2, true)
+	ids, w, wn := values(t, c, idt), values(t, c, wt), values(t, c, wnt)
+	if got := ids; !equal32(got, []float32{1, 2, 1, 3}) {
 		t.Fatalf("ids %v, want [1 2 1 3]", got)
 	}
 	e := []float64{1, math.E * math.E, math.E, 1 / math.E}
 	sum := e[0] + e[1] + e[2] + e[3]
 	want := []float64{e[1] / sum, e[2] / sum}
-	for i, v := range w.(*tensor).data[:2] {
+	for i, v := range w[:2] {
 		if math.Abs(float64(v)-want[i]) > 1e-6 {
-			t.Fatalf("weights %v, want %v", w.(*tensor).data[:2], want)
+			t.Fatalf("weights %v, want %v", w[:2], want)
 		}
 	}
-	_, wn := c.Route(logits, 2, true)
 	for i := 0; i < 2; i++ {
-		row := wn.(*tensor).data[2*i : 2*i+2]
+		row := wn[2*i : 2*i+2]
 		if s := row[0] + row[1]; math.Abs(float64(s)-1) > 1e-6 {
 			t.Fatalf("normalized weights %v sum to %v", row, s)
 		}
@@ -48,7 +49,7 @@ func expertStack(t testing.TB, b *Backend, rng *rand.Rand, experts, rows, cols i
 			data = append(data, byte(rng.IntN(256)))
 		}
 	}
-	w, err := b.Weight("ffn_up_exps.weight", quant.Q8_0, []int{cols, rows, experts}, data)
+	w, err := weightOf(b, "ffn_up_exps.weight", quant.Q8_0, []int{cols, rows, experts}, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestMatMulExperts(t *testing.T) {
 		ids.data[i] = float32(rng.IntN(experts))
 	}
 	for _, x := range []*tensor{randomTensor(rng, n, cols), randomTensor(rng, n, k, cols)} {
-		got := c.MatMulExperts(w, x, ids).(*tensor)
+		got := values(t, c, c.MatMulExperts(w, x, ids))
 		for i := 0; i < n; i++ {
 			for j := 0; j < k; j++ {
 				e := int(ids.data[i*k+j])
@@ -86,8 +87,8 @@ func TestMatMulExperts(t *testing.T) {
 				}
 				size := rows * w.rowB
 				view := expertView(w, e, w.data[e*size:(e+1)*size])
-				want := c.MatMul(view, &tensor{shape: []int{1, cols}, data: xi}).(*tensor).data
-				if !equal32(got.data[(i*k+j)*rows:(i*k+j+1)*rows], want) {
+				want := values(t, c, c.MatMul(view, hostTensor(xi, 1, cols)))
+				if !equal32(got[(i*k+j)*rows:(i*k+j+1)*rows], want) {
 					t.Fatalf("x %v: token %d slot %d (expert %d) differs from the dense product", x.shape, i, j, e)
 				}
 			}
@@ -108,14 +109,15 @@ func TestExpertCache(t *testing.T) {
 	for i := range ids.data {
 		ids.data[i] = float32(rng.IntN(experts))
 	}
-	want := resident.NewContext().MatMulExperts(w, x, ids).(*tensor).data
+	rc := resident.NewContext()
+	want := values(t, rc, rc.MatMulExperts(w, x, ids))
 
 	cached := New(2)
 	slice := int64(rows * w.(*weight).rowB)
 	if err := cached.SetExpertCache(2*slice + slice/2); err != nil {
 		t.Fatal(err)
 	}
-	wc, err := cached.Weight(w.Name(), w.Type(), w.Dims(), w.(*weight).data)
+	wc, err := weightOf(cached, w.Name(), w.Type(), w.Dims(), w.(*weight).data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +128,13 @@ func TestExpertCache(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 5 {
-				got := cached.NewContext().MatMulExperts(wc, x, ids).(*tensor).data
-				if !equal32(got, want) {
+				cc := cached.NewContext()
+				got := cc.MatMulExperts(wc, x, ids)
+				if err := cc.Compute(); err != nil {
+					errs <- err.Error()
+					return
+				}
+				if v, _ := cc.Read(got); !equal32(v, want) {
 					errs <- "cached product differs from the resident one"
 					return
 				}
@@ -161,7 +168,7 @@ func BenchmarkMoELayer(b *testing.B) {
 		up := expertStack(b, be, rng, experts, ff, d)
 		down := expertStack(b, be, rng, experts, d, ff)
 		router := randomTensor(rng, d*experts)
-		rw, err := be.Weight("ffn_gate_inp.weight", quant.F32, []int{d, experts}, f32bytes(router.data))
+		rw, err := weightOf(be, "ffn_gate_inp.weight", quant.F32, []int{d, experts}, f32bytes(router.data))
 		if err != nil {
 			b.Fatal(err)
 		}

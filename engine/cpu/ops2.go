@@ -20,15 +20,26 @@ func (b *Backend) NewTensor(shape ...int) (ml.Tensor, error) {
 	return newTensor(append([]int(nil), shape...)...), nil
 }
 
+// Release drops a state tensor's memory. Pass tensors go with their context.
+func (b *Backend) Release(t ml.Tensor) {
+	x := t.(*tensor)
+	if x.root != nil {
+		panic("cpu: release of a pass tensor (they go with their context)")
+	}
+	x.data, x.freed = nil, true
+}
+
 // unary applies f to every element of x.
-func (c *context) unary(x ml.Tensor, f func(float32) float32) ml.Tensor {
+func (c *context) unary(name string, x ml.Tensor, f func(float32) float32) ml.Tensor {
 	t := x.(*tensor)
-	out := newTensor(t.shape...)
-	c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			out.data[i] = f(t.data[i])
-		}
-	})
+	out := c.out(t.shape...)
+	c.record(name, true, func() {
+		c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				out.data[i] = f(t.data[i])
+			}
+		})
+	}, []*tensor{out}, t)
 	return out
 }
 
@@ -43,22 +54,24 @@ func softplus(x float32) float32 {
 	return float32(math.Log(float64(1 + float32(math.Exp(float64(x))))))
 }
 
-func (c *context) Sigmoid(x ml.Tensor) ml.Tensor  { return c.unary(x, sigmoid) }
-func (c *context) Softplus(x ml.Tensor) ml.Tensor { return c.unary(x, softplus) }
+func (c *context) Sigmoid(x ml.Tensor) ml.Tensor  { return c.unary("sigmoid", x, sigmoid) }
+func (c *context) Softplus(x ml.Tensor) ml.Tensor { return c.unary("softplus", x, softplus) }
 
 // SiLU runs whole stretches through siluRow (vectorised on AVX-512): it showed at 3% of a
 // qwen3next profile as a per-element call of math.Exp.
 func (c *context) SiLU(x ml.Tensor) ml.Tensor {
 	t := x.(*tensor)
-	out := newTensor(t.shape...)
-	c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
-		siluRow(out.data[lo:hi], t.data[lo:hi])
-	})
+	out := c.out(t.shape...)
+	c.record("silu", true, func() {
+		c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
+			siluRow(out.data[lo:hi], t.data[lo:hi])
+		})
+	}, []*tensor{out}, t)
 	return out
 }
 
 func (c *context) Scale(x ml.Tensor, s float32) ml.Tensor {
-	return c.unary(x, func(v float32) float32 { return v * s })
+	return c.unary("scale", x, func(v float32) float32 { return v * s })
 }
 
 // vector returns w's values as float32 and checks that it has one per element of the last
@@ -82,15 +95,17 @@ func (c *context) broadcast(x ml.Tensor, w ml.Weight, op string, f func(a, b flo
 	t := x.(*tensor)
 	rows, d := t.rows2()
 	vec := vector(w, d, op)
-	out := newTensor(t.shape...)
-	c.b.pool.parallel(rows, 1<<12/d+1, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			src, dst := t.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
-			for i, v := range src {
-				dst[i] = f(v, vec[i])
+	out := c.out(t.shape...)
+	c.record(op, true, func() {
+		c.b.pool.parallel(rows, 1<<12/d+1, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				src, dst := t.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
+				for i, v := range src {
+					dst[i] = f(v, vec[i])
+				}
 			}
-		}
-	})
+		})
+	}, []*tensor{out}, t)
 	return out
 }
 
@@ -105,21 +120,23 @@ func (c *context) MulVec(x ml.Tensor, w ml.Weight) ml.Tensor {
 func (c *context) L2Norm(x ml.Tensor, eps float32) ml.Tensor {
 	t := x.(*tensor)
 	rows, d := t.rows2()
-	out := newTensor(t.shape...)
-	c.b.pool.parallel(rows, 64, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			src, dst := t.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
-			// Squares summed in float64, as ggml does.
-			var sum float64
-			for _, v := range src {
-				sum += float64(v * v)
+	out := c.out(t.shape...)
+	c.record("l2 norm", true, func() {
+		c.b.pool.parallel(rows, 64, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				src, dst := t.data[r*d:(r+1)*d], out.data[r*d:(r+1)*d]
+				// Squares summed in float64, as ggml does.
+				var sum float64
+				for _, v := range src {
+					sum += float64(v * v)
+				}
+				s := 1 / max(float32(math.Sqrt(sum)), eps)
+				for i, v := range src {
+					dst[i] = v * s
+				}
 			}
-			s := 1 / max(float32(math.Sqrt(sum)), eps)
-			for i, v := range src {
-				dst[i] = v * s
-			}
-		}
-	})
+		})
+	}, []*tensor{out}, t)
 	return out
 }
 
@@ -130,10 +147,12 @@ func (c *context) Slice(x ml.Tensor, start, n int) ml.Tensor {
 		panic(fmt.Sprintf("cpu: slice [%d, %d) of rows of %d", start, start+n, d))
 	}
 	shape := append(append([]int(nil), t.shape[:len(t.shape)-1]...), n)
-	out := newTensor(shape...)
-	for r := 0; r < rows; r++ {
-		copy(out.data[r*n:(r+1)*n], t.data[r*d+start:])
-	}
+	out := c.out(shape...)
+	c.record("slice", false, func() {
+		for r := 0; r < rows; r++ {
+			copy(out.data[r*n:(r+1)*n], t.data[r*d+start:])
+		}
+	}, []*tensor{out}, t)
 	return out
 }
 
@@ -145,25 +164,28 @@ func (c *context) Concat(ts ...ml.Tensor) ml.Tensor {
 	rows, _ := first.rows2()
 	total := 0
 	widths := make([]int, len(ts))
+	ins := make([]*tensor, len(ts))
 	for i, x := range ts {
 		t := x.(*tensor)
 		r, d := t.rows2()
 		if r != rows || len(t.shape) != len(first.shape) {
 			panic(fmt.Sprintf("cpu: concat of %v and %v", first.shape, t.shape))
 		}
-		widths[i] = d
+		widths[i], ins[i] = d, t
 		total += d
 	}
 	shape := append(append([]int(nil), first.shape[:len(first.shape)-1]...), total)
-	out := newTensor(shape...)
-	for r := 0; r < rows; r++ {
-		off := r * total
-		for i, x := range ts {
-			d := widths[i]
-			copy(out.data[off:off+d], x.(*tensor).data[r*d:(r+1)*d])
-			off += d
+	out := c.out(shape...)
+	c.record("concat", false, func() {
+		for r := 0; r < rows; r++ {
+			off := r * total
+			for i, t := range ins {
+				d := widths[i]
+				copy(out.data[off:off+d], t.data[r*d:(r+1)*d])
+				off += d
+			}
 		}
-	}
+	}, []*tensor{out}, ins...)
 	return out
 }
 
@@ -173,20 +195,23 @@ func (c *context) WeightedSum(x, w ml.Tensor) ml.Tensor {
 		panic(fmt.Sprintf("cpu: weighted sum of %v by %v", xt.shape, wt.shape))
 	}
 	n, k, d := xt.shape[0], xt.shape[1], xt.shape[2]
-	out := newTensor(n, d)
-	c.b.pool.parallel(n, 1<<12/(k*d)+1, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			dst := out.data[i*d : (i+1)*d]
-			for j := 0; j < k; j++ {
-				// Each slot is scaled, then added: llama.cpp's mul followed by adds.
-				a := wt.data[i*k+j]
-				src := xt.data[(i*k+j)*d : (i*k+j+1)*d]
-				for e, v := range src {
-					dst[e] += v * a
+	out := c.out(n, d)
+	c.record("weighted sum", false, func() {
+		c.b.pool.parallel(n, 1<<12/(k*d)+1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				dst := out.data[i*d : (i+1)*d]
+				clear(dst) // the buffer is reused
+				for j := 0; j < k; j++ {
+					// Each slot is scaled, then added: llama.cpp's mul followed by adds.
+					a := wt.data[i*k+j]
+					src := xt.data[(i*k+j)*d : (i*k+j+1)*d]
+					for e, v := range src {
+						dst[e] += v * a
+					}
 				}
 			}
-		}
-	})
+		})
+	}, []*tensor{out}, xt, wt)
 	return out
 }
 
@@ -195,24 +220,27 @@ func (c *context) LoadKV(cc ml.Cache, layer, pos0, n int) (ml.Tensor, ml.Tensor)
 	if layer < 0 || layer >= kc.layers || pos0 < 0 || n < 0 || pos0+n > kc.capacity {
 		panic(fmt.Sprintf("cpu: load of positions [%d, %d) of layer %d from a cache of %d layers × %d", pos0, pos0+n, layer, kc.layers, kc.capacity))
 	}
+	kc.check("load from")
 	row := kc.kvHeads * kc.headDim
-	k, v := newTensor(n, kc.kvHeads, kc.headDim), newTensor(n, kc.kvHeads, kc.headDim)
+	k, v := c.out(n, kc.kvHeads, kc.headDim), c.out(n, kc.kvHeads, kc.headDim)
 	lo, hi := pos0*row, (pos0+n)*row
-	switch kc.dtype {
-	case ml.F32:
-		copy(k.data, kc.k32[layer][lo:hi])
-		copy(v.data, kc.v32[layer][lo:hi])
-	case ml.F16:
-		quant.F16ToF32Slice(k.data, kc.k16[layer][lo:hi])
-		quant.F16ToF32Slice(v.data, kc.v16[layer][lo:hi])
-	}
+	c.record("load kv", false, func() {
+		switch kc.dtype {
+		case ml.F32:
+			copy(k.data, kc.k32[layer][lo:hi])
+			copy(v.data, kc.v32[layer][lo:hi])
+		case ml.F16:
+			quant.F16ToF32Slice(k.data, kc.k16[layer][lo:hi])
+			quant.F16ToF32Slice(v.data, kc.v16[layer][lo:hi])
+		}
+	}, []*tensor{k, v})
 	return k, v
 }
 
 func (c *context) Assign(dst, src ml.Tensor) {
 	d, s := dst.(*tensor), src.(*tensor)
-	if len(d.data) != len(s.data) {
+	if d.n != s.n {
 		panic(fmt.Sprintf("cpu: assign %v to %v", s.shape, d.shape))
 	}
-	copy(d.data, s.data)
+	c.record("assign", false, func() { copy(d.data, s.data) }, nil, d, s)
 }

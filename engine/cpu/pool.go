@@ -1,7 +1,9 @@
 package cpu
 
 import (
+	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +49,9 @@ type loop struct {
 	next     atomic.Int64  // chunks taken
 	done     atomic.Int64  // chunks finished
 	finished chan struct{} // closed with the last chunk
+	// failed holds the first panic of a chunk. The chunks after it are skipped but still
+	// counted done, so the caller's wait ends and it raises the panic on its own goroutine.
+	failed atomic.Pointer[LoopPanic]
 }
 
 // run takes chunks until none are left.
@@ -56,12 +61,48 @@ func (l *loop) run() {
 		if c >= l.chunks {
 			return
 		}
-		lo := int(c) * l.step
-		l.fn(lo, min(lo+l.step, l.n))
+		if l.failed.Load() == nil {
+			lo := int(c) * l.step
+			l.chunk(lo, min(lo+l.step, l.n))
+		}
 		if l.done.Add(1) == l.chunks {
 			close(l.finished)
 		}
 	}
+}
+
+// chunk runs one chunk and records its panic instead of letting it unwind: on a helper
+// goroutine nothing above would recover it and the process would die, and on the caller the
+// helpers still running the loop's other chunks must be waited for first.
+func (l *loop) chunk(lo, hi int) {
+	defer func() {
+		if v := recover(); v != nil {
+			p, ok := v.(*LoopPanic)
+			if !ok { // a nested loop's panic is already wrapped, with the stack that matters
+				p = &LoopPanic{Value: v, Stack: debug.Stack()}
+			}
+			l.failed.CompareAndSwap(nil, p)
+		}
+	}()
+	l.fn(lo, hi)
+}
+
+// LoopPanic is what a parallel loop panics with on the goroutine that issued it when one of
+// its chunks panicked, on whichever goroutine that chunk ran. Value is the original panic
+// value and Stack the stack of the goroutine that panicked (usually a pool helper, whose
+// stack the caller's recover cannot see).
+type LoopPanic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *LoopPanic) Error() string { return fmt.Sprintf("cpu: panic in a parallel loop: %v", p.Value) }
+
+// Unwrap returns the panic value when it is an error (a runtime.Error such as an index out
+// of range, or an error an operation panicked with).
+func (p *LoopPanic) Unwrap() error {
+	err, _ := p.Value.(error)
+	return err
 }
 
 // open reports whether the loop has chunks left to take.
@@ -150,6 +191,10 @@ func ensureHelpers(n int) {
 // parallel calls fn over [0, n) split into contiguous ranges of at least grain items each.
 // Small loops run on the calling goroutine: handing work over costs more than a short loop
 // body. fn may itself call parallel; the inner loop then gets whichever helpers are free.
+//
+// If fn panics, on any goroutine, the loop's other chunks are skipped and parallel panics on
+// the calling goroutine with a *LoopPanic once no chunk is running any more: the caller's
+// recover (the context's Compute, the daemon's handler) sees it, and no helper dies.
 func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
@@ -176,6 +221,9 @@ func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 	l.wait()
 	// Unpost the loop so that its closure, and what it holds, can be collected.
 	posted.CompareAndSwap(l, nil)
+	if f := l.failed.Load(); f != nil {
+		panic(f)
+	}
 }
 
 // scratch recycles float32 buffers between operations, so that a forward pass does not
@@ -183,6 +231,11 @@ func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 type scratch struct {
 	mu   sync.Mutex
 	free [][]float32
+	// meter, when set, counts the buffers in use in the backend's peak. The ones kept for
+	// later (at most maxScratch) are not counted: which ones are kept depends on how the
+	// loops happened to be scheduled, and a measure that changes from run to run cannot be
+	// fitted.
+	meter *arena
 }
 
 // maxScratch bounds the buffers kept; more are dropped to the garbage collector.
@@ -202,14 +255,30 @@ func (s *scratch) get(n int) []float32 {
 		s.free[best] = s.free[len(s.free)-1]
 		s.free = s.free[:len(s.free)-1]
 		s.mu.Unlock()
+		s.count(cap(b))
 		return b[:n]
 	}
 	s.mu.Unlock()
+	s.count(n)
 	return make([]float32, n)
+}
+
+func (s *scratch) count(floats int) {
+	if s.meter != nil {
+		s.meter.track(floats)
+	}
+}
+
+// reset drops the kept buffers.
+func (s *scratch) reset() {
+	s.mu.Lock()
+	s.free = nil
+	s.mu.Unlock()
 }
 
 // put returns a buffer from get.
 func (s *scratch) put(b []float32) {
+	s.count(-cap(b))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.free) < maxScratch {

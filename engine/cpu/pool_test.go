@@ -1,9 +1,14 @@
 package cpu
 
 import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestPoolParallel checks that every index is visited exactly once, including from nested
@@ -81,4 +86,84 @@ func TestScratch(t *testing.T) {
 	if c := s.get(1000); len(c) != 1000 {
 		t.Fatalf("len %d", len(c))
 	}
+}
+
+// goid returns the current goroutine's id, read from its stack header ("goroutine 7 [...").
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := strings.Fields(string(buf))
+	return f[1]
+}
+
+// TestPoolPanic checks that a panic in a loop body running on a helper goroutine reaches the
+// goroutine that issued the loop as a *LoopPanic carrying the value and the helper's stack,
+// and that the helpers survive it.
+func TestPoolPanic(t *testing.T) {
+	p := newPool(2)
+	t.Run("OnHelper", func(t *testing.T) {
+		caller := goid()
+		helperPanicked := make(chan struct{})
+		var once sync.Once
+		got := func() (v any) {
+			defer func() { v = recover() }()
+			p.parallel(64, 1, func(lo, hi int) {
+				if goid() != caller {
+					once.Do(func() { close(helperPanicked) })
+					panic(fmt.Sprintf("poison at %d", lo))
+				}
+				// Keep the caller busy until a helper has taken (and failed) a chunk, so the
+				// panic is certain to happen on a helper.
+				select {
+				case <-helperPanicked:
+				case <-time.After(30 * time.Second):
+					t.Error("no helper joined the loop")
+				}
+			})
+			return nil
+		}()
+		lp, ok := got.(*LoopPanic)
+		if !ok {
+			t.Fatalf("recovered %T %v, want *LoopPanic", got, got)
+		}
+		if s, _ := lp.Value.(string); !strings.HasPrefix(s, "poison at ") {
+			t.Errorf("panic value %q, want the loop body's", lp.Value)
+		}
+		if !strings.Contains(string(lp.Stack), "TestPoolPanic") {
+			t.Errorf("stack does not show the panicking body:\n%s", lp.Stack)
+		}
+	})
+	t.Run("Nested", func(t *testing.T) {
+		got := func() (v any) {
+			defer func() { v = recover() }()
+			p.parallel(8, 1, func(lo, hi int) {
+				p.parallel(8, 1, func(lo, hi int) {
+					var ids []int
+					_ = ids[lo] // index out of range: a runtime error
+				})
+			})
+			return nil
+		}()
+		lp, ok := got.(*LoopPanic)
+		if !ok {
+			t.Fatalf("recovered %T %v, want *LoopPanic", got, got)
+		}
+		var re runtime.Error
+		if !errors.As(lp, &re) {
+			t.Errorf("%v does not unwrap to the runtime error", lp)
+		}
+	})
+	t.Run("PoolStillWorks", func(t *testing.T) {
+		for range 20 {
+			var sum atomic.Int64
+			p.parallel(1000, 1, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					sum.Add(int64(i))
+				}
+			})
+			if sum.Load() != 999*1000/2 {
+				t.Fatalf("sum %d after a panicked loop", sum.Load())
+			}
+		}
+	})
 }

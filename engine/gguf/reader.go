@@ -244,6 +244,9 @@ func (f *File) Data(t *TensorInfo) []byte {
 	return f.data[start : start+t.Size : start+t.Size]
 }
 
+// TensorSection is the file's tensor data: every tensor's Offset is relative to its start.
+func (f *File) TensorSection() []byte { return f.data[f.DataOffset:] }
+
 // TensorData returns the bytes of the named tensor.
 func (f *File) TensorData(name string) (*TensorInfo, []byte, error) {
 	t, ok := f.Tensor(name)

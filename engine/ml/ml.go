@@ -1,9 +1,9 @@
 // Package ml is the backend interface the model graphs are written against.
 //
-// A graph issues operations on a Context, one per forward pass. A backend may run each
-// operation at once (the CPU backend) or record them and run the whole pass at Compute (a GPU
-// backend encoding one command buffer), so graphs never read a tensor's values except through
-// Context.Read after Compute. Tensors stay on the backend; only token ids go in and logits come
+// A graph issues operations on a Context, one per forward pass. A backend records them and
+// runs the whole pass at Compute (the CPU backend, which plans the pass's memory from it; a
+// GPU backend would encode one command buffer), so graphs never read a tensor's values
+// except through Context.Read after Compute. Tensors stay on the backend; only token ids go in and logits come
 // out.
 //
 // The interface is split by caller, as in ollama's KV cache: Backend is used by model loading
@@ -63,6 +63,9 @@ func quote(s string) string { return "\"" + s + "\"" }
 // Tensor is a backend-owned array of float32 activations. Shapes are row-major with the last
 // dimension contiguous: activations of n tokens with d features are [n, d]; per-head views are
 // [n, heads, headDim].
+//
+// A tensor made by a Context's operation lives until the context's Close; a tensor made by
+// Backend.NewTensor lives until Backend.Release.
 type Tensor interface {
 	Shape() []int
 }
@@ -77,25 +80,42 @@ type Weight interface {
 	Bytes() int64
 }
 
+// Mapping is a region of host memory that weights are bound from: the tensor data section
+// of a memory-mapped GGUF file. A GPU backend wraps it once (in a few no-copy buffers, as
+// Metal's size limit per buffer requires) and addresses each weight as an offset into it;
+// the CPU reads the bytes in place. The memory must stay mapped while any weight bound from
+// it is used.
+type Mapping interface {
+	Bytes() int64
+}
+
 // Cache holds one sequence's attention keys and values for the layers that have them.
 type Cache interface {
 	DType() DType
 	Capacity() int // positions
 	Bytes() int64
+	// Free releases the cache's memory at once instead of when the collector finds it
+	// (GiB for long contexts). Operations issued on it afterwards fail their pass. Calling
+	// Free twice is harmless.
+	Free()
 }
 
-// Backend creates weights, caches and per-pass contexts.
+// Backend creates weights, caches and per-pass contexts. Model loading and sessions use it.
 type Backend interface {
 	Name() string
 	// Threads is the parallelism the backend uses (CPU threads, or 0 if not applicable).
 	Threads() int
-	// Weight binds a tensor's bytes; the backend may keep a reference to data (a file mapping)
-	// instead of copying it.
-	Weight(name string, typ quant.Type, dims []int, data []byte) (Weight, error)
+	// Map wraps data, the tensor section of a mapped model file, for binding weights from
+	// it. The backend keeps a reference to data instead of copying it.
+	Map(data []byte) (Mapping, error)
+	// Weight binds the tensor of the given type and GGUF dims whose bytes start at offset in
+	// m. It fails when the bytes fall outside m or the type is one the backend cannot
+	// compute with.
+	Weight(m Mapping, name string, typ quant.Type, dims []int, offset int64) (Weight, error)
 	// NewCache allocates a KV cache of capacity positions for layers layers of kvHeads heads of
-	// headDim features, keys and values both.
+	// headDim features, keys and values both. Cache.Free releases it.
 	NewCache(layers, kvHeads, headDim, capacity int, dtype DType) (Cache, error)
-	// NewContext starts a forward pass.
+	// NewContext starts a forward pass. Every context must be closed.
 	NewContext() Context
 
 	// --- for hybrid/MoE models ---
@@ -105,6 +125,20 @@ type Backend interface {
 	// matrices). Operations that update such state take it as an argument and modify it in
 	// place, as StoreKV does for a Cache.
 	NewTensor(shape ...int) (Tensor, error)
+	// Release frees a tensor from NewTensor at once; operations issued on it afterwards
+	// fail their pass. Tensors of a pass are released by their context's Close instead.
+	Release(t Tensor)
+}
+
+// ScratchPool is implemented by backends that keep the memory of finished passes for the
+// passes that follow (so that decode allocates nothing per token) and can say how much
+// memory passes needed: what a memory planner must reserve beside weights and caches.
+type ScratchPool interface {
+	// PeakScratchBytes is the most memory held at once by forward passes (intermediates and
+	// operations' working buffers) since the backend was made or ResetScratch was called.
+	PeakScratchBytes() int64
+	// ResetScratch drops the memory kept for later passes and restarts the peak.
+	ResetScratch()
 }
 
 // ExpertResidency is implemented by backends that can hold routed experts (the [Experts, Rows,
@@ -141,13 +175,28 @@ type RoPE struct {
 	NeoX bool    // rotate pairs (i, i+Dims/2) instead of (2i, 2i+1)
 }
 
-// Context runs (or records) the operations of one forward pass. Operations return new tensors
-// and never modify their inputs, except the cache writes.
+// Context runs (or records) the operations of one forward pass; the model graphs use it.
+// Operations return new tensors and never modify their inputs, except the cache and state
+// writes. Errors found while running an operation (an id out of range, a failed device
+// command) are returned by Compute; misuse found when an operation is issued (shapes that
+// do not fit) panics, as indexing out of range does.
+//
+// A backend may reuse the memory of an intermediate once the last operation that takes it
+// as input has run, so only tensors that no operation consumes — directly or through a
+// Reshape or Rows view — can be read after Compute: the pass's outputs.
 type Context interface {
 	// Input uploads host data of the given shape.
 	Input(data []float32, shape ...int) Tensor
-	// Embed looks up rows of table (GGUF dims {d, vocab}) for ids: [len(ids), d].
-	Embed(table Weight, ids []int32) Tensor
+	// InputIDs uploads token ids as a tensor [len(ids)]. Tensors of ids hold them as float32
+	// values (exact below 2^24), as Route and Argmax make them.
+	InputIDs(ids []int32) Tensor
+	// Embed looks up rows of table (GGUF dims {d, vocab}) for the ids of a tensor [n]:
+	// [n, d]. An id outside the table fails the pass.
+	Embed(table Weight, ids Tensor) Tensor
+	// Argmax returns the index of the largest value of each row of the last dimension of x
+	// (the first one on ties) as a tensor of ids [rows]: with Embed it lets a greedy step feed
+	// the next one inside a pass, with no round trip to the host.
+	Argmax(x Tensor) Tensor
 	// MatMul multiplies x [n, Cols] by w's rows: [n, Rows].
 	MatMul(w Weight, x Tensor) Tensor
 	// RMSNorm normalizes each row of the last dimension: x / sqrt(mean(x²) + eps) · w.
@@ -229,11 +278,14 @@ type Context interface {
 	// state being restored.
 	Assign(dst, src Tensor)
 
-	// Compute runs everything issued so far.
-	Compute()
-	// Read copies a tensor to the host (after Compute).
-	Read(t Tensor) []float32
-	// Close releases the context's scratch memory.
+	// Compute runs everything issued so far and waits for it. An operation that fails fails
+	// the pass: Compute returns the error, and so do later Compute and Read calls.
+	Compute() error
+	// Read copies a tensor to the host after the Compute that ran it. It fails for a tensor
+	// the pass consumed (see above), one not yet computed, and after a failed Compute.
+	Read(t Tensor) ([]float32, error)
+	// Close releases the pass's memory (a backend may keep it for the next pass). Tensors of
+	// the pass must not be used afterwards.
 	Close()
 }
 

@@ -16,6 +16,9 @@ type Binder struct {
 	File *gguf.File
 	B    ml.Backend
 	errs []error
+	// mapping is the file's tensor section wrapped by the backend once: every weight is an
+	// offset into it.
+	mapping ml.Mapping
 }
 
 // Weight binds tensor name with GGUF dims want (ne0 first). A nil want skips the shape check.
@@ -33,7 +36,15 @@ func (b *Binder) Weight(name string, want ...int) ml.Weight {
 		b.errs = append(b.errs, fmt.Errorf("%s: tensor %s has shape %v, want %v", b.Arch, name, dims, want))
 		return nil
 	}
-	w, err := b.B.Weight(name, t.Type, dims, b.File.Data(t))
+	if b.mapping == nil {
+		m, err := b.B.Map(b.File.TensorSection())
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s: map the tensor data: %w", b.Arch, err))
+			return nil
+		}
+		b.mapping = m
+	}
+	w, err := b.B.Weight(b.mapping, name, t.Type, dims, int64(t.Offset))
 	if err != nil {
 		b.errs = append(b.errs, err)
 		return nil

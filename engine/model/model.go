@@ -29,6 +29,9 @@ type Graph interface {
 type State interface {
 	Capacity() int
 	Bytes() int64
+	// Free releases the state's backend memory (KV cache, recurrent and MTP tensors) at
+	// once; the state must not be used afterwards.
+	Free()
 	// Snapshot encodes what the state holds after pos positions: the KV entries of positions
 	// [0, pos) in the cache's precision and every recurrent state. Positions beyond pos are
 	// not saved.
@@ -131,9 +134,9 @@ func Architectures() []string {
 // AppendKV appends positions [0, pos) of layers [0, layers) of c to dst, keys then values per
 // layer, as little-endian float32, or float16 bits for an f16 cache (which holds nothing
 // finer, so the round trip is exact).
-func AppendKV(dst []byte, b ml.Backend, c ml.Cache, layers, pos int) []byte {
+func AppendKV(dst []byte, b ml.Backend, c ml.Cache, layers, pos int) ([]byte, error) {
 	if pos == 0 {
-		return dst
+		return dst, nil
 	}
 	ctx := b.NewContext()
 	defer ctx.Close()
@@ -142,11 +145,17 @@ func AppendKV(dst []byte, b ml.Backend, c ml.Cache, layers, pos int) []byte {
 		k, v := ctx.LoadKV(c, l, 0, pos)
 		ts = append(ts, k, v)
 	}
-	ctx.Compute()
-	for _, t := range ts {
-		dst = appendFloats(dst, ctx.Read(t), c.DType())
+	if err := ctx.Compute(); err != nil {
+		return nil, err
 	}
-	return dst
+	for _, t := range ts {
+		v, err := ctx.Read(t)
+		if err != nil {
+			return nil, err
+		}
+		dst = appendFloats(dst, v, c.DType())
+	}
+	return dst, nil
 }
 
 // RestoreKV reads what AppendKV wrote for rows of row values per position (kvHeads·headDim)
@@ -172,19 +181,27 @@ func RestoreKV(src []byte, b ml.Backend, c ml.Cache, layers, pos, kvHeads, headD
 		}
 		ctx.StoreKV(c, l, 0, ctx.Input(kv[0], pos, kvHeads, headDim), ctx.Input(kv[1], pos, kvHeads, headDim))
 	}
-	ctx.Compute()
+	if err := ctx.Compute(); err != nil {
+		return nil, err
+	}
 	return src, nil
 }
 
 // AppendTensors appends the values of backend state tensors as little-endian float32.
-func AppendTensors(dst []byte, b ml.Backend, ts ...ml.Tensor) []byte {
+func AppendTensors(dst []byte, b ml.Backend, ts ...ml.Tensor) ([]byte, error) {
 	ctx := b.NewContext()
 	defer ctx.Close()
-	ctx.Compute()
-	for _, t := range ts {
-		dst = appendFloats(dst, ctx.Read(t), ml.F32)
+	if err := ctx.Compute(); err != nil {
+		return nil, err
 	}
-	return dst
+	for _, t := range ts {
+		v, err := ctx.Read(t)
+		if err != nil {
+			return nil, err
+		}
+		dst = appendFloats(dst, v, ml.F32)
+	}
+	return dst, nil
 }
 
 // RestoreTensors reads what AppendTensors wrote into ts and returns the bytes after it.
@@ -200,7 +217,9 @@ func RestoreTensors(src []byte, b ml.Backend, ts ...ml.Tensor) ([]byte, error) {
 		}
 		ctx.Assign(t, ctx.Input(v, t.Shape()...))
 	}
-	ctx.Compute()
+	if err := ctx.Compute(); err != nil {
+		return nil, err
+	}
 	return src, nil
 }
 

@@ -118,8 +118,10 @@ func (s *State) Capacity() int { return s.kv.Capacity() }
 func (s *State) Bytes() int64  { return s.kv.Bytes() }
 
 func (s *State) Snapshot(b ml.Backend, pos int) ([]byte, error) {
-	return model.AppendKV(nil, b, s.kv, s.layers, pos), nil
+	return model.AppendKV(nil, b, s.kv, s.layers, pos)
 }
+
+func (s *State) Free() { s.kv.Free() }
 
 func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
 	rest, err := model.RestoreKV(data, b, s.kv, s.layers, pos, s.kvHeads, s.headDim)
@@ -146,7 +148,7 @@ func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int
 	n := len(tokens)
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 
-	x := ctx.Embed(m.tokenEmbd, tokens) // [n, d]
+	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(tokens)) // [n, d]
 	for i, l := range m.layers {
 		// Attention block: h = x + Wo · attn(rope(norm(Wq·x̂)), rope(norm(Wk·x̂)), Wv·x̂)
 		xn := ctx.Name(ctx.RMSNorm(x, l.attnNorm, m.eps), "attn_norm", i)

@@ -329,6 +329,7 @@ type State struct {
 	conv  []ml.Tensor
 	delta []ml.Tensor
 	mtp   *mtpState // set by EnableDraft
+	b     ml.Backend
 }
 
 // mtpState is the MTP head's part of a sequence: its one-layer KV cache, the main model's
@@ -345,7 +346,7 @@ func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", arch, err)
 	}
-	s := &State{m: m, kv: c}
+	s := &State{m: m, b: b, kv: c}
 	for range m.deltaCount {
 		conv, err := b.NewTensor(m.convKernel-1, m.convCh)
 		if err != nil {
@@ -371,14 +372,38 @@ func (s *State) Bytes() int64 {
 }
 
 func (s *State) Snapshot(b ml.Backend, pos int) ([]byte, error) {
-	out := model.AppendKV(nil, b, s.kv, s.m.cfg.AttnLayers, pos)
-	out = model.AppendTensors(out, b, s.conv...)
-	out = model.AppendTensors(out, b, s.delta...)
-	if s.mtp != nil {
-		out = model.AppendKV(out, b, s.mtp.kv, 1, pos)
-		out = model.AppendTensors(out, b, s.mtp.pending)
+	out, err := model.AppendKV(nil, b, s.kv, s.m.cfg.AttnLayers, pos)
+	if err == nil {
+		out, err = model.AppendTensors(out, b, s.conv...)
+	}
+	if err == nil {
+		out, err = model.AppendTensors(out, b, s.delta...)
+	}
+	if err == nil && s.mtp != nil {
+		out, err = model.AppendKV(out, b, s.mtp.kv, 1, pos)
+		if err == nil {
+			out, err = model.AppendTensors(out, b, s.mtp.pending)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", arch, err)
 	}
 	return out, nil
+}
+
+// Free releases the caches and every state tensor, the MTP head's included.
+func (s *State) Free() {
+	s.kv.Free()
+	for _, t := range s.recurrent() {
+		s.b.Release(t)
+	}
+	if s.mtp != nil {
+		s.mtp.kv.Free()
+		for _, t := range s.mtp.saved {
+			s.b.Release(t)
+		}
+	}
+	s.conv, s.delta, s.mtp = nil, nil, nil
 }
 
 func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
@@ -409,7 +434,7 @@ func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int
 	s := st.(*State)
 	n := len(tokens)
 
-	x := ctx.Embed(m.tokenEmbd, tokens) // [n, d]
+	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(tokens)) // [n, d]
 	for i := range m.layers {
 		l := &m.layers[i]
 		// Mixer block: h = x + mixer(norm(x))
@@ -459,7 +484,7 @@ func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor
 	if embed == nil {
 		embed = m.tokenEmbd
 	}
-	e := ctx.RMSNorm(ctx.Embed(embed, tokens), t.enorm, m.eps)
+	e := ctx.RMSNorm(ctx.Embed(embed, ctx.InputIDs(tokens)), t.enorm, m.eps)
 	hn := ctx.RMSNorm(h, t.hnorm, m.eps)
 	x := ctx.Name(ctx.MatMul(t.ehProj, ctx.Concat(e, hn)), "mtp_eh_proj", il) // [n, d]
 
