@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/redlite/batch/engine/chat/jinja"
@@ -34,7 +35,7 @@ type templateCases struct {
 	} `json:"cases"`
 }
 
-func loadCases(t *testing.T) (templateCases, map[string]*Template) {
+func loadCases(t testing.TB) (templateCases, map[string]*Template) {
 	t.Helper()
 	dir := fixtures.Path(t, "templates")
 	raw, err := os.ReadFile(filepath.Join(dir, "cases.json"))
@@ -107,5 +108,17 @@ func TestTemplateCases(t *testing.T) {
 	}
 	if checked != len(tc.Cases)*len(tmpls) {
 		t.Errorf("checked %d renderings, want %d", checked, len(tc.Cases)*len(tmpls))
+	}
+}
+
+// BenchmarkRenderQwen3 renders the Qwen3 template for a system message and a 64 KiB document.
+func BenchmarkRenderQwen3(b *testing.B) {
+	_, tmpls := loadCases(b)
+	conv := Conversation{Messages: Messages(Message{"system", "Be brief."}, Message{"user", strings.Repeat("The quarterly report says revenue grew. ", 1600)}), AddGenerationPrompt: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tmpls["qwen3"].Render(conv); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
