@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redlite/batch/internal/redistest"
 )
 
 // plistValue is a decoded property-list value: string, int64, float64, bool, []any or
@@ -256,7 +259,17 @@ func TestLaunchdRedlited(t *testing.T) {
 		}
 		env[k] = s
 	}
-	checkDaemonEnv(t, "com.redlite.redlited.plist", env)
+	// The certificate files exist only on a Mac: check the environment with test-made ones
+	// in their place (redlited reads them at start).
+	checked := maps.Clone(env)
+	tlsFiles := redistest.NewTLSFiles(t)
+	for k, f := range map[string]string{"REDLITE_REDIS_CA_FILE": tlsFiles.CA, "REDLITE_REDIS_CERT_FILE": tlsFiles.ClientCert, "REDLITE_REDIS_KEY_FILE": tlsFiles.ClientKey} {
+		if !filepath.IsAbs(env[k]) {
+			t.Errorf("%s %q is not an absolute path", k, env[k])
+		}
+		checked[k] = f
+	}
+	checkDaemonEnv(t, "com.redlite.redlited.plist", checked)
 	for _, k := range []string{"REDLITE_REDIS_URL", "REDLITE_MODEL", "REDLITE_HTTP_ADDR", "REDLITE_GPU_LIMIT_MIB", "REDLITE_SHUTDOWN_TIMEOUT"} {
 		if env[k] == "" {
 			t.Errorf("EnvironmentVariables does not set %s", k)
