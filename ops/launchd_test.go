@@ -316,11 +316,21 @@ func wiredLimitMiB(t *testing.T) int64 {
 	if err != nil || n < 1024 {
 		t.Fatalf("iogpu.wired_limit_mb=%s: want a size in MiB", v)
 	}
-	if !get[bool](t, p, "RunAtLoad") || !get[bool](t, p, "LaunchOnlyOnce") {
-		t.Error("the wired limit must be set once at every boot: RunAtLoad and LaunchOnlyOnce")
+	if !get[bool](t, p, "RunAtLoad") {
+		t.Error("the wired limit must be set at every boot: RunAtLoad")
 	}
-	if _, ok := p["KeepAlive"]; ok {
-		t.Error("KeepAlive on a one-shot sysctl would rerun it forever")
+	// Retried until it succeeds, then left alone: KeepAlive {SuccessfulExit: false}. A
+	// plain KeepAlive true would rerun the one-shot sysctl forever; LaunchOnlyOnce would
+	// never retry a failure.
+	ka, ok := p["KeepAlive"].(map[string]any)
+	if !ok || ka["SuccessfulExit"] != false || len(ka) != 1 {
+		t.Errorf("KeepAlive %v, want {SuccessfulExit: false}: rerun the sysctl only when it fails", p["KeepAlive"])
+	}
+	if _, ok := p["LaunchOnlyOnce"]; ok {
+		t.Error("LaunchOnlyOnce would keep launchd from retrying a failed sysctl")
+	}
+	if ti, ok := p["ThrottleInterval"].(int64); !ok || ti < 10 {
+		t.Errorf("ThrottleInterval %v, want ≥ 10 s between retries", p["ThrottleInterval"])
 	}
 	return n
 }
