@@ -208,6 +208,9 @@ func TestJobs(t *testing.T) {
 		// whole prompt: the engine must still stop within one pass of prefillCancelTokens.
 		b := setup(t)
 		b.cfg.MaxChunk = 0
+		// asynq sends a cancelled job to retry before Cancel archives it: a long back-off
+		// keeps a second attempt (whose passes the observer would count) from starting.
+		b.cfg.RetryDelay = time.Minute
 		var (
 			mu     sync.Mutex
 			chunks []int
