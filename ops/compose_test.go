@@ -664,27 +664,29 @@ func TestCompose(t *testing.T) {
 
 	t.Run("DockerComposeConfig", func(t *testing.T) {
 		// Debian's docker-compose (v1) validates the file against its Compose schema without
-		// an engine. It predates the top-level name, so that line is left out.
+		// an engine. It rejects a top-level name (TestCompose/Services keeps it out).
 		bin, err := exec.LookPath("docker-compose")
 		if err != nil {
 			t.Skip("docker-compose not on PATH; the schema check runs where it is (apt-get install docker-compose)")
 		}
 		dir := t.TempDir()
-		var kept []string
-		for _, line := range strings.Split(raw, "\n") {
-			if !strings.HasPrefix(line, "name:") {
-				kept = append(kept, line)
-			}
-		}
 		copyTree(t, repoPath("ops"), filepath.Join(dir, "ops"), nil)
-		writeFile(t, filepath.Join(dir, "docker-compose.yml"), strings.Join(kept, "\n"))
+		writeFile(t, filepath.Join(dir, "docker-compose.yml"), raw)
 		writeFile(t, filepath.Join(dir, "Dockerfile"), string(readFile(t, "Dockerfile")))
 		for _, f := range []string{"redis", "grafana", "worker"} {
 			writeFile(t, filepath.Join(dir, "ops", f+".env"), string(readFile(t, "ops", f+".env.example")))
 		}
+		writeFile(t, filepath.Join(dir, "docker-compose.lan.yml"), string(readFile(t, "docker-compose.lan.yml")))
+		writeFile(t, filepath.Join(dir, ".env"), string(readFile(t, ".env")))
 		cmd := exec.Command(bin, "--project-directory", dir, "-f", filepath.Join(dir, "docker-compose.yml"), "config", "--quiet")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("docker-compose config: %v\n%s", err, out)
+		}
+		// With the LAN override merged in.
+		cmd = exec.Command(bin, "--project-directory", dir, "-f", filepath.Join(dir, "docker-compose.yml"),
+			"-f", filepath.Join(dir, "docker-compose.lan.yml"), "config", "--quiet")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("docker-compose config with docker-compose.lan.yml: %v\n%s", err, out)
 		}
 	})
 }
