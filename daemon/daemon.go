@@ -179,6 +179,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		return fmt.Errorf("memory budget: %w", err)
 	}
 	d.m.limitBytes.Set(float64(budget.UsableMiB() * planner.MiB))
+	d.checkWiredLimit(budget)
 	d.limitHeap(budget, lm)
 	cal, err := d.calibration()
 	if err != nil {
@@ -243,6 +244,34 @@ func (d *Daemon) limitHeap(b planner.Budget, lm *loadedModel) {
 	prev := debug.SetMemoryLimit(heap)
 	d.restoreHeapLimit = func() { debug.SetMemoryLimit(prev) }
 	d.log.Info("Go heap limited to the budget less the mapped model", "heap_limit_mib", heap/planner.MiB)
+}
+
+// checkWiredLimit reads iogpu.wired_limit_mb on a Mac, exports it, shows it in /readyz and
+// warns when the planner's limit disagrees with it (wiredlimit.go).
+func (d *Daemon) checkWiredLimit(b planner.Budget) {
+	mib, ok, err := readWiredLimit()
+	if !ok {
+		return
+	}
+	if err != nil {
+		d.log.Warn("cannot read iogpu.wired_limit_mb; the planner's limit is not checked against it", "err", err)
+		return
+	}
+	if err := d.reg.Register(d.m.wiredLimit); err != nil {
+		d.log.Debug("register redlite_iogpu_wired_limit_bytes", "err", err)
+	}
+	d.m.wiredLimit.Set(float64(mib * planner.MiB))
+	problem := wiredLimitProblem(mib, b)
+	detail := fmt.Sprintf("iogpu.wired_limit_mb: %d; planner limit: %d MiB (%s)", mib, b.LimitMiB, b.Source)
+	if problem != "" {
+		detail += "; warning: " + problem
+		d.log.Warn(problem, "iogpu_wired_limit_mb", mib, "limit_mib", b.LimitMiB, "budget_source", b.Source)
+	} else {
+		d.log.Info("iogpu.wired_limit_mb agrees with the planner's limit", "iogpu_wired_limit_mb", mib, "limit_mib", b.LimitMiB)
+	}
+	if d.http != nil {
+		d.http.detail.Store(&detail)
+	}
 }
 
 // DefaultCalibration is the backend calibration used when REDLITE_CALIBRATION is unset.

@@ -29,7 +29,9 @@ type httpServer struct {
 	// ready is set once the model is loaded and the worker runs, and cleared when shutdown
 	// begins, so that a load balancer or launchd check stops counting on this worker first.
 	ready atomic.Bool
-	done  chan error
+	// detail, when set, is a line /readyz adds after "ready" (the Mac's wired limit).
+	detail atomic.Pointer[string]
+	done   chan error
 }
 
 func newHTTPServer(addr string, log *slog.Logger, client *jobs.Client, gatherer prometheus.Gatherer) (*httpServer, error) {
@@ -94,4 +96,7 @@ func (h *httpServer) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ready")
+	if d := h.detail.Load(); d != nil {
+		fmt.Fprintln(w, *d)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/redlite/batch/internal/redistest"
 	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
 )
 
 func TestSIGTERM(t *testing.T) {
@@ -463,4 +464,56 @@ func TestKill9Restart(t *testing.T) {
 	if res.Worker != "restarted-worker" || res.Usage.CompletionTokens != 200 || st.Retried != 1 || !strings.Contains(st.LastError, "lease expired") {
 		t.Errorf("rerun: worker %q, %d tokens, retried %d, last error %q", res.Worker, res.Usage.CompletionTokens, st.Retried, st.LastError)
 	}
+}
+
+// TestWiredLimit checks the Mac's wired-limit check with a stand-in for the sysctl (macOS
+// itself cannot run here): the value is exported, shown in /readyz and logged, and a
+// planner limit that disagrees with it is warned about.
+func TestWiredLimit(t *testing.T) {
+	t.Run("Problem", func(t *testing.T) {
+		b := func(limit int64) planner.Budget {
+			return planner.Budget{LimitMiB: limit, Source: planner.SourceMetal}
+		}
+		for _, tc := range []struct {
+			wired, limit int64
+			want         string
+		}{
+			{21504, 21504, ""},
+			{21504, 21000, ""}, // Metal's working set a little below the wired limit
+			{0, 16384, "macOS default"},
+			{16384, 21504, "above iogpu.wired_limit_mb=16384"},
+			{21504, 16384, "well below iogpu.wired_limit_mb=21504"},
+		} {
+			got := wiredLimitProblem(tc.wired, b(tc.limit))
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("wired %d, limit %d: %q, want %q", tc.wired, tc.limit, got, tc.want)
+			}
+		}
+	})
+	t.Run("Daemon", func(t *testing.T) {
+		prev := readWiredLimit
+		readWiredLimit = func() (int64, bool, error) { return 21504, true, nil }
+		t.Cleanup(func() { readWiredLimit = prev })
+		b := setup(t)
+		var logs testlog.Buffer
+		d, err := New(b.cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registry: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Shutdown)
+		if err := d.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		base := "http://" + d.HTTPAddr()
+		waitHTTP(t, base+"/readyz", 200)
+		if _, body := getURL(t, base+"/readyz"); !strings.Contains(body, "iogpu.wired_limit_mb: 21504; planner limit: 4096 MiB") || !strings.Contains(body, "warning: ") {
+			t.Errorf("/readyz: %q", body)
+		}
+		if _, body := getURL(t, base+"/metrics"); !strings.Contains(body, "redlite_iogpu_wired_limit_bytes 2.2548578304e+10") {
+			t.Error("/metrics lacks redlite_iogpu_wired_limit_bytes")
+		}
+		if !strings.Contains(logs.String(), "level=WARN msg=\"the planner's limit 4096 MiB") {
+			t.Errorf("no warning in the log:\n%s", logs.String())
+		}
+	})
 }

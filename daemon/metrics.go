@@ -33,6 +33,7 @@ type metrics struct {
 	modelLoad      prometheus.Gauge
 	modelInfo      *prometheus.GaugeVec
 	buildInfo      *prometheus.GaugeVec
+	wiredLimit     prometheus.Gauge
 	plans          *prometheus.CounterVec
 	plannedBytes   prometheus.Gauge
 	limitBytes     prometheus.Gauge
@@ -78,6 +79,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		modelInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redlite_model_info", Help: "The model this worker serves (always 1).",
 		}, []string{"model", "architecture"}),
+		wiredLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlite_iogpu_wired_limit_bytes", Help: "macOS's iogpu.wired_limit_mb read at start, in bytes (0: the macOS default); exported only on macOS.",
+		}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redlite_build_info", Help: "The build of redlited running (always 1): version, commit, Go version and engine backend.",
 		}, []string{"version", "commit", "go_version", "backend"}),

@@ -202,10 +202,15 @@ func TestJobs(t *testing.T) {
 	})
 
 	t.Run("CancelMidPrefill", func(t *testing.T) {
-		// A fresh daemon whose observer cancels the job after its first prefill chunk and
+		// A fresh daemon whose observer cancels the job after its first prefill pass and
 		// holds the engine until the cancellation has reached the job's context: whatever the
-		// timing, the engine may then run no further chunk.
+		// timing, the engine may then run no further pass. The plan's chunk (2048) holds the
+		// whole prompt: the engine must still stop within one pass of prefillCancelTokens.
 		b := setup(t)
+		b.cfg.MaxChunk = 0
+		// asynq sends a cancelled job to retry before Cancel archives it: a long back-off
+		// keeps a second attempt (whose passes the observer would count) from starting.
+		b.cfg.RetryDelay = time.Minute
 		var (
 			mu     sync.Mutex
 			chunks []int
@@ -230,7 +235,7 @@ func TestJobs(t *testing.T) {
 				t.Error("the job's context was not cancelled")
 			}
 		}})
-		prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 50) // 1,451 tokens: 3 chunks
+		prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 50) // 1,451 tokens: 1 chunk, 3 passes
 		job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(8), Common: jobs.Common{Metadata: json.RawMessage(`{"k":1}`)}})
 		if err := <-cancelled; err != nil {
 			t.Fatal(err)
@@ -247,9 +252,13 @@ func TestJobs(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(chunks) != 1 || chunks[0] != 512 {
-			t.Errorf("prefill chunks run: %v, want only the first of 512 tokens", chunks)
+			t.Errorf("prefill passes run: %v, want only the first of 512 tokens", chunks)
 		}
-		if res.FinishReason != jobs.FinishCancelled || res.Usage.CompletionTokens != 0 || res.Usage.PromptTokens < 1024 ||
+		if res.Plan.Chunk != 2048 {
+			t.Errorf("plan chunk %d, want 2048 (the test needs a chunk above prefillCancelTokens)", res.Plan.Chunk)
+		}
+		// The tokens actually prefilled, not the prompt's 1,451.
+		if res.FinishReason != jobs.FinishCancelled || res.Usage.CompletionTokens != 0 || res.Usage.PromptTokens != 512 ||
 			string(res.Metadata) != `{"k":1}` || res.Worker != "test-worker" {
 			t.Errorf("cancelled result %+v", res)
 		}

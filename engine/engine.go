@@ -176,13 +176,18 @@ type PrefillOptions struct {
 	Chunk int
 	// AllLogits returns logits for every token instead of only the last.
 	AllLogits bool
-	// Progress, when set, is called after each chunk with the tokens done so far.
+	// CancelEvery, when positive and below Chunk, splits each chunk into forward passes of
+	// at most this many tokens, so that a cancelled ctx stops the prefill within one such
+	// pass whatever the chunk (the result is the same; only the pass size differs).
+	CancelEvery int
+	// Progress, when set, is called after each forward pass with the tokens done so far.
 	Progress func(done, total int)
 }
 
 // Prefill runs tokens through the model in chunks and returns the logits of the last token
 // ([vocab]) or, with AllLogits, of every token ([len(tokens)·vocab], row-major). A cancelled
-// ctx stops it between chunks; the tokens already processed stay in the session.
+// ctx stops it between chunks (or CancelEvery passes); the tokens already processed stay in
+// the session (Pos counts them).
 func (s *Session) Prefill(ctx context.Context, tokens []int32, o PrefillOptions) ([]float32, error) {
 	if len(tokens) == 0 {
 		return nil, errors.New("engine: prefill of no tokens")
@@ -193,6 +198,9 @@ func (s *Session) Prefill(ctx context.Context, tokens []int32, o PrefillOptions)
 	chunk := o.Chunk
 	if chunk <= 0 {
 		chunk = len(tokens)
+	}
+	if o.CancelEvery > 0 && o.CancelEvery < chunk {
+		chunk = o.CancelEvery
 	}
 	vocab := s.m.Config().Vocab
 	var all []float32

@@ -39,6 +39,9 @@ type GenerateOptions struct {
 	Vocab     Vocabulary      // end-of-generation tokens; nil means none
 	Stream    TextStream      // required: decodes ids to text
 	OnPrefill func(done, total int)
+	// CancelEvery bounds the tokens of one prefill forward pass (PrefillOptions.CancelEvery),
+	// and so how long a cancellation waits; 0 means the chunk.
+	CancelEvery int
 	// OnToken is called after each generated token with the count so far and the text that
 	// became safe to emit (may be ""), and once more at the end with any text held back.
 	OnToken func(generated int, text string)
@@ -49,7 +52,7 @@ type Generation struct {
 	Text             string
 	Tokens           []int32 // generated ids, without the end-of-generation token
 	FinishReason     string
-	PromptTokens     int
+	PromptTokens     int // prompt tokens prefilled: fewer than the prompt's when ctx ended during prefill
 	CompletionTokens int
 	Prefill          time.Duration
 	Decode           time.Duration
@@ -97,10 +100,12 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		return g, err
 	}
 
-	start := time.Now()
-	logits, err := s.Prefill(ctx, prompt, PrefillOptions{Chunk: o.Chunk, Progress: o.OnPrefill})
+	start, pos := time.Now(), s.Pos()
+	logits, err := s.Prefill(ctx, prompt, PrefillOptions{Chunk: o.Chunk, CancelEvery: o.CancelEvery, Progress: o.OnPrefill})
 	g.Prefill = time.Since(start)
 	if err != nil {
+		// PromptTokens counts what was prefilled, not what was asked for.
+		g.PromptTokens = s.Pos() - pos
 		return cancelled(err)
 	}
 

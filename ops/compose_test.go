@@ -35,7 +35,7 @@ type composeService struct {
 	Build           *composeBuild             `yaml:"build"`
 	User            string                    `yaml:"user"`
 	Command         []string                  `yaml:"command"`
-	EnvFile         string                    `yaml:"env_file"`
+	EnvFiles        stringList                `yaml:"env_file"`
 	Environment     map[string]string         `yaml:"environment"`
 	Volumes         []string                  `yaml:"volumes"`
 	Ports           []string                  `yaml:"ports"`
@@ -45,6 +45,22 @@ type composeService struct {
 	Healthcheck     *composeHealth            `yaml:"healthcheck"`
 	Restart         string                    `yaml:"restart"`
 	Profiles        []string                  `yaml:"profiles"`
+}
+
+// stringList is a Compose field that is a string or a list of strings.
+type stringList []string
+
+func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*l = []string{n.Value}
+		return nil
+	}
+	var v []string
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	*l = v
+	return nil
 }
 
 type composeBuild struct {
@@ -128,11 +144,11 @@ func (c *composeFile) service(t *testing.T, name string) *composeService {
 	return s
 }
 
-// composeEnvExample is ops/compose.env.example as a map.
-func composeEnvExample(t *testing.T) map[string]string {
+// envExample is the example of an env file (ops/redis.env → ops/redis.env.example) as a map.
+func envExample(t *testing.T, envFile string) map[string]string {
 	t.Helper()
 	env := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(readFile(t, "ops", "compose.env.example")))
+	sc := bufio.NewScanner(bytes.NewReader(readFile(t, envFile+".example")))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -140,7 +156,7 @@ func composeEnvExample(t *testing.T) map[string]string {
 		}
 		k, v, ok := strings.Cut(line, "=")
 		if !ok || k == "" {
-			t.Fatalf("ops/compose.env.example:%d: want KEY=value, got %q", n, line)
+			t.Fatalf("%s.example:%d: want KEY=value, got %q", envFile, n, line)
 		}
 		env[k] = v
 	}
@@ -152,8 +168,8 @@ func composeEnvExample(t *testing.T) map[string]string {
 func containerEnv(t *testing.T, s *composeService) map[string]string {
 	t.Helper()
 	env := map[string]string{}
-	if s.EnvFile != "" {
-		for k, v := range composeEnvExample(t) {
+	for _, f := range s.EnvFiles {
+		for k, v := range envExample(t, f) {
 			env[k] = v
 		}
 	}
@@ -269,13 +285,17 @@ func TestCompose(t *testing.T) {
 		if !slices.Equal(got, wantServices) {
 			t.Errorf("services %q, want %q", got, wantServices)
 		}
-		if c.Name == "" {
-			t.Error("no top-level name: volume names would follow the checkout's directory name, and renaming it would orphan Redis's data")
+		// Debian's docker-compose 1.29 rejects a top-level name; both read .env.
+		if c.Name != "" {
+			t.Error("a top-level name: docker-compose 1.29 rejects it; set COMPOSE_PROJECT_NAME in .env")
+		}
+		if !strings.Contains(string(readFile(t, ".env")), "\nCOMPOSE_PROJECT_NAME=redlite\n") {
+			t.Error(".env does not set COMPOSE_PROJECT_NAME=redlite: volume names would follow the checkout's directory name, and renaming it would orphan Redis's data")
 		}
 	})
 
 	t.Run("NoComposeTimeInterpolation", func(t *testing.T) {
-		// Secrets come from ops/compose.env in the container, at run time; a single $
+		// Secrets come from the env files in the container, at run time; a single $
 		// would make compose substitute from the operator's shell instead.
 		for n, line := range strings.Split(raw, "\n") {
 			if strings.HasPrefix(strings.TrimSpace(line), "#") {
@@ -384,27 +404,85 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
-	t.Run("SecretsFromEnvFile", func(t *testing.T) {
-		example := composeEnvExample(t)
-		for _, k := range []string{"REDIS_PASSWORD", "GF_SECURITY_ADMIN_PASSWORD"} {
-			if example[k] == "" {
-				t.Errorf("ops/compose.env.example does not set %s", k)
-			}
-		}
-		for _, name := range []string{"redis", "worker", "dashboard", "grafana"} {
-			if got := c.service(t, name).EnvFile; got != "ops/compose.env" {
-				t.Errorf("service %s: env_file %q, want ops/compose.env", name, got)
-			}
-		}
+	t.Run("LoopbackByDefault", func(t *testing.T) {
+		// Nothing on the LAN unless docker-compose.lan.yml is added.
 		for name, s := range c.Services {
-			for k := range s.Environment {
-				if strings.Contains(k, "PASSWORD") {
-					t.Errorf("service %s sets %s in docker-compose.yml; secrets belong in ops/compose.env", name, k)
+			for _, p := range s.Ports {
+				if !strings.HasPrefix(p, "127.0.0.1:") {
+					t.Errorf("service %s publishes %q beyond loopback", name, p)
 				}
 			}
 		}
-		if !strings.Contains(string(readFile(t, "ops", ".gitignore")), "/compose.env\n") {
-			t.Error("ops/.gitignore does not ignore compose.env, the copy that holds the passwords")
+	})
+
+	t.Run("LANOverrideIsTLS", func(t *testing.T) {
+		var lan composeFile
+		dec := yaml.NewDecoder(bytes.NewReader(readFile(t, "docker-compose.lan.yml")))
+		dec.KnownFields(true)
+		if err := dec.Decode(&lan); err != nil {
+			t.Fatalf("docker-compose.lan.yml: %v", err)
+		}
+		for name, s := range lan.Services {
+			if c.Services[name] == nil {
+				t.Errorf("docker-compose.lan.yml overrides unknown service %s", name)
+			}
+			for _, p := range s.Ports {
+				if strings.HasPrefix(p, "127.0.0.1:") {
+					continue
+				}
+				if name != "redis" || p != "6380:6380" {
+					t.Errorf("docker-compose.lan.yml: service %s publishes %q on the LAN; only Redis's TLS port 6380 may be", name, p)
+				}
+			}
+		}
+		r := lan.Services["redis"]
+		if r == nil {
+			t.Fatal("docker-compose.lan.yml does not publish Redis")
+		}
+		script := shellScript(t, "redis", r)
+		for _, want := range []string{"--tls-port 6380", "--tls-auth-clients yes", "--tls-ca-cert-file /tls/ca.pem", "--requirepass"} {
+			if !strings.Contains(script, want) {
+				t.Errorf("the LAN Redis command %q lacks %s", script, want)
+			}
+		}
+		if !slices.ContainsFunc(r.mounts(t), func(m mount) bool { return m.bind && m.target == "/tls" && m.readOnly }) {
+			t.Error("the LAN Redis does not mount its certificates read-only at /tls")
+		}
+	})
+
+	t.Run("EachServiceOnlyItsSecrets", func(t *testing.T) {
+		redisEnv, grafanaEnv := envExample(t, "ops/redis.env"), envExample(t, "ops/grafana.env")
+		if redisEnv["REDIS_PASSWORD"] == "" || grafanaEnv["GF_SECURITY_ADMIN_PASSWORD"] == "" {
+			t.Error("the env file examples do not set REDIS_PASSWORD and GF_SECURITY_ADMIN_PASSWORD")
+		}
+		want := map[string][]string{
+			"redis": {"ops/redis.env"}, "redis-exporter": {"ops/redis.env"}, "dashboard": {"ops/redis.env"},
+			"worker": {"ops/redis.env", "ops/worker.env"}, "grafana": {"ops/grafana.env"}, "prometheus": nil,
+		}
+		for name, files := range want {
+			if got := c.service(t, name).EnvFiles; !slices.Equal([]string(got), files) {
+				t.Errorf("service %s: env_file %q, want %q", name, got, files)
+			}
+		}
+		for name, s := range c.Services {
+			env := containerEnv(t, s)
+			if _, ok := env["GF_SECURITY_ADMIN_PASSWORD"]; ok && name != "grafana" {
+				t.Errorf("service %s gets Grafana's admin password", name)
+			}
+			if _, ok := env["REDIS_PASSWORD"]; ok && name == "grafana" {
+				t.Error("Grafana gets the Redis password")
+			}
+			for k := range s.Environment {
+				if strings.Contains(k, "PASSWORD") {
+					t.Errorf("service %s sets %s in docker-compose.yml; secrets belong in its env file", name, k)
+				}
+			}
+		}
+		ignore := string(readFile(t, "ops", ".gitignore"))
+		for _, f := range []string{"/redis.env\n", "/grafana.env\n", "/worker.env\n"} {
+			if !strings.Contains(ignore, f) {
+				t.Errorf("ops/.gitignore does not ignore %s", strings.TrimSpace(f))
+			}
 		}
 	})
 
@@ -587,25 +665,29 @@ func TestCompose(t *testing.T) {
 
 	t.Run("DockerComposeConfig", func(t *testing.T) {
 		// Debian's docker-compose (v1) validates the file against its Compose schema without
-		// an engine. It predates the top-level name, so that line is left out.
+		// an engine. It rejects a top-level name (TestCompose/Services keeps it out).
 		bin, err := exec.LookPath("docker-compose")
 		if err != nil {
 			t.Skip("docker-compose not on PATH; the schema check runs where it is (apt-get install docker-compose)")
 		}
 		dir := t.TempDir()
-		var kept []string
-		for _, line := range strings.Split(raw, "\n") {
-			if !strings.HasPrefix(line, "name:") {
-				kept = append(kept, line)
-			}
-		}
 		copyTree(t, repoPath("ops"), filepath.Join(dir, "ops"), nil)
-		writeFile(t, filepath.Join(dir, "docker-compose.yml"), strings.Join(kept, "\n"))
+		writeFile(t, filepath.Join(dir, "docker-compose.yml"), raw)
 		writeFile(t, filepath.Join(dir, "Dockerfile"), string(readFile(t, "Dockerfile")))
-		writeFile(t, filepath.Join(dir, "ops", "compose.env"), string(readFile(t, "ops", "compose.env.example")))
+		for _, f := range []string{"redis", "grafana", "worker"} {
+			writeFile(t, filepath.Join(dir, "ops", f+".env"), string(readFile(t, "ops", f+".env.example")))
+		}
+		writeFile(t, filepath.Join(dir, "docker-compose.lan.yml"), string(readFile(t, "docker-compose.lan.yml")))
+		writeFile(t, filepath.Join(dir, ".env"), string(readFile(t, ".env")))
 		cmd := exec.Command(bin, "--project-directory", dir, "-f", filepath.Join(dir, "docker-compose.yml"), "config", "--quiet")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("docker-compose config: %v\n%s", err, out)
+		}
+		// With the LAN override merged in.
+		cmd = exec.Command(bin, "--project-directory", dir, "-f", filepath.Join(dir, "docker-compose.yml"),
+			"-f", filepath.Join(dir, "docker-compose.lan.yml"), "config", "--quiet")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("docker-compose config with docker-compose.lan.yml: %v\n%s", err, out)
 		}
 	})
 }

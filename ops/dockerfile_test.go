@@ -155,13 +155,13 @@ func (d *dockerignore) ignored(rel string) bool {
 func TestDockerignore(t *testing.T) {
 	ig := parseDockerignore(t, readFile(t, ".dockerignore"))
 	for _, p := range []string{".git/HEAD", "models/x.gguf", "engine/testdata/tiny.gguf", "x.gguf",
-		"redlite", "quant.test", "engine/cpu/cpu.test", "ops/compose.env", ".ci/run"} {
+		"redlite", "quant.test", "engine/cpu/cpu.test", "ops/redis.env", "ops/grafana.env", ".ci/run"} {
 		if !ig.ignored(p) {
 			t.Errorf("%s goes into the build context", p)
 		}
 	}
 	for _, p := range []string{"go.mod", "go.sum", "cmd/redlited/main.go", "cmd/redlite/main.go",
-		"daemon/daemon.go", "engine/gguf/reader.go", "ops/compose.env.example", "cmd/redlite/synth.go"} {
+		"daemon/daemon.go", "engine/gguf/reader.go", "ops/redis.env.example", "cmd/redlite/synth.go"} {
 		if ig.ignored(p) {
 			t.Errorf("%s is left out of the build context", p)
 		}

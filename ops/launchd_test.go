@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redlite/batch/internal/redistest"
 )
 
 // plistValue is a decoded property-list value: string, int64, float64, bool, []any or
@@ -256,7 +259,17 @@ func TestLaunchdRedlited(t *testing.T) {
 		}
 		env[k] = s
 	}
-	checkDaemonEnv(t, "com.redlite.redlited.plist", env)
+	// The certificate files exist only on a Mac: check the environment with test-made ones
+	// in their place (redlited reads them at start).
+	checked := maps.Clone(env)
+	tlsFiles := redistest.NewTLSFiles(t)
+	for k, f := range map[string]string{"REDLITE_REDIS_CA_FILE": tlsFiles.CA, "REDLITE_REDIS_CERT_FILE": tlsFiles.ClientCert, "REDLITE_REDIS_KEY_FILE": tlsFiles.ClientKey} {
+		if !filepath.IsAbs(env[k]) {
+			t.Errorf("%s %q is not an absolute path", k, env[k])
+		}
+		checked[k] = f
+	}
+	checkDaemonEnv(t, "com.redlite.redlited.plist", checked)
 	for _, k := range []string{"REDLITE_REDIS_URL", "REDLITE_MODEL", "REDLITE_HTTP_ADDR", "REDLITE_GPU_LIMIT_MIB", "REDLITE_SHUTDOWN_TIMEOUT"} {
 		if env[k] == "" {
 			t.Errorf("EnvironmentVariables does not set %s", k)
@@ -303,11 +316,21 @@ func wiredLimitMiB(t *testing.T) int64 {
 	if err != nil || n < 1024 {
 		t.Fatalf("iogpu.wired_limit_mb=%s: want a size in MiB", v)
 	}
-	if !get[bool](t, p, "RunAtLoad") || !get[bool](t, p, "LaunchOnlyOnce") {
-		t.Error("the wired limit must be set once at every boot: RunAtLoad and LaunchOnlyOnce")
+	if !get[bool](t, p, "RunAtLoad") {
+		t.Error("the wired limit must be set at every boot: RunAtLoad")
 	}
-	if _, ok := p["KeepAlive"]; ok {
-		t.Error("KeepAlive on a one-shot sysctl would rerun it forever")
+	// Retried until it succeeds, then left alone: KeepAlive {SuccessfulExit: false}. A
+	// plain KeepAlive true would rerun the one-shot sysctl forever; LaunchOnlyOnce would
+	// never retry a failure.
+	ka, ok := p["KeepAlive"].(map[string]any)
+	if !ok || ka["SuccessfulExit"] != false || len(ka) != 1 {
+		t.Errorf("KeepAlive %v, want {SuccessfulExit: false}: rerun the sysctl only when it fails", p["KeepAlive"])
+	}
+	if _, ok := p["LaunchOnlyOnce"]; ok {
+		t.Error("LaunchOnlyOnce would keep launchd from retrying a failed sysctl")
+	}
+	if ti, ok := p["ThrottleInterval"].(int64); !ok || ti < 10 {
+		t.Errorf("ThrottleInterval %v, want ≥ 10 s between retries", p["ThrottleInterval"])
 	}
 	return n
 }
