@@ -689,6 +689,12 @@ func TestCompose(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("docker-compose config with docker-compose.lan.yml: %v\n%s", err, out)
 		}
+		// With the Sentinel layer (ops/compose.sentinel.yml is copied with ops/).
+		cmd = exec.Command(bin, "--project-directory", dir, "-f", filepath.Join(dir, "docker-compose.yml"),
+			"-f", filepath.Join(dir, "ops", "compose.sentinel.yml"), "--profile", "sentinel", "config", "--quiet")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("docker-compose config with ops/compose.sentinel.yml: %v\n%s", err, out)
+		}
 	})
 }
 

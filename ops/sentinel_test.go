@@ -45,6 +45,11 @@ func TestComposeSentinel(t *testing.T) {
 		if !imagePin.MatchString(s.Image) || s.Image != base.Services["redis"].Image {
 			t.Errorf("%s: image %q, want the base redis image %q", name, s.Image, base.Services["redis"].Image)
 		}
+		for _, f := range s.EnvFiles {
+			if _, err := os.Stat(repoPath(f + ".example")); err != nil {
+				t.Errorf("%s: env_file %s has no %s.example beside it", name, f, f)
+			}
+		}
 		if s.Healthcheck == nil || s.Restart != "unless-stopped" {
 			t.Errorf("%s: needs a health check and restart: unless-stopped", name)
 		}
