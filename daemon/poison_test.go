@@ -3,8 +3,8 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"regexp"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +45,8 @@ func (c *poisonContext) InputIDs(ids []int32) ml.Tensor {
 	return c.Context.InputIDs(ids)
 }
 
+var poisonError = regexp.MustCompile(`^engine fault: engine: forward pass: cpu: embed failed: cpu: panic in a parallel loop: cpu: token id 10485[0-9]{2} outside token_embd.weight`)
+
 // TestPoisonJob checks that a job whose forward pass panics inside a parallel loop of the
 // CPU backend becomes a retried engine fault (the pass's error), archived when its retries
 // are spent, while the daemon goes on serving the jobs after it.
@@ -83,7 +85,8 @@ func TestPoisonJob(t *testing.T) {
 
 	bad := enqueue(t, b.client, &jobs.Generate{Prompt: poisonPrompt, MaxTokens: ptr(4)}, jobs.MaxRetry(1))
 	st := waitFor(t, b.client, bad.ID, "archived", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
-	if st.Retried != 1 || !strings.Contains(st.LastError, "engine fault: engine: forward pass: cpu: embed failed: cpu: panic in a parallel loop: cpu: token id 1048576 outside token_embd.weight") {
+	// Whichever goroutine reaches a bad id first reports it: any of the planted ids.
+	if st.Retried != 1 || !poisonError.MatchString(st.LastError) {
 		t.Errorf("poison job: retried %d, last error %q", st.Retried, st.LastError)
 	}
 
