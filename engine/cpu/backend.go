@@ -20,6 +20,8 @@ type Backend struct {
 	experts expertCache
 	// arena holds the buffers of intermediates between their uses and between passes.
 	arena arena
+	// lists keeps the recorded-operation lists of closed contexts for the next ones.
+	lists opLists
 }
 
 // New returns a CPU backend using threads goroutines (0: GOMAXPROCS).
@@ -116,7 +118,11 @@ func bindWeight(name string, typ quant.Type, dims []int, data []byte) (*weight, 
 	return w, nil
 }
 
-func (b *Backend) NewContext() ml.Context { return &context{b: b} }
+func (b *Backend) NewContext() ml.Context {
+	c := &context{b: b}
+	c.ops, c.made = b.lists.get()
+	return c
+}
 
 // tensor is an array of float32. A state tensor (Backend.NewTensor) or one made outside a
 // context owns its data; a pass tensor gets its data when the operation making it runs, from

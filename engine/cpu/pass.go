@@ -188,6 +188,7 @@ func (c *context) Close() {
 		}
 	}
 	c.b.arena.endPass()
+	c.b.lists.put(c.ops, c.made)
 	c.ops, c.made, c.rope = nil, nil, nil
 	c.next, c.seen = 0, 0
 	if c.err == nil {
@@ -196,6 +197,47 @@ func (c *context) Close() {
 }
 
 var errClosed = errors.New("cpu: context is closed")
+
+// opLists recycles the slices a context records into: a decode step records a thousand
+// operations or more, and growing fresh slices for every pass was most of what decoding
+// allocated per token once tensors came from the arena.
+type opLists struct {
+	mu   sync.Mutex
+	ops  [][]op
+	made [][]*tensor
+}
+
+// maxOpLists bounds the lists kept: one per pass running at once is enough.
+const maxOpLists = 4
+
+func (l *opLists) get() ([]op, []*tensor) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ops []op
+	var made []*tensor
+	if n := len(l.ops); n > 0 {
+		ops, l.ops = l.ops[n-1], l.ops[:n-1]
+	}
+	if n := len(l.made); n > 0 {
+		made, l.made = l.made[n-1], l.made[:n-1]
+	}
+	return ops, made
+}
+
+// put keeps emptied lists; their elements are cleared so that closed passes' tensors and
+// closures can be collected.
+func (l *opLists) put(ops []op, made []*tensor) {
+	clear(ops)
+	clear(made)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ops) < maxOpLists && cap(ops) > 0 {
+		l.ops = append(l.ops, ops[:0])
+	}
+	if len(l.made) < maxOpLists && cap(made) > 0 {
+		l.made = append(l.made, made[:0])
+	}
+}
 
 func (c *context) Read(x ml.Tensor) ([]float32, error) {
 	t := x.(*tensor)
