@@ -205,7 +205,7 @@ type Facts struct {
 	KeyLength       int
 	ValueLength     int
 	// RecurrentStateBytes is one sequence's recurrent state as the engine allocates it (see
-	// GatedDeltaNetStateBytes).
+	// modelinfo.GatedDeltaNetStateBytes).
 	RecurrentStateBytes int64
 	Tensors             []TensorFact
 }
@@ -285,15 +285,6 @@ func ClassifyTensor(name string, mtpFirstBlock int) (int, TensorClass) {
 		return layer, ClassRoutedExpert
 	}
 	return layer, ClassDense
-}
-
-// GatedDeltaNetStateBytes is one sequence's Gated DeltaNet state in f32: per recurrent layer
-// a valueHeads × keyDim × valueDim delta-rule state and a (convKernel − 1) × convChannels
-// window of the causal convolution.
-func GatedDeltaNetStateBytes(layers, valueHeads, keyDim, valueDim, convKernel, convChannels int) int64 {
-	state := int64(valueHeads) * int64(keyDim) * int64(valueDim)
-	conv := int64(max(convKernel-1, 0)) * int64(convChannels)
-	return int64(layers) * (state + conv) * 4
 }
 
 func ceilDiv(a, b int64) int64 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redlite/batch/engine/modelinfo"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
@@ -65,7 +66,7 @@ func TestProfileFromFixture(t *testing.T) {
 		Architecture: "qwen3next", Name: "tiny-qwen3next-IQ2_XXS", ContextLength: 262144,
 		ExpertCount: 16, ExpertUsedCount: 4,
 		AttentionLayers: 1, KVHeads: 1, KeyLength: 256, ValueLength: 256,
-		RecurrentStateBytes: GatedDeltaNetStateBytes(3, 4, 128, 128, 4, 1024),
+		RecurrentStateBytes: modelinfo.GatedDeltaNetStateBytes(3, 4, 128, 128, 4, 1024),
 	}
 	var total int64
 	for _, tt := range file.Tensors {

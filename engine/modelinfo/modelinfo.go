@@ -83,6 +83,17 @@ func Classify(name string, recurrentLayer bool) Class {
 	return ClassOther
 }
 
+// GatedDeltaNetStateBytes is one sequence's Gated DeltaNet state in f32: per recurrent layer
+// a valueHeads × keyDim × valueDim delta-rule state and a (convKernel − 1) × convChannels
+// window of the causal convolution (convChannels = q, k and v: 2·keyHeads·keyDim +
+// valueHeads·valueDim). The engine allocates it, the planner plans with it, `redlite info`
+// prints it.
+func GatedDeltaNetStateBytes(layers, valueHeads, keyDim, valueDim, convKernel, convChannels int64) int64 {
+	state := valueHeads * keyDim * valueDim
+	conv := max(convKernel-1, 0) * convChannels
+	return layers * (state + conv) * 4
+}
+
 // Info is the summary of one model file.
 type Info struct {
 	Path         string   `json:"path,omitempty"`
@@ -359,7 +370,7 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 	if err != nil {
 		return fmt.Errorf("modelinfo: %w", err)
 	}
-	var kvElems, recElems int64
+	var kvElems, recBytes int64
 	for _, l := range info.Layers {
 		switch l.Kind {
 		case LayerAttention:
@@ -400,12 +411,13 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 				"ssm.group_count": groups, "ssm.state_size": state}); err != nil {
 				return err
 			}
-			recElems += max(kernel-1, 0)*(inner+2*groups*state) + state*inner
+			// inner = value heads × value dim, groups = key heads, state = key dim.
+			recBytes += GatedDeltaNetStateBytes(1, inner, state, 1, kernel, inner+2*groups*state)
 		}
 	}
 	info.Memory.KVBytesPerPositionF32 = uint64(kvElems) * 4
 	info.Memory.KVBytesPerPositionF16 = uint64(kvElems) * 2
-	info.Memory.RecurrentBytesPerSequence = uint64(recElems) * 4
+	info.Memory.RecurrentBytesPerSequence = uint64(recBytes)
 	return nil
 }
 

@@ -11,12 +11,11 @@ package qwen3next
 import (
 	"fmt"
 	"math"
-	"regexp"
-	"strconv"
 
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/engine/modelinfo"
 )
 
 func init() { model.Register("qwen3next", Load) }
@@ -602,22 +601,15 @@ type facts struct {
 	mtp       int64
 }
 
-var blockTensor = regexp.MustCompile(`^blk\.(\d+)\.(.+)$`)
-
 func newFacts(f *gguf.File, m *Model) facts {
 	fc := facts{expert: make([]int64, m.cfg.Layers), slice: make([]int64, m.cfg.Layers)}
 	for _, t := range f.Tensors {
 		size := int64(t.Size)
-		sm := blockTensor.FindStringSubmatch(t.Name)
-		if sm == nil {
-			fc.dense += size
-			continue
-		}
-		i, _ := strconv.Atoi(sm[1])
+		i, _ := modelinfo.SplitLayer(t.Name)
 		switch {
 		case i >= m.cfg.Layers:
 			fc.mtp += size
-		case sm[2] == "ffn_gate_exps.weight" || sm[2] == "ffn_up_exps.weight" || sm[2] == "ffn_down_exps.weight":
+		case i >= 0 && modelinfo.Classify(t.Name, false) == modelinfo.ClassRoutedExperts:
 			fc.expert[i] += size
 			fc.slice[i] += size / int64(m.experts)
 		default:
@@ -625,7 +617,7 @@ func newFacts(f *gguf.File, m *Model) facts {
 		}
 	}
 	fc.kvPerPos = int64(m.cfg.AttnLayers) * int64(m.cfg.KVHeads) * int64(2*m.cfg.HeadDim)
-	fc.recurrent = int64(m.deltaCount) * int64((m.convKernel-1)*m.convCh+m.hv*m.dv*m.dk) * 4
+	fc.recurrent = modelinfo.GatedDeltaNetStateBytes(int64(m.deltaCount), int64(m.hv), int64(m.dk), int64(m.dv), int64(m.convKernel), int64(m.convCh))
 	return fc
 }
 
