@@ -568,7 +568,7 @@ func (m *Model) deltaNet(ctx ml.Context, s *State, i int, l *layer, xn ml.Tensor
 	k := ctx.L2Norm(ctx.Reshape(ctx.Slice(conv, hk*dk, hk*dk), n, hk, dk), m.eps)
 	v := ctx.Reshape(ctx.Slice(conv, 2*hk*dk, hv*dv), n, hv, dv)
 	o := ctx.DeltaNet(q, k, v, g, beta, s.delta[j], float32(1/math.Sqrt(float64(dk)))) // [n, hv, dv]
-	ctx.Name(o, "attn_output", i)
+	ctx.Name(o, "delta_output", i)                                                     // the delta rule's output; "attn_output" is full attention's projection
 
 	o = ctx.Mul(ctx.Reshape(ctx.RMSNorm(o, l.norm, m.eps), n, hv*dv), ctx.SiLU(z))
 	ctx.Name(o, "final_output", i)
