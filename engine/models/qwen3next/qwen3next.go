@@ -440,15 +440,15 @@ func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int
 		xn := ctx.Name(ctx.RMSNorm(x, l.attnNorm, m.eps), "attn_norm", i)
 		var a ml.Tensor
 		if l.recurrent {
-			a = m.deltaNet(ctx, s, i, l, xn, n)
+			a = m.deltaNet(ctx, s, block{idx: i, slot: m.stateLayer[i], l: l}, xn, n)
 		} else {
-			a = m.attention(ctx, s.kv, m.cacheLayer[i], i, l, xn, n, pos0)
+			a = m.attention(ctx, s.kv, block{idx: i, slot: m.cacheLayer[i], l: l}, xn, span{n, pos0})
 		}
 		h := ctx.Name(ctx.Add(a, x), "attn_residual", i)
 
 		// MoE block: out = h + moe(norm(h))
 		hn := ctx.Name(ctx.RMSNorm(h, l.postNorm, m.eps), "attn_post_norm", i)
-		x = ctx.Name(ctx.Add(m.moe(ctx, i, l, hn, n), h), "l_out", i)
+		x = ctx.Name(ctx.Add(m.moe(ctx, block{idx: i, l: l}, hn, n), h), "l_out", i)
 	}
 	if s.mtp != nil {
 		// The MTP head follows the sequence: token t at position p is paired with the
@@ -488,14 +488,15 @@ func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor
 	x := ctx.Name(ctx.MatMul(t.ehProj, ctx.Concat(e, hn)), "mtp_eh_proj", il) // [n, d]
 
 	xn := ctx.RMSNorm(x, t.attnNorm, m.eps)
+	b := block{idx: il, slot: 0, l: &t.layer} // the head's own one-layer cache
 	if !logits {
 		// Following the sequence only needs the head's keys and values.
-		m.storeKV(ctx, s.mtp.kv, 0, il, &t.layer, xn, n, pos0)
+		m.storeKV(ctx, s.mtp.kv, b, xn, span{n, pos0})
 		return nil
 	}
-	a := m.attention(ctx, s.mtp.kv, 0, il, &t.layer, xn, n, pos0)
+	a := m.attention(ctx, s.mtp.kv, b, xn, span{n, pos0})
 	hr := ctx.Add(a, x)
-	out := ctx.Name(ctx.Add(m.moe(ctx, il, &t.layer, ctx.RMSNorm(hr, t.postNorm, m.eps), n), hr), "mtp_post_ffn", il)
+	out := ctx.Name(ctx.Add(m.moe(ctx, b, ctx.RMSNorm(hr, t.postNorm, m.eps), n), hr), "mtp_post_ffn", il)
 	norm, head := t.headNorm, t.head
 	if norm == nil {
 		norm = m.outputNorm
@@ -507,37 +508,48 @@ func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor
 	return ctx.Name(ctx.MatMul(head, out), "mtp_result_output", il)
 }
 
+// block is the block an operation belongs to: idx names its tensors in dumps, slot is its
+// layer in the KV cache (attention) or in the recurrent state (DeltaNet), l its weights.
+type block struct {
+	idx, slot int
+	l         *layer
+}
+
+// span is the tokens of a pass: n of them, from position pos0.
+type span struct{ n, pos0 int }
+
 // attention is gated full attention: softmax attention of normed, partially rotated q and k,
 // multiplied by sigmoid of a gate that the q projection carries beside each head's query.
-func (m *Model) attention(ctx ml.Context, kv ml.Cache, cl, i int, l *layer, xn ml.Tensor, n, pos0 int) ml.Tensor {
-	c := m.cfg
+func (m *Model) attention(ctx ml.Context, kv ml.Cache, b block, xn ml.Tensor, sp span) ml.Tensor {
+	c, l, i, n := m.cfg, b.l, b.idx, sp.n
 	hd := c.HeadDim
-	qg := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, 2*hd)                        // per head: query | gate
-	q := ctx.Slice(qg, 0, hd)                                                       // [n, H, hd]
-	gate := ctx.Name(ctx.Reshape(ctx.Slice(qg, hd, hd), n, c.Heads*hd), "gate", i)  // [n, H·hd]
-	q = ctx.Name(ctx.RoPE(ctx.RMSNorm(q, l.qNorm, m.eps), pos0, m.rope), "Qcur", i) // per-head norm, rotate the first rope.Dims
-	m.storeKV(ctx, kv, cl, i, l, xn, n, pos0)
-	a := ctx.Attention(q, kv, cl, pos0, float32(1/math.Sqrt(float64(hd)))) // [n, H·hd]
+	qg := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, 2*hd)                           // per head: query | gate
+	q := ctx.Slice(qg, 0, hd)                                                          // [n, H, hd]
+	gate := ctx.Name(ctx.Reshape(ctx.Slice(qg, hd, hd), n, c.Heads*hd), "gate", i)     // [n, H·hd]
+	q = ctx.Name(ctx.RoPE(ctx.RMSNorm(q, l.qNorm, m.eps), sp.pos0, m.rope), "Qcur", i) // per-head norm, rotate the first rope.Dims
+	m.storeKV(ctx, kv, b, xn, sp)
+	a := ctx.Attention(q, kv, b.slot, sp.pos0, float32(1/math.Sqrt(float64(hd)))) // [n, H·hd]
 	a = ctx.Name(ctx.Mul(a, ctx.Sigmoid(gate)), "attn_gated", i)
 	return ctx.Name(ctx.MatMul(l.o, a), "attn_output", i)
 }
 
 // storeKV projects, normalizes and rotates the keys and the values of xn and writes them
-// to layer cl of kv.
-func (m *Model) storeKV(ctx ml.Context, kv ml.Cache, cl, i int, l *layer, xn ml.Tensor, n, pos0 int) {
-	c := m.cfg
-	k := ctx.Reshape(ctx.MatMul(l.k, xn), n, c.KVHeads, c.HeadDim)
-	v := ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, c.HeadDim)
-	k = ctx.Name(ctx.RoPE(ctx.RMSNorm(k, l.kNorm, m.eps), pos0, m.rope), "Kcur", i)
-	ctx.StoreKV(kv, cl, pos0, k, v)
+// to the block's layer of kv.
+func (m *Model) storeKV(ctx ml.Context, kv ml.Cache, b block, xn ml.Tensor, sp span) {
+	c, l := m.cfg, b.l
+	k := ctx.Reshape(ctx.MatMul(l.k, xn), sp.n, c.KVHeads, c.HeadDim)
+	v := ctx.Reshape(ctx.MatMul(l.v, xn), sp.n, c.KVHeads, c.HeadDim)
+	k = ctx.Name(ctx.RoPE(ctx.RMSNorm(k, l.kNorm, m.eps), sp.pos0, m.rope), "Kcur", b.idx)
+	ctx.StoreKV(kv, b.slot, sp.pos0, k, v)
 }
 
 // deltaNet is a Gated DeltaNet layer: project to q, k, v (and the output gate z), run them
 // through the causal conv and SiLU, L2-normalize q and k, apply the gated delta rule with
 // per-head decay g = softplus(α + dt_bias)·A and write strength β = sigmoid(b), then the
 // gated RMSNorm (norm(o)·silu(z)) and the output projection.
-func (m *Model) deltaNet(ctx ml.Context, s *State, i int, l *layer, xn ml.Tensor, n int) ml.Tensor {
+func (m *Model) deltaNet(ctx ml.Context, s *State, b block, xn ml.Tensor, n int) ml.Tensor {
 	hk, hv, dk, dv := m.hk, m.hv, m.dk, m.dv
+	l, i, j := b.l, b.idx, b.slot
 	r := hv / hk
 	var qkv, z ml.Tensor
 	if l.qkv != nil {
@@ -561,14 +573,14 @@ func (m *Model) deltaNet(ctx ml.Context, s *State, i int, l *layer, xn ml.Tensor
 	g := ctx.MulVec(ctx.Softplus(ctx.AddVec(alpha, l.dtBias)), l.a) // log decay ≤ 0
 	ctx.Name(g, "gate", i)
 
-	j := m.stateLayer[i]
 	conv := ctx.SiLU(ctx.Conv1DCausal(qkv, l.conv, s.conv[j])) // [n, C]
 	ctx.Name(conv, "conv_output_silu", i)
 	q := ctx.L2Norm(ctx.Reshape(ctx.Slice(conv, 0, hk*dk), n, hk, dk), m.eps)
 	k := ctx.L2Norm(ctx.Reshape(ctx.Slice(conv, hk*dk, hk*dk), n, hk, dk), m.eps)
 	v := ctx.Reshape(ctx.Slice(conv, 2*hk*dk, hv*dv), n, hv, dv)
 	o := ctx.DeltaNet(q, k, v, g, beta, s.delta[j], float32(1/math.Sqrt(float64(dk)))) // [n, hv, dv]
-	ctx.Name(o, "delta_output", i)                                                     // the delta rule's output; "attn_output" is full attention's projection
+	// The delta rule's output ("attn_output" is full attention's projection, not this).
+	ctx.Name(o, "delta_output", i)
 
 	o = ctx.Mul(ctx.Reshape(ctx.RMSNorm(o, l.norm, m.eps), n, hv*dv), ctx.SiLU(z))
 	ctx.Name(o, "final_output", i)
@@ -577,7 +589,8 @@ func (m *Model) deltaNet(ctx ml.Context, s *State, i int, l *layer, xn ml.Tensor
 
 // moe is the routed experts (softmax router, top-k, weights renormalized to 1, SwiGLU
 // experts) plus the SwiGLU shared expert scaled by sigmoid(w_shexp · x).
-func (m *Model) moe(ctx ml.Context, i int, l *layer, hn ml.Tensor, n int) ml.Tensor {
+func (m *Model) moe(ctx ml.Context, b block, hn ml.Tensor, n int) ml.Tensor {
+	l, i := b.l, b.idx
 	logits := ctx.Name(ctx.MatMul(l.router, hn), "ffn_moe_logits", i) // [n, E]
 	ids, w := ctx.Route(logits, m.used, true)                         // [n, k] each
 	gate := ctx.MatMulExperts(l.gateExps, hn, ids)                    // [n, k, ff]
