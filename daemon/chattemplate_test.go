@@ -79,12 +79,8 @@ func TestRealChatTemplates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cm := make([]chat.Message, len(msgs))
-			for i, m := range msgs {
-				cm[i] = chat.Message{Role: m.Role, Content: m.Content}
-			}
 			no := false
-			want, err := tmpl.Encode(chat.Conversation{Messages: chat.Messages(cm...), AddGenerationPrompt: true, EnableThinking: &no}, tok)
+			want, err := tmpl.Encode(chat.Conversation{Messages: chat.Messages(toChat(msgs)...), AddGenerationPrompt: true, EnableThinking: &no}, tok)
 			if err != nil {
 				t.Fatal(err)
 			}

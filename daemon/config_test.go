@@ -129,14 +129,6 @@ func equalIDs(a, b []int32) bool {
 
 var encodeSpecial = tokenizer.EncodeOpts{ParseSpecial: true}
 
-func toChat(msgs []jobs.Message) []chat.Message {
-	out := make([]chat.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = chat.Message{Role: m.Role, Content: m.Content}
-	}
-	return out
-}
-
 func TestDefaultModel(t *testing.T) {
 	dir := t.TempDir()
 	path, err := DefaultModel(dir)

@@ -196,12 +196,8 @@ func (lm *loadedModel) encodeChat(msgs []jobs.Message, thinking bool) (prompt, e
 	if lm.tmpl == nil {
 		return prompt{}, fmt.Errorf("%w: %v; use \"prompt\" instead of \"messages\", or set REDLITE_CHAT_TEMPLATE", errNoTemplate, lm.tmplErr)
 	}
-	cm := make([]chat.Message, len(msgs))
-	for i, m := range msgs {
-		cm[i] = chat.Message{Role: m.Role, Content: m.Content}
-	}
 	p, err := lm.tmpl.Encode(chat.Conversation{
-		Messages:            chat.Messages(cm...),
+		Messages:            chat.Messages(toChat(msgs)...),
 		AddGenerationPrompt: true,
 		EnableThinking:      &thinking,
 	}, lm.tok)
@@ -209,6 +205,15 @@ func (lm *loadedModel) encodeChat(msgs []jobs.Message, thinking bool) (prompt, e
 		return prompt{}, fmt.Errorf("render chat template: %w", err)
 	}
 	return prompt{ids: p.IDs, thinking: chat.OpensThinking(p.Text)}, nil
+}
+
+// toChat turns a payload's messages into the chat package's.
+func toChat(msgs []jobs.Message) []chat.Message {
+	out := make([]chat.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = chat.Message{Role: m.Role, Content: m.Content}
+	}
+	return out
 }
 
 // kvType maps a plan's precision to the engine's.

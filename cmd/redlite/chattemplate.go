@@ -20,10 +20,6 @@ func init() {
 }
 
 func runChatTemplate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return chatTemplateCmd(args, os.Stdin, stdout, stderr)
-}
-
-func chatTemplateCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("chat-template", stderr)
 	model := fs.String("model", "", "GGUF `file` whose tokenizer.chat_template to render (a vocab-only GGUF will do)")
 	templateFile := fs.String("template", "", "render this Jinja `file` instead (with --model, the model's tokens fill bos_token and eos_token)")
@@ -49,13 +45,7 @@ func chatTemplateCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) e
 		return usageErr("--tokens needs --model (its tokenizer)")
 	}
 
-	var raw []byte
-	var err error
-	if *casePath == "-" {
-		raw, err = io.ReadAll(stdin)
-	} else {
-		raw, err = os.ReadFile(*casePath)
-	}
+	raw, err := readArg(*casePath)
 	if err != nil {
 		return fmt.Errorf("read case: %w", err)
 	}
