@@ -2,60 +2,190 @@ package cpu
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
 )
 
-// cache stores keys and values per layer as [capacity, kvHeads, headDim], in float32 or in
-// float16 bits.
-type cache struct {
-	dtype            ml.DType
-	layers, capacity int
-	kvHeads, headDim int
-	k32, v32         [][]float32
-	k16, v16         [][]uint16
-	freed            bool
+// kvPool stores keys and values per layer as blocks of [blockSize, kvHeads, headDim], in
+// float32 or in float16 bits; a sequence's cache is a table of its blocks. A cache made by
+// NewCache has a pool of its own with a single block of its whole capacity, so a lone
+// sequence's keys are contiguous as they always were.
+type kvPool struct {
+	dtype             ml.DType
+	layers, kvHeads   int
+	headDim           int
+	blockSize, blocks int
+	k32, v32          [][]float32 // per layer: blocks·blockSize·kvHeads·headDim
+	k16, v16          [][]uint16
+
+	mu    sync.Mutex
+	free  []int32 // free blocks, taken from the end
+	freed bool
 }
 
-func (b *Backend) NewCache(layers, kvHeads, headDim, capacity int, dtype ml.DType) (ml.Cache, error) {
-	if layers < 0 || kvHeads <= 0 || headDim <= 0 || capacity <= 0 {
-		return nil, fmt.Errorf("cpu: bad cache shape: %d layers, %d kv heads of %d, %d positions", layers, kvHeads, headDim, capacity)
+// cache is one sequence's view of a pool: position p lives in block pages[p/blockSize].
+type cache struct {
+	*kvPool
+	pages    []int32
+	capacity int
+	private  bool // the pool is the cache's own: freeing the cache frees it
+	freed    bool
+}
+
+func (b *Backend) NewKVPool(layers, kvHeads, headDim, blocks, blockSize int, dtype ml.DType) (ml.KVPool, error) {
+	return newKVPool(layers, kvHeads, headDim, blocks, blockSize, dtype)
+}
+
+func newKVPool(layers, kvHeads, headDim, blocks, blockSize int, dtype ml.DType) (*kvPool, error) {
+	if layers < 0 || kvHeads <= 0 || headDim <= 0 || blocks <= 0 || blockSize <= 0 {
+		return nil, fmt.Errorf("cpu: bad cache shape: %d layers, %d kv heads of %d, %d blocks of %d positions", layers, kvHeads, headDim, blocks, blockSize)
 	}
-	c := &cache{dtype: dtype, layers: layers, capacity: capacity, kvHeads: kvHeads, headDim: headDim}
-	n := capacity * kvHeads * headDim
+	if blocks > 1 && blockSize > attnBlock && blockSize%attnBlock != 0 {
+		// Attention walks the cache in runs that never cross a block.
+		return nil, fmt.Errorf("cpu: a KV block of %d positions is neither at most %d nor a multiple of it", blockSize, attnBlock)
+	}
+	p := &kvPool{dtype: dtype, layers: layers, kvHeads: kvHeads, headDim: headDim, blockSize: blockSize, blocks: blocks}
+	n := blocks * blockSize * kvHeads * headDim
 	for range layers {
 		switch dtype {
 		case ml.F32:
-			c.k32 = append(c.k32, make([]float32, n))
-			c.v32 = append(c.v32, make([]float32, n))
+			p.k32 = append(p.k32, make([]float32, n))
+			p.v32 = append(p.v32, make([]float32, n))
 		case ml.F16:
-			c.k16 = append(c.k16, make([]uint16, n))
-			c.v16 = append(c.v16, make([]uint16, n))
+			p.k16 = append(p.k16, make([]uint16, n))
+			p.v16 = append(p.v16, make([]uint16, n))
 		default:
 			return nil, fmt.Errorf("cpu: cache precision %v not supported", dtype)
 		}
 	}
+	p.free = make([]int32, blocks)
+	for i := range p.free {
+		p.free[i] = int32(blocks - 1 - i) // low blocks first
+	}
+	return p, nil
+}
+
+func (b *Backend) NewCache(layers, kvHeads, headDim, capacity int, dtype ml.DType) (ml.Cache, error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("cpu: bad cache shape: %d layers, %d kv heads of %d, %d positions", layers, kvHeads, headDim, capacity)
+	}
+	p, err := newKVPool(layers, kvHeads, headDim, 1, capacity, dtype)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.alloc(capacity)
+	if err != nil {
+		return nil, err
+	}
+	c.private = true
 	return c, nil
 }
 
-// Free drops the cache's memory; operations on it afterwards panic (and fail their pass).
+func (p *kvPool) DType() ml.DType { return p.dtype }
+func (p *kvPool) BlockSize() int  { return p.blockSize }
+func (p *kvPool) Blocks() int     { return p.blocks }
+func (p *kvPool) BlockBytes() int64 {
+	return int64(p.layers) * 2 * int64(p.blockSize*p.kvHeads*p.headDim) * int64(p.dtype.Bytes())
+}
+func (p *kvPool) Bytes() int64 { return int64(p.blocks) * p.BlockBytes() }
+
+func (p *kvPool) FreeBlocks() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free)
+}
+
+func (p *kvPool) Alloc(positions int) (ml.Cache, error) { return p.alloc(positions) }
+
+func (p *kvPool) alloc(positions int) (*cache, error) {
+	if positions <= 0 {
+		return nil, fmt.Errorf("cpu: a cache of %d positions", positions)
+	}
+	need := ml.BlocksFor(positions, p.blockSize)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.freed {
+		return nil, fmt.Errorf("cpu: allocation from a freed KV pool")
+	}
+	if need > len(p.free) {
+		return nil, fmt.Errorf("cpu: %d positions need %d blocks of %d, %d of %d free: %w", positions, need, p.blockSize, len(p.free), p.blocks, ml.ErrPoolFull)
+	}
+	c := &cache{kvPool: p, capacity: need * p.blockSize}
+	c.pages = append([]int32(nil), p.free[len(p.free)-need:]...)
+	p.free = p.free[:len(p.free)-need]
+	return c, nil
+}
+
+// Free drops the pool's memory; operations on its caches afterwards panic (and fail their
+// pass).
+func (p *kvPool) Free() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.k32, p.v32, p.k16, p.v16 = nil, nil, nil, nil
+	p.free, p.freed = nil, true
+}
+
+// Free gives the cache's blocks back to its pool (and frees a private pool).
 func (c *cache) Free() {
-	c.k32, c.v32, c.k16, c.v16 = nil, nil, nil, nil
+	if c.freed {
+		return
+	}
 	c.freed = true
+	if c.private {
+		c.kvPool.Free()
+		return
+	}
+	p := c.kvPool
+	p.mu.Lock()
+	if !p.freed {
+		p.free = append(p.free, c.pages...)
+	}
+	p.mu.Unlock()
+	c.pages = nil
 }
 
 // check refuses a freed cache where the operation is issued.
 func (c *cache) check(what string) {
-	if c.freed {
+	if c.freed || c.kvPool.freed {
 		panic("cpu: " + what + " a freed KV cache")
 	}
 }
 
-func (c *cache) DType() ml.DType { return c.dtype }
-func (c *cache) Capacity() int   { return c.capacity }
+func (c *cache) Capacity() int { return c.capacity }
 func (c *cache) Bytes() int64 {
-	return int64(c.layers) * 2 * int64(c.capacity*c.kvHeads*c.headDim) * int64(c.dtype.Bytes())
+	return int64(len(c.pages)) * c.BlockBytes()
+}
+
+// run returns the end of the run of positions from p that lie in one block, at most end.
+func (c *cache) run(p, end int) int {
+	return min(end, (p/c.blockSize+1)*c.blockSize)
+}
+
+// at is the offset of position p's row in a layer's slice.
+func (c *cache) at(p int) int {
+	return (int(c.pages[p/c.blockSize])*c.blockSize + p%c.blockSize) * c.kvHeads * c.headDim
+}
+
+// span returns the float32 keys and values of positions [p0, p1) of a layer, which must lie
+// in one block (see run): rows of kvHeads·headDim.
+func (c *cache) span32(layer, p0, p1 int) (k, v []float32) {
+	lo, hi := c.at(p0), c.at(p0)+(p1-p0)*c.kvHeads*c.headDim
+	return c.k32[layer][lo:hi], c.v32[layer][lo:hi]
+}
+
+func (c *cache) span16(layer, p0, p1 int) (k, v []uint16) {
+	lo, hi := c.at(p0), c.at(p0)+(p1-p0)*c.kvHeads*c.headDim
+	return c.k16[layer][lo:hi], c.v16[layer][lo:hi]
+}
+
+// attnRun is the positions attention takes at a time: a run never crosses a block.
+func (c *cache) attnRun() int {
+	if len(c.pages) == 1 {
+		return attnBlock
+	}
+	return min(attnBlock, c.blockSize)
 }
 
 // store writes rows of kvHeads·headDim values at positions pos0….
@@ -65,20 +195,48 @@ func (c *cache) store(layer, pos0 int, k, v []float32) {
 	if pos0 < 0 || pos0+n > c.capacity {
 		panic(fmt.Sprintf("cpu: cache write at %d+%d past capacity %d", pos0, n, c.capacity))
 	}
-	off := pos0 * row
-	switch c.dtype {
-	case ml.F32:
-		copy(c.k32[layer][off:], k)
-		copy(c.v32[layer][off:], v)
-	case ml.F16:
-		quant.F32ToF16Slice(c.k16[layer][off:off+len(k)], k)
-		quant.F32ToF16Slice(c.v16[layer][off:off+len(v)], v)
+	for p := pos0; p < pos0+n; {
+		e := c.run(p, pos0+n)
+		src := (p - pos0) * row
+		m := (e - p) * row
+		switch c.dtype {
+		case ml.F32:
+			dk, dv := c.span32(layer, p, e)
+			copy(dk, k[src:src+m])
+			copy(dv, v[src:src+m])
+		case ml.F16:
+			dk, dv := c.span16(layer, p, e)
+			quant.F32ToF16Slice(dk, k[src:src+m])
+			quant.F32ToF16Slice(dv, v[src:src+m])
+		}
+		p = e
 	}
 }
 
-// keys returns position p's key of head g as float32 (converting into buf for f16).
+// load reads positions [pos0, pos0+n) of a layer as float32 rows into k and v.
+func (c *cache) load(layer, pos0, n int, k, v []float32) {
+	row := c.kvHeads * c.headDim
+	for p := pos0; p < pos0+n; {
+		e := c.run(p, pos0+n)
+		dst := (p - pos0) * row
+		m := (e - p) * row
+		switch c.dtype {
+		case ml.F32:
+			sk, sv := c.span32(layer, p, e)
+			copy(k[dst:dst+m], sk)
+			copy(v[dst:dst+m], sv)
+		case ml.F16:
+			sk, sv := c.span16(layer, p, e)
+			quant.F16ToF32Slice(k[dst:dst+m], sk)
+			quant.F16ToF32Slice(v[dst:dst+m], sv)
+		}
+		p = e
+	}
+}
+
+// key returns position p's key of head g as float32 (converting into buf for f16).
 func (c *cache) key(layer, p, g int, buf []float32) []float32 {
-	off := (p*c.kvHeads + g) * c.headDim
+	off := c.at(p) + g*c.headDim
 	if c.dtype == ml.F32 {
 		return c.k32[layer][off : off+c.headDim]
 	}
@@ -87,7 +245,7 @@ func (c *cache) key(layer, p, g int, buf []float32) []float32 {
 }
 
 func (c *cache) value(layer, p, g int, buf []float32) []float32 {
-	off := (p*c.kvHeads + g) * c.headDim
+	off := c.at(p) + g*c.headDim
 	if c.dtype == ml.F32 {
 		return c.v32[layer][off : off+c.headDim]
 	}

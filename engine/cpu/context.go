@@ -302,9 +302,26 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 			s := scores[:pos0+i+1] // causal: attend to positions 0 … pos0+i
 			dst := out.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
 			if kc.dtype == ml.F32 {
-				scoresStrided(kc.k32[layer][g*hd:], row, qv, s)
+				// By runs of positions within one block of the cache; a lone sequence's
+				// cache is one block.
+				for p := 0; p < len(s); p = kc.run(p, len(s)) {
+					kb, _ := kc.span32(layer, p, kc.run(p, len(s)))
+					scoresStrided(kb[g*hd:], row, qv, s[p:kc.run(p, len(s))])
+				}
 				softmax32(s, scale)
-				weightedRows(s, kc.v32[layer][g*hd:], row, dst)
+				for p := 0; p < len(s); {
+					e := kc.run(p, len(s))
+					_, vb := kc.span32(layer, p, e)
+					if p == 0 {
+						weightedRows(s[:e], vb[g*hd:], row, dst)
+					} else {
+						weightedRows(s[p:e], vb[g*hd:], row, acc)
+						for d, x := range acc {
+							dst[d] += x
+						}
+					}
+					p = e
+				}
 				continue
 			}
 			for p := range s {

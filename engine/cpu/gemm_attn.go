@@ -33,9 +33,12 @@ func attentionGemm(p *pool, kern gemmKernel, q []float32, n, heads, hd int, kc *
 	group := heads / kvHeads
 	total := pos0 + n
 	row := kvHeads * hd // floats per position in the cache
-	panels := attnBlock / nr
+	// Blocks of positions never cross a block of the cache (a lone sequence's cache is one
+	// block, so it goes by attnBlock).
+	block := kc.attnRun()
+	panels := (block + nr - 1) / nr
 	tiles := (n + mr - 1) / mr
-	single := total <= attnBlock // one block: a plain softmax, no state to combine
+	single := total <= block // one block: a plain softmax, no state to combine
 
 	// Kᵀ of a block per kv head g: panel pn holds key b0+pn·nr+j, feature d at
 	// [(g·panels+pn)·hd+d]·nr+j.
@@ -44,7 +47,7 @@ func attentionGemm(p *pool, kern gemmKernel, q []float32, n, heads, hd int, kc *
 	// V of a block as float32 rows of kvHeads·hd (f16 caches only).
 	var vw []float32
 	if kc.dtype != ml.F32 {
-		vw = p.scratch.get(attnBlock * row)
+		vw = p.scratch.get(block * row)
 		defer p.scratch.put(vw)
 	}
 	// The streaming softmax's state per token and head: running max and sum.
@@ -52,8 +55,8 @@ func attentionGemm(p *pool, kern gemmKernel, q []float32, n, heads, hd int, kc *
 	defer p.scratch.put(state)
 	runMax, runSum := state[:n*heads], state[n*heads:]
 
-	for b0 := 0; b0 < total; b0 += attnBlock {
-		bn := min(attnBlock, total-b0)
+	for b0 := 0; b0 < total; b0 += block {
+		bn := min(block, total-b0)
 		bp := (bn + nr - 1) / nr
 		p.parallel(kvHeads*bp, 1, func(lo, hi int) {
 			buf := make([]float32, hd)
@@ -74,11 +77,12 @@ func attentionGemm(p *pool, kern gemmKernel, q []float32, n, heads, hd int, kc *
 		})
 		var v []float32
 		if kc.dtype == ml.F32 {
-			v = kc.v32[layer][b0*row : (b0+bn)*row]
+			_, v = kc.span32(layer, b0, b0+bn)
 		} else {
 			v = vw[:bn*row]
+			_, v16 := kc.span16(layer, b0, b0+bn)
 			p.parallel(bn, 64, func(lo, hi int) {
-				quant.F16ToF32Slice(v[lo*row:hi*row], kc.v16[layer][(b0+lo)*row:(b0+hi)*row])
+				quant.F16ToF32Slice(v[lo*row:hi*row], v16[lo*row:hi*row])
 			})
 		}
 

@@ -221,19 +221,8 @@ func (c *context) LoadKV(cc ml.Cache, layer, pos0, n int) (ml.Tensor, ml.Tensor)
 		panic(fmt.Sprintf("cpu: load of positions [%d, %d) of layer %d from a cache of %d layers × %d", pos0, pos0+n, layer, kc.layers, kc.capacity))
 	}
 	kc.check("load from")
-	row := kc.kvHeads * kc.headDim
 	k, v := c.out(n, kc.kvHeads, kc.headDim), c.out(n, kc.kvHeads, kc.headDim)
-	lo, hi := pos0*row, (pos0+n)*row
-	c.record("load kv", false, func() {
-		switch kc.dtype {
-		case ml.F32:
-			copy(k.data, kc.k32[layer][lo:hi])
-			copy(v.data, kc.v32[layer][lo:hi])
-		case ml.F16:
-			quant.F16ToF32Slice(k.data, kc.k16[layer][lo:hi])
-			quant.F16ToF32Slice(v.data, kc.v16[layer][lo:hi])
-		}
-	}, []*tensor{k, v})
+	c.record("load kv", false, func() { kc.load(layer, pos0, n, k.data, v.data) }, []*tensor{k, v})
 	return k, v
 }
 

@@ -11,6 +11,8 @@
 package ml
 
 import (
+	"errors"
+
 	"github.com/redlite/batch/engine/quant"
 )
 
@@ -95,10 +97,37 @@ type Cache interface {
 	Capacity() int // positions
 	Bytes() int64
 	// Free releases the cache's memory at once instead of when the collector finds it
-	// (GiB for long contexts). Operations issued on it afterwards fail their pass. Calling
-	// Free twice is harmless.
+	// (GiB for long contexts); a cache drawn from a KVPool gives its blocks back to the
+	// pool. Operations issued on it afterwards fail their pass. Calling Free twice is
+	// harmless.
 	Free()
 }
+
+// KVPool is KV-cache memory shared by many sequences in blocks of BlockSize positions (the
+// paged cache of vLLM's PagedAttention, llama.cpp's unified cache): a sequence's Cache
+// holds a table of blocks, so short and long sequences draw from one pool and give their
+// blocks back when they end, instead of each reserving a whole context.
+type KVPool interface {
+	DType() DType
+	BlockSize() int // positions per block
+	Blocks() int    // blocks in the pool
+	FreeBlocks() int
+	// BlockBytes is one block's keys and values across the pool's layers.
+	BlockBytes() int64
+	Bytes() int64
+	// Alloc takes the blocks for positions positions from the pool: a Cache of at least
+	// that capacity (whole blocks), whose Free gives them back. It fails with an error
+	// wrapping ErrPoolFull when too few blocks are free.
+	Alloc(positions int) (Cache, error)
+	// Free releases the pool's memory; caches drawn from it must be freed first.
+	Free()
+}
+
+// ErrPoolFull is wrapped by KVPool.Alloc when the pool has too few free blocks.
+var ErrPoolFull = errors.New("KV pool has too few free blocks")
+
+// BlocksFor is the number of blocks of blockSize positions that hold positions positions.
+func BlocksFor(positions, blockSize int) int { return (positions + blockSize - 1) / blockSize }
 
 // Backend creates weights, caches and per-pass contexts. Model loading and sessions use it.
 type Backend interface {
@@ -115,6 +144,9 @@ type Backend interface {
 	// NewCache allocates a KV cache of capacity positions for layers layers of kvHeads heads of
 	// headDim features, keys and values both. Cache.Free releases it.
 	NewCache(layers, kvHeads, headDim, capacity int, dtype DType) (Cache, error)
+	// NewKVPool allocates blocks blocks of blockSize positions for layers layers of kvHeads
+	// heads of headDim features; sequences draw their caches from it (KVPool.Alloc).
+	NewKVPool(layers, kvHeads, headDim, blocks, blockSize int, dtype DType) (KVPool, error)
 	// NewContext starts a forward pass. Every context must be closed.
 	NewContext() Context
 

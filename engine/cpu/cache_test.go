@@ -1,0 +1,90 @@
+package cpu
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/redlite/batch/engine/ml"
+)
+
+// TestPagedAttention fills a sequence's cache drawn from a shared pool, whose blocks are
+// scattered (other sequences took and gave back blocks first), and checks stores, loads and
+// attention — per position and as chunks — against float64, in both precisions.
+func TestPagedAttention(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const heads, kvHeads, hd, layers = 4, 2, 64, 2
+	const scale = 0.125
+	b := New(2)
+	for _, dt := range []ml.DType{ml.F32, ml.F16} {
+		for _, bs := range []int{64, 256} {
+			pool, err := b.NewKVPool(layers, kvHeads, hd, 24, bs, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Scatter: take blocks for three sequences, give back the middle one's and the
+			// first one's, so the next cache's table is out of order.
+			a, _ := pool.Alloc(3 * bs)
+			m, _ := pool.Alloc(5 * bs)
+			z, _ := pool.Alloc(2 * bs)
+			m.Free()
+			a.Free()
+			defer z.Free()
+			total := 7*bs + 5
+			cc, err := pool.Alloc(total)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kc := cc.(*cache)
+			if kc.Capacity() != 8*bs || pool.FreeBlocks() != 24-2-8 {
+				t.Fatalf("capacity %d, %d blocks free", kc.Capacity(), pool.FreeBlocks())
+			}
+			row := kvHeads * hd
+			k, v := randomTensor(rng, total, row).data, randomTensor(rng, total, row).data
+			// Stored in pieces that cross blocks.
+			for p0 := 0; p0 < total; p0 += 97 {
+				n := min(97, total-p0)
+				kc.store(1, p0, k[p0*row:(p0+n)*row], v[p0*row:(p0+n)*row])
+			}
+			gk, gv := make([]float32, total*row), make([]float32, total*row)
+			kc.load(1, 0, total, gk, gv)
+			for i := range k {
+				tol := float32(0)
+				if dt == ml.F16 {
+					tol = 1e-3 * (1 + float32(math.Abs(float64(k[i]))) + float32(math.Abs(float64(v[i]))))
+				}
+				if d := gk[i] - k[i]; d > tol || -d > tol {
+					t.Fatalf("%v bs %d: key %d loaded %v, stored %v", dt, bs, i, gk[i], k[i])
+				}
+				if d := gv[i] - v[i]; d > tol || -d > tol {
+					t.Fatalf("%v bs %d: value %d loaded %v, stored %v", dt, bs, i, gv[i], v[i])
+				}
+			}
+			c := b.NewContext().(*context)
+			for _, shape := range [][2]int{{total - 1, 1}, {bs - 3, 40}, {0, total}} {
+				pos0, n := shape[0], shape[1]
+				q := randomTensor(rng, n, heads*hd).data
+				want := refAttention(q, n, heads, hd, kc, 1, pos0, scale)
+				got := values(t, c, c.Attention(hostTensor(q, n, heads, hd), kc, 1, pos0, scale))
+				for i, w := range want {
+					if math.Abs(float64(got[i])-w) > 2e-5*(1+math.Abs(w)) {
+						t.Fatalf("%v bs %d pos0 %d n %d: element %d: %v, want %v", dt, bs, pos0, n, i, got[i], w)
+					}
+				}
+				c.Close()
+				c = b.NewContext().(*context)
+			}
+			c.Close()
+			cc.Free()
+			cc.Free() // harmless
+			if pool.FreeBlocks() != 22 {
+				t.Fatalf("%d blocks free after the cache's Free, want 22", pool.FreeBlocks())
+			}
+			if _, err := pool.Alloc(23 * bs); !errors.Is(err, ml.ErrPoolFull) {
+				t.Fatalf("allocation past the pool: %v, want ErrPoolFull", err)
+			}
+			pool.Free()
+		}
+	}
+}
