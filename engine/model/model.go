@@ -20,9 +20,15 @@ type Graph interface {
 	Config() Config
 	// NewState allocates one sequence's state (KV cache, recurrent state) for capacity positions.
 	NewState(b ml.Backend, capacity int, kv ml.DType) (State, error)
-	// Forward runs tokens at positions pos0 … and returns logits [n, vocab] for every token when
-	// all is set, else [1, vocab] for the last one.
-	Forward(ctx ml.Context, s State, tokens []int32, pos0 int, all bool) ml.Tensor
+	// NewKVPool allocates KV memory of blocks blocks of blockSize positions across the
+	// model's attention layers, for the states NewPooledState draws from it.
+	NewKVPool(b ml.Backend, blocks, blockSize int, kv ml.DType) (ml.KVPool, error)
+	// NewPooledState allocates one sequence's state whose KV cache takes the blocks for
+	// capacity positions from pool (failing with ml.ErrPoolFull when too few are free).
+	NewPooledState(b ml.Backend, pool ml.KVPool, capacity int) (State, error)
+	// Forward runs a batch (Batch.Runs must accept it) and returns the logits of the tokens
+	// whose Logits flag is set, in batch order: [rows, vocab], or nil when none is.
+	Forward(ctx ml.Context, b Batch) ml.Tensor
 }
 
 // State is one sequence's memory.

@@ -139,26 +139,52 @@ func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, 
 	if err != nil {
 		return nil, fmt.Errorf("qwen3: %w", err)
 	}
-	return &State{kv: c, layers: m.cfg.Layers, kvHeads: m.cfg.KVHeads, headDim: m.cfg.HeadDim}, nil
+	return m.newState(c), nil
 }
 
-func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int, all bool) ml.Tensor {
-	s := st.(*State)
+func (m *Model) NewKVPool(b ml.Backend, blocks, blockSize int, kv ml.DType) (ml.KVPool, error) {
+	p, err := b.NewKVPool(m.cfg.Layers, m.cfg.KVHeads, m.cfg.HeadDim, blocks, blockSize, kv)
+	if err != nil {
+		return nil, fmt.Errorf("qwen3: %w", err)
+	}
+	return p, nil
+}
+
+func (m *Model) NewPooledState(b ml.Backend, pool ml.KVPool, capacity int) (model.State, error) {
+	c, err := pool.Alloc(capacity)
+	if err != nil {
+		return nil, fmt.Errorf("qwen3: %w", err)
+	}
+	return m.newState(c), nil
+}
+
+func (m *Model) newState(c ml.Cache) *State {
+	return &State{kv: c, layers: m.cfg.Layers, kvHeads: m.cfg.KVHeads, headDim: m.cfg.HeadDim}
+}
+
+func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
+	runs := b.MustRuns()
 	c := m.cfg
-	n := len(tokens)
+	n := len(b.Tokens)
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 
-	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(tokens)) // [n, d]
+	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(b.Tokens)) // [n, d]
 	for i, l := range m.layers {
 		// Attention block: h = x + Wo · attn(rope(norm(Wq·x̂)), rope(norm(Wk·x̂)), Wv·x̂)
 		xn := ctx.Name(ctx.RMSNorm(x, l.attnNorm, m.eps), "attn_norm", i)
 		q := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, c.HeadDim)
 		k := ctx.Reshape(ctx.MatMul(l.k, xn), n, c.KVHeads, c.HeadDim)
 		v := ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, c.HeadDim)
-		q = ctx.RoPE(ctx.RMSNorm(q, l.qNorm, m.eps), pos0, m.rope) // per-head q norm, then rotate
-		k = ctx.RoPE(ctx.RMSNorm(k, l.kNorm, m.eps), pos0, m.rope)
-		ctx.StoreKV(s.kv, i, pos0, k, v)
-		a := ctx.Name(ctx.Attention(q, s.kv, i, pos0, scale), "kqv_out", i) // [n, heads·hd]
+		q = ctx.RMSNorm(q, l.qNorm, m.eps) // per-head norms; each run rotates its own positions
+		k = ctx.RMSNorm(k, l.kNorm, m.eps)
+		parts := make([]ml.Tensor, len(runs))
+		for j, r := range runs {
+			kv := r.State.(*State).kv
+			kr := ctx.RoPE(model.RunRows(ctx, runs, j, k), r.Pos0, m.rope)
+			ctx.StoreKV(kv, i, r.Pos0, kr, model.RunRows(ctx, runs, j, v))
+			parts[j] = ctx.Attention(ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope), kv, i, r.Pos0, scale)
+		}
+		a := ctx.Name(model.ConcatRows(ctx, parts...), "kqv_out", i) // [n, heads·hd]
 		h := ctx.Add(x, ctx.MatMul(l.o, a))
 
 		// Feed-forward block: out = h + Wdown · (silu(Wgate·ĥ) ⊙ Wup·ĥ)
@@ -166,9 +192,10 @@ func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int
 		f := ctx.SwiGLU(ctx.MatMul(l.gate, hn), ctx.MatMul(l.up, hn))
 		x = ctx.Name(ctx.Add(h, ctx.MatMul(l.down, f)), "l_out", i)
 	}
-	if !all {
-		x = ctx.Rows(x, n-1, 1)
+	rows := b.LogitRows()
+	if len(rows) == 0 {
+		return nil
 	}
-	x = ctx.Name(ctx.RMSNorm(x, m.outputNorm, m.eps), "result_norm", -1)
+	x = ctx.Name(ctx.RMSNorm(model.GatherRows(ctx, x, rows), m.outputNorm, m.eps), "result_norm", -1)
 	return ctx.Name(ctx.MatMul(m.output, x), "result_output", -1)
 }

@@ -345,18 +345,43 @@ func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", arch, err)
 	}
+	return m.newState(b, c)
+}
+
+func (m *Model) NewKVPool(b ml.Backend, blocks, blockSize int, kv ml.DType) (ml.KVPool, error) {
+	p, err := b.NewKVPool(m.cfg.AttnLayers, m.cfg.KVHeads, m.cfg.HeadDim, blocks, blockSize, kv)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", arch, err)
+	}
+	return p, nil
+}
+
+func (m *Model) NewPooledState(b ml.Backend, pool ml.KVPool, capacity int) (model.State, error) {
+	c, err := pool.Alloc(capacity)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", arch, err)
+	}
+	return m.newState(b, c)
+}
+
+// newState adds the recurrent state (one per sequence: llama.cpp's per-slot ssm state) to
+// the KV cache c.
+func (m *Model) newState(b ml.Backend, c ml.Cache) (model.State, error) {
 	s := &State{m: m, b: b, kv: c}
 	for range m.deltaCount {
 		conv, err := b.NewTensor(m.convKernel-1, m.convCh)
+		if err == nil {
+			s.conv = append(s.conv, conv)
+			var delta ml.Tensor
+			delta, err = b.NewTensor(m.hv, m.dv, m.dk)
+			if err == nil {
+				s.delta = append(s.delta, delta)
+			}
+		}
 		if err != nil {
+			s.Free()
 			return nil, fmt.Errorf("%s: %w", arch, err)
 		}
-		delta, err := b.NewTensor(m.hv, m.dv, m.dk)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", arch, err)
-		}
-		s.conv = append(s.conv, conv)
-		s.delta = append(s.delta, delta)
 	}
 	return s, nil
 }
@@ -429,20 +454,24 @@ func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
 	return nil
 }
 
-func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int, all bool) ml.Tensor {
-	s := st.(*State)
-	n := len(tokens)
+func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
+	runs := b.MustRuns()
+	n := len(b.Tokens)
+	kvs := make([]ml.Cache, len(runs))
+	for j, r := range runs {
+		kvs[j] = r.State.(*State).kv
+	}
 
-	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(tokens)) // [n, d]
+	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(b.Tokens)) // [n, d]
 	for i := range m.layers {
 		l := &m.layers[i]
 		// Mixer block: h = x + mixer(norm(x))
 		xn := ctx.Name(ctx.RMSNorm(x, l.attnNorm, m.eps), "attn_norm", i)
 		var a ml.Tensor
 		if l.recurrent {
-			a = m.deltaNet(ctx, s, block{idx: i, slot: m.stateLayer[i], l: l}, xn, n)
+			a = m.deltaNet(ctx, runs, block{idx: i, slot: m.stateLayer[i], l: l}, xn, n)
 		} else {
-			a = m.attention(ctx, s.kv, block{idx: i, slot: m.cacheLayer[i], l: l}, xn, span{n, pos0})
+			a = m.attention(ctx, runs, kvs, block{idx: i, slot: m.cacheLayer[i], l: l}, xn, n)
 		}
 		h := ctx.Name(ctx.Add(a, x), "attn_residual", i)
 
@@ -450,28 +479,40 @@ func (m *Model) Forward(ctx ml.Context, st model.State, tokens []int32, pos0 int
 		hn := ctx.Name(ctx.RMSNorm(h, l.postNorm, m.eps), "attn_post_norm", i)
 		x = ctx.Name(ctx.Add(m.moe(ctx, block{idx: i, l: l}, hn, n), h), "l_out", i)
 	}
-	if s.mtp != nil {
+	rows := b.LogitRows()
+	drafting := false
+	for _, r := range runs {
+		drafting = drafting || r.State.(*State).mtp != nil
+	}
+	if !drafting {
+		if len(rows) == 0 {
+			return nil
+		}
+		x = ctx.Name(ctx.RMSNorm(model.GatherRows(ctx, x, rows), m.outputNorm, m.eps), "result_norm", -1)
+		return ctx.Name(ctx.MatMul(m.output, x), "result_output", -1)
+	}
+	h := ctx.Name(ctx.RMSNorm(x, m.outputNorm, m.eps), "h_nextn", -1) // [n, d]
+	for j, r := range runs {
+		s := r.State.(*State)
+		if s.mtp == nil {
+			continue
+		}
 		// The MTP head follows the sequence: token t at position p is paired with the
 		// hidden state of position p−1 (the one that predicted it).
-		h := ctx.Name(ctx.RMSNorm(x, m.outputNorm, m.eps), "h_nextn", -1) // [n, d]
+		hr := model.RunRows(ctx, runs, j, h)
 		prev := s.mtp.pending
-		if n > 1 {
+		if r.N > 1 {
 			d := m.cfg.Embedding
-			flat := ctx.Concat(ctx.Reshape(prev, 1, d), ctx.Reshape(ctx.Rows(h, 0, n-1), 1, (n-1)*d))
-			prev = ctx.Reshape(flat, n, d)
+			flat := ctx.Concat(ctx.Reshape(prev, 1, d), ctx.Reshape(ctx.Rows(hr, 0, r.N-1), 1, (r.N-1)*d))
+			prev = ctx.Reshape(flat, r.N, d)
 		}
-		m.mtpForward(ctx, s, tokens, prev, pos0, false)
-		ctx.Assign(s.mtp.pending, ctx.Rows(h, n-1, 1))
-		if !all {
-			h = ctx.Rows(h, n-1, 1)
-		}
-		return ctx.Name(ctx.MatMul(m.output, ctx.Name(h, "result_norm", -1)), "result_output", -1)
+		m.mtpForward(ctx, s, b.Tokens[r.Start:r.Start+r.N], prev, r.Pos0, false)
+		ctx.Assign(s.mtp.pending, ctx.Rows(hr, r.N-1, 1))
 	}
-	if !all {
-		x = ctx.Rows(x, n-1, 1)
+	if len(rows) == 0 {
+		return nil
 	}
-	x = ctx.Name(ctx.RMSNorm(x, m.outputNorm, m.eps), "result_norm", -1)
-	return ctx.Name(ctx.MatMul(m.output, x), "result_output", -1)
+	return ctx.Name(ctx.MatMul(m.output, ctx.Name(model.GatherRows(ctx, h, rows), "result_norm", -1)), "result_output", -1)
 }
 
 // mtpForward runs the MTP head for tokens at pos0 … paired with hidden states h [n, d],
@@ -491,10 +532,11 @@ func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor
 	b := block{idx: il, slot: 0, l: &t.layer} // the head's own one-layer cache
 	if !logits {
 		// Following the sequence only needs the head's keys and values.
-		m.storeKV(ctx, s.mtp.kv, b, xn, span{n, pos0})
+		k, v := m.projectKV(ctx, b, xn, n)
+		m.storeKV(ctx, s.mtp.kv, b, k, v, span{n, pos0})
 		return nil
 	}
-	a := m.attention(ctx, s.mtp.kv, b, xn, span{n, pos0})
+	a := m.attention(ctx, []model.Run{{State: s, N: n, Pos0: pos0}}, []ml.Cache{s.mtp.kv}, b, xn, n)
 	hr := ctx.Add(a, x)
 	out := ctx.Name(ctx.Add(m.moe(ctx, b, ctx.RMSNorm(hr, t.postNorm, m.eps), n), hr), "mtp_post_ffn", il)
 	norm, head := t.headNorm, t.head
@@ -520,26 +562,37 @@ type span struct{ n, pos0 int }
 
 // attention is gated full attention: softmax attention of normed, partially rotated q and k,
 // multiplied by sigmoid of a gate that the q projection carries beside each head's query.
-func (m *Model) attention(ctx ml.Context, kv ml.Cache, b block, xn ml.Tensor, sp span) ml.Tensor {
-	c, l, i, n := m.cfg, b.l, b.idx, sp.n
+// Each run of the batch rotates its own positions and attends over its own cache, kvs[run].
+func (m *Model) attention(ctx ml.Context, runs []model.Run, kvs []ml.Cache, b block, xn ml.Tensor, n int) ml.Tensor {
+	c, l, i := m.cfg, b.l, b.idx
 	hd := c.HeadDim
-	qg := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, 2*hd)                           // per head: query | gate
-	q := ctx.Slice(qg, 0, hd)                                                          // [n, H, hd]
-	gate := ctx.Name(ctx.Reshape(ctx.Slice(qg, hd, hd), n, c.Heads*hd), "gate", i)     // [n, H·hd]
-	q = ctx.Name(ctx.RoPE(ctx.RMSNorm(q, l.qNorm, m.eps), sp.pos0, m.rope), "Qcur", i) // per-head norm, rotate the first rope.Dims
-	m.storeKV(ctx, kv, b, xn, sp)
-	a := ctx.Attention(q, kv, b.slot, sp.pos0, float32(1/math.Sqrt(float64(hd)))) // [n, H·hd]
-	a = ctx.Name(ctx.Mul(a, ctx.Sigmoid(gate)), "attn_gated", i)
+	qg := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, 2*hd)                       // per head: query | gate
+	q := ctx.RMSNorm(ctx.Slice(qg, 0, hd), l.qNorm, m.eps)                         // [n, H, hd], per-head norm
+	gate := ctx.Name(ctx.Reshape(ctx.Slice(qg, hd, hd), n, c.Heads*hd), "gate", i) // [n, H·hd]
+	k, v := m.projectKV(ctx, b, xn, n)
+	parts := make([]ml.Tensor, len(runs))
+	for j, r := range runs {
+		kv := kvs[j]
+		m.storeKV(ctx, kv, b, model.RunRows(ctx, runs, j, k), model.RunRows(ctx, runs, j, v), span{r.N, r.Pos0})
+		qr := ctx.Name(ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope), "Qcur", i) // rotate the first rope.Dims
+		parts[j] = ctx.Attention(qr, kv, b.slot, r.Pos0, float32(1/math.Sqrt(float64(hd))))
+	}
+	a := ctx.Name(ctx.Mul(model.ConcatRows(ctx, parts...), ctx.Sigmoid(gate)), "attn_gated", i) // [n, H·hd]
 	return ctx.Name(ctx.MatMul(l.o, a), "attn_output", i)
 }
 
-// storeKV projects, normalizes and rotates the keys and the values of xn and writes them
-// to the block's layer of kv.
-func (m *Model) storeKV(ctx ml.Context, kv ml.Cache, b block, xn ml.Tensor, sp span) {
+// projectKV projects xn to normalized keys (not yet rotated) and values, [n, KV, hd] each.
+func (m *Model) projectKV(ctx ml.Context, b block, xn ml.Tensor, n int) (k, v ml.Tensor) {
 	c, l := m.cfg, b.l
-	k := ctx.Reshape(ctx.MatMul(l.k, xn), sp.n, c.KVHeads, c.HeadDim)
-	v := ctx.Reshape(ctx.MatMul(l.v, xn), sp.n, c.KVHeads, c.HeadDim)
-	k = ctx.Name(ctx.RoPE(ctx.RMSNorm(k, l.kNorm, m.eps), sp.pos0, m.rope), "Kcur", b.idx)
+	k = ctx.RMSNorm(ctx.Reshape(ctx.MatMul(l.k, xn), n, c.KVHeads, c.HeadDim), l.kNorm, m.eps)
+	v = ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, c.HeadDim)
+	return k, v
+}
+
+// storeKV rotates the keys of a span and writes them and the values to the block's layer
+// of kv.
+func (m *Model) storeKV(ctx ml.Context, kv ml.Cache, b block, k, v ml.Tensor, sp span) {
+	k = ctx.Name(ctx.RoPE(k, sp.pos0, m.rope), "Kcur", b.idx)
 	ctx.StoreKV(kv, b.slot, sp.pos0, k, v)
 }
 
@@ -547,7 +600,7 @@ func (m *Model) storeKV(ctx ml.Context, kv ml.Cache, b block, xn ml.Tensor, sp s
 // through the causal conv and SiLU, L2-normalize q and k, apply the gated delta rule with
 // per-head decay g = softplus(α + dt_bias)·A and write strength β = sigmoid(b), then the
 // gated RMSNorm (norm(o)·silu(z)) and the output projection.
-func (m *Model) deltaNet(ctx ml.Context, s *State, b block, xn ml.Tensor, n int) ml.Tensor {
+func (m *Model) deltaNet(ctx ml.Context, runs []model.Run, b block, xn ml.Tensor, n int) ml.Tensor {
 	hk, hv, dk, dv := m.hk, m.hv, m.dk, m.dv
 	l, i, j := b.l, b.idx, b.slot
 	r := hv / hk
@@ -573,12 +626,19 @@ func (m *Model) deltaNet(ctx ml.Context, s *State, b block, xn ml.Tensor, n int)
 	g := ctx.MulVec(ctx.Softplus(ctx.AddVec(alpha, l.dtBias)), l.a) // log decay ≤ 0
 	ctx.Name(g, "gate", i)
 
-	conv := ctx.SiLU(ctx.Conv1DCausal(qkv, l.conv, s.conv[j])) // [n, C]
-	ctx.Name(conv, "conv_output_silu", i)
-	q := ctx.L2Norm(ctx.Reshape(ctx.Slice(conv, 0, hk*dk), n, hk, dk), m.eps)
-	k := ctx.L2Norm(ctx.Reshape(ctx.Slice(conv, hk*dk, hk*dk), n, hk, dk), m.eps)
-	v := ctx.Reshape(ctx.Slice(conv, 2*hk*dk, hv*dv), n, hv, dv)
-	o := ctx.DeltaNet(q, k, v, g, beta, s.delta[j], float32(1/math.Sqrt(float64(dk)))) // [n, hv, dv]
+	// The conv window and the delta rule's state are the sequence's own: per run.
+	parts := make([]ml.Tensor, len(runs))
+	for ri, r := range runs {
+		s := r.State.(*State)
+		conv := ctx.SiLU(ctx.Conv1DCausal(model.RunRows(ctx, runs, ri, qkv), l.conv, s.conv[j])) // [r.N, C]
+		ctx.Name(conv, "conv_output_silu", i)
+		q := ctx.L2Norm(ctx.Reshape(ctx.Slice(conv, 0, hk*dk), r.N, hk, dk), m.eps)
+		k := ctx.L2Norm(ctx.Reshape(ctx.Slice(conv, hk*dk, hk*dk), r.N, hk, dk), m.eps)
+		v := ctx.Reshape(ctx.Slice(conv, 2*hk*dk, hv*dv), r.N, hv, dv)
+		gr, br := model.RunRows(ctx, runs, ri, g), model.RunRows(ctx, runs, ri, beta)
+		parts[ri] = ctx.DeltaNet(q, k, v, gr, br, s.delta[j], float32(1/math.Sqrt(float64(dk)))) // [r.N, hv, dv]
+	}
+	o := model.ConcatRows(ctx, parts...)
 	// The delta rule's output ("attn_output" is full attention's projection, not this).
 	ctx.Name(o, "delta_output", i)
 
