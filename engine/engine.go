@@ -260,7 +260,9 @@ func (s *Session) check(tokens []int32) error {
 }
 
 func (s *Session) forward(tokens []int32, all bool) ([]float32, error) {
-	out, err := s.pass(func(ctx ml.Context) ml.Tensor { return s.m.Graph.Forward(ctx, model.Single(s.state, tokens, s.pos, all)) })
+	out, err := s.pass(func(ctx ml.Context) ml.Tensor {
+		return s.m.Graph.Forward(ctx, model.Single(s.state, tokens, s.pos, all))
+	})
 	if err != nil {
 		return nil, err
 	}
