@@ -60,53 +60,115 @@ type Generation struct {
 	Speculation SpecStats
 }
 
+// generation is one sequence's output as it is sampled: the sampler, end-of-generation
+// tokens, stop strings, streamed text and limits. Session.Generate and the Scheduler drive
+// it the same way: pick a token from the logits, accept it, and feed it unless accept says
+// the generation is over.
+type generation struct {
+	o     GenerateOptions
+	stops *sample.StopMatcher
+	// The text grows in a builder and is copied into g once at the end: appending to a
+	// string per token would copy the whole text every time, quadratic in the output.
+	text strings.Builder
+	g    Generation
+}
+
+func newGeneration(o GenerateOptions, promptTokens int) (*generation, error) {
+	t := &generation{o: o, g: Generation{PromptTokens: promptTokens}}
+	if o.MaxTokens < 1 {
+		return t, fmt.Errorf("engine: max tokens must be at least 1, got %d", o.MaxTokens)
+	}
+	if o.Stream == nil {
+		return t, errors.New("engine: generate needs a text stream")
+	}
+	var err error
+	t.stops, err = sample.NewStopMatcher(o.Stop)
+	return t, err
+}
+
+// pick samples the next token from logits.
+func (t *generation) pick(logits []float32) (int32, error) {
+	var id int32
+	var err error
+	if t.o.Sampler == nil {
+		id, err = sample.Argmax(logits)
+	} else {
+		id, err = t.o.Sampler.Sample(logits)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("engine: sampling token %d: %w", len(t.g.Tokens), err)
+	}
+	return id, nil
+}
+
+func (t *generation) emit(s string) {
+	t.text.WriteString(s)
+	if t.o.OnToken != nil {
+		t.o.OnToken(len(t.g.Tokens), s)
+	}
+}
+
+// accept takes a sampled token. It reports whether the generation is over: an
+// end-of-generation token or a stop string (FinishStop), or MaxTokens reached or fed, the
+// tokens in the sequence, reaching its capacity (FinishLength). Otherwise id is to be fed.
+func (t *generation) accept(id int32, fed, capacity int) bool {
+	if t.o.Vocab != nil && t.o.Vocab.IsEOG(id) {
+		t.g.FinishReason = FinishStop
+		return true
+	}
+	t.g.Tokens = append(t.g.Tokens, id)
+	t.g.CompletionTokens = len(t.g.Tokens)
+	out, _ := t.stops.Push(t.o.Stream.Next(id))
+	t.emit(out)
+	if t.stops.Hit() {
+		t.g.FinishReason = FinishStop
+		return true
+	}
+	if len(t.g.Tokens) >= t.o.MaxTokens || fed >= capacity {
+		t.g.FinishReason = FinishLength
+		return true
+	}
+	return false
+}
+
+// result ends the generation: the text held back for an incomplete character or a possible
+// stop string is emitted (unless a stop string was found), and with cancelled set the
+// finish reason says so.
+func (t *generation) result(cancelled bool) Generation {
+	if cancelled {
+		t.g.FinishReason = FinishCancelled
+	}
+	if !t.stops.Hit() {
+		out, _ := t.stops.Push(t.o.Stream.Flush())
+		t.emit(out + t.stops.Flush())
+	}
+	t.g.Text = t.text.String()
+	return t.g
+}
+
 // Generate prefills prompt and decodes until an end-of-generation token, a stop string,
 // MaxTokens or a full context. When ctx ends it returns what was generated so far with
 // FinishCancelled and ctx's error; other errors are engine faults.
 func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOptions) (Generation, error) {
-	g := Generation{PromptTokens: len(prompt)}
-	if o.MaxTokens < 1 {
-		return g, fmt.Errorf("engine: max tokens must be at least 1, got %d", o.MaxTokens)
-	}
-	if o.Stream == nil {
-		return g, errors.New("engine: generate needs a text stream")
-	}
-	stops, err := sample.NewStopMatcher(o.Stop)
+	t, err := newGeneration(o, len(prompt))
 	if err != nil {
-		return g, err
+		return t.g, err
 	}
-	pick := func(logits []float32) (int32, error) {
-		if o.Sampler == nil {
-			return sample.Argmax(logits)
-		}
-		return o.Sampler.Sample(logits)
-	}
-	// The text grows in a builder and is copied into g once per return: appending to a
-	// string per token would copy the whole text every time, quadratic in the output.
-	var text strings.Builder
-	emit := func(t string) {
-		text.WriteString(t)
-		if o.OnToken != nil {
-			o.OnToken(len(g.Tokens), t)
-		}
-	}
-	cancelled := func(err error) (Generation, error) {
+	fail := func(err error) (Generation, error) {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-			g.FinishReason = FinishCancelled
-			out, _ := stops.Push(o.Stream.Flush())
-			emit(out + stops.Flush())
+			return t.result(true), err
 		}
-		g.Text = text.String()
-		return g, err
+		t.g.Text = t.text.String()
+		return t.g, err
 	}
 
 	start, pos := time.Now(), s.Pos()
 	logits, err := s.Prefill(ctx, prompt, PrefillOptions{Chunk: o.Chunk, CancelEvery: o.CancelEvery, Progress: o.OnPrefill})
-	g.Prefill = time.Since(start)
+	t.g.Prefill = time.Since(start)
 	if err != nil {
 		// PromptTokens counts what was prefilled, not what was asked for.
-		g.PromptTokens = s.Pos() - pos
-		return cancelled(err)
+		t.g.PromptTokens = s.Pos() - pos
+		return fail(err)
 	}
 
 	// With the session's MTP head and greedy sampling a step may feed two tokens: the chosen
@@ -130,57 +192,39 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 				return nil, err
 			}
 			if s.drafted {
-				g.Speculation.Drafted++
-				g.Speculation.Passes++
+				t.g.Speculation.Drafted++
+				t.g.Speculation.Passes++
 			}
 			if ok {
-				g.Speculation.Accepted++
+				t.g.Speculation.Accepted++
 				vocab := len(rows) / 2
 				ahead = rows[vocab:]
 				return rows[:vocab], nil
 			}
-			g.Speculation.Passes++
+			t.g.Speculation.Passes++
 		}
 		return s.Decode(ctx, id)
 	}
 
 	start = time.Now()
 	for {
-		id, err := pick(logits)
+		id, err := t.pick(logits)
 		if err != nil {
-			g.Text = text.String()
-			return g, fmt.Errorf("engine: sampling token %d: %w", len(g.Tokens), err)
-		}
-		if o.Vocab != nil && o.Vocab.IsEOG(id) {
-			g.FinishReason = FinishStop
-			break
-		}
-		g.Tokens = append(g.Tokens, id)
-		g.CompletionTokens = len(g.Tokens)
-		out, _ := stops.Push(o.Stream.Next(id))
-		emit(out)
-		if stops.Hit() {
-			g.FinishReason = FinishStop
-			break
+			t.g.Text = t.text.String()
+			return t.g, err
 		}
 		fed := s.pos // tokens in the session, not counting an accepted draft not yet chosen
 		if ahead != nil {
 			fed--
 		}
-		if len(g.Tokens) >= o.MaxTokens || fed >= s.Capacity() {
-			g.FinishReason = FinishLength
+		if t.accept(id, fed, s.Capacity()) {
 			break
 		}
 		if logits, err = advance(id); err != nil {
-			g.Decode = time.Since(start)
-			return cancelled(err)
+			t.g.Decode = time.Since(start)
+			return fail(err)
 		}
 	}
-	if !stops.Hit() {
-		out, _ := stops.Push(o.Stream.Flush())
-		emit(out + stops.Flush())
-	}
-	g.Decode = time.Since(start)
-	g.Text = text.String()
-	return g, nil
+	t.g.Decode = time.Since(start)
+	return t.result(false), nil
 }
