@@ -56,6 +56,8 @@ type Generation struct {
 	CompletionTokens int
 	Prefill          time.Duration
 	Decode           time.Duration
+	// Queued is the time a Scheduler's sequence waited for a slot and KV blocks.
+	Queued time.Duration
 	// Speculation counts the MTP head's drafts (zero without MTP or when sampling).
 	Speculation SpecStats
 }

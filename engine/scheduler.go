@@ -1,0 +1,456 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/model"
+)
+
+// Continuous batching. A Scheduler owns one KV pool and runs every active sequence in the
+// same forward passes: each step advances every decoding sequence by one token and fills the
+// rest of a token budget with prefill chunks of the sequences still reading their prompts
+// (chunked prefill mixed with decode, as vLLM does). Decode reads all dense weights once per
+// step whatever the batch, so a step of many sequences costs little more than a step of one.
+// Sampling, stop strings, streamed text and cancellation stay per sequence; a sequence that
+// ends gives its KV blocks back at once, and the next waiting one is admitted.
+
+// SchedulerOptions size a Scheduler.
+type SchedulerOptions struct {
+	// KV is the pool's precision: every sequence's cache has it.
+	KV ml.DType
+	// Slots is the number of sequences run at once.
+	Slots int
+	// Blocks and BlockSize size the KV pool: Blocks blocks of BlockSize positions (0:
+	// DefaultBlockSize). A sequence is admitted when a slot is free and the pool has the
+	// blocks for its whole capacity (prompt + max tokens), so it never waits for memory
+	// mid-generation.
+	Blocks, BlockSize int
+	// StepTokens is the token budget of one step (0: DefaultStepTokens): decode tokens
+	// first, then prefill chunks.
+	StepTokens int
+	// OnStep, when set, is called after every step from the scheduler's goroutine.
+	OnStep func(StepStats)
+}
+
+// Defaults of SchedulerOptions.
+const (
+	DefaultBlockSize  = 256
+	DefaultStepTokens = 512
+)
+
+// StepStats describe one step.
+type StepStats struct {
+	Sequences  int // sequences in the step's batch
+	Decoding   int // of them, decoding one token
+	Tokens     int // tokens in the batch
+	Duration   time.Duration
+	FreeBlocks int // the pool's free blocks after the step
+}
+
+// ErrSchedulerClosed is returned for sequences that a closed scheduler did not finish.
+var ErrSchedulerClosed = errors.New("engine: the scheduler is closed")
+
+// ErrTooLarge is wrapped when a sequence needs more KV blocks than the whole pool holds.
+var ErrTooLarge = errors.New("engine: the sequence needs more KV blocks than the pool holds")
+
+// Scheduler runs many sequences' generations together. Its methods are safe for concurrent
+// use.
+type Scheduler struct {
+	m    *Model
+	o    SchedulerOptions
+	pool ml.KVPool
+
+	mu      sync.Mutex
+	waiting []*sequence // in arrival order
+	active  []*sequence
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+}
+
+// sequence is one Generate call inside the scheduler.
+type sequence struct {
+	ctx      context.Context
+	prompt   []int32
+	capacity int
+	o        GenerateOptions
+	t        *generation
+	arrived  time.Time
+
+	state    model.State
+	admitted time.Time
+	started  time.Time // decode start
+	pos      int       // tokens in the state
+	next     int32     // the token to feed when decoding
+	decoding bool
+
+	finished chan struct{}
+	err      error
+}
+
+// NewScheduler allocates the KV pool and starts the scheduler's goroutine. Close stops it.
+func (m *Model) NewScheduler(o SchedulerOptions) (*Scheduler, error) {
+	if o.BlockSize == 0 {
+		o.BlockSize = DefaultBlockSize
+	}
+	if o.StepTokens == 0 {
+		o.StepTokens = DefaultStepTokens
+	}
+	if o.Slots < 1 || o.Blocks < 1 || o.BlockSize < 1 || o.StepTokens < o.Slots {
+		return nil, fmt.Errorf("engine: a scheduler of %d slots, %d blocks of %d positions and steps of %d tokens", o.Slots, o.Blocks, o.BlockSize, o.StepTokens)
+	}
+	pool, err := m.Graph.NewKVPool(m.Backend, o.Blocks, o.BlockSize, o.KV)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{m: m, o: o, pool: pool, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go s.loop()
+	return s, nil
+}
+
+// Options returns the scheduler's sizes, defaults filled in.
+func (s *Scheduler) Options() SchedulerOptions { return s.o }
+
+// FreeBlocks is the number of KV blocks no sequence holds.
+func (s *Scheduler) FreeBlocks() int { return s.pool.FreeBlocks() }
+
+// Waiting is the number of sequences waiting for a slot or KV blocks.
+func (s *Scheduler) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
+
+// Close fails the waiting and active sequences with ErrSchedulerClosed, stops the goroutine
+// and frees the pool.
+func (s *Scheduler) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.signal()
+	<-s.done
+	s.pool.Free()
+}
+
+func (s *Scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Generate runs prompt as one sequence of the batch, holding capacity positions (prompt and
+// output; 0 means prompt + MaxTokens), and waits for it: the same contract as
+// Session.Generate, with the chunk set by the scheduler's step budget (o.Chunk and
+// o.CancelEvery are not used: a cancelled ctx stops the sequence within one step).
+// Generation.Queued says how long it waited for a slot and KV blocks.
+func (s *Scheduler) Generate(ctx context.Context, prompt []int32, capacity int, o GenerateOptions) (Generation, error) {
+	t, err := newGeneration(o, len(prompt))
+	if err != nil {
+		return t.g, err
+	}
+	if len(prompt) == 0 {
+		return t.g, errors.New("engine: prefill of no tokens")
+	}
+	if capacity == 0 {
+		capacity = len(prompt) + o.MaxTokens
+	}
+	if capacity < len(prompt) {
+		return t.g, fmt.Errorf("%w: a prompt of %d tokens in a sequence of %d positions", ErrContextFull, len(prompt), capacity)
+	}
+	vocab := s.m.Config().Vocab
+	for i, id := range prompt {
+		if id < 0 || int(id) >= vocab {
+			return t.g, fmt.Errorf("%w: token %d at index %d (vocabulary has %d)", ErrBadToken, id, i, vocab)
+		}
+	}
+	if need := ml.BlocksFor(capacity, s.o.BlockSize); need > s.o.Blocks {
+		return t.g, fmt.Errorf("%w: %d positions need %d blocks of %d, the pool has %d", ErrTooLarge, capacity, need, s.o.BlockSize, s.o.Blocks)
+	}
+	q := &sequence{ctx: ctx, prompt: prompt, capacity: capacity, o: o, t: t, arrived: time.Now(), finished: make(chan struct{})}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return t.g, ErrSchedulerClosed
+	}
+	s.waiting = append(s.waiting, q)
+	s.mu.Unlock()
+	s.signal()
+	<-q.finished
+	return q.t.g, q.err
+}
+
+// loop runs steps while there is work and sleeps otherwise. Cancellation of a waiting or
+// running sequence is noticed between steps; a context's end also wakes the loop.
+func (s *Scheduler) loop() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			s.shutdown()
+			return
+		}
+		s.reap()
+		s.admit()
+		if len(s.active) == 0 {
+			s.sleep()
+			continue
+		}
+		s.step()
+	}
+}
+
+// sleep waits for a new sequence, Close, or the end of a waiting sequence's context.
+func (s *Scheduler) sleep() {
+	s.mu.Lock()
+	var ctxs []<-chan struct{}
+	for _, q := range s.waiting {
+		ctxs = append(ctxs, q.ctx.Done())
+	}
+	s.mu.Unlock()
+	if len(ctxs) == 0 {
+		<-s.wake
+		return
+	}
+	// A waiting sequence whose context ends must be answered although nothing else moves.
+	stop := make(chan struct{})
+	defer close(stop)
+	any := make(chan struct{}, 1)
+	for _, c := range ctxs {
+		go func() {
+			select {
+			case <-c:
+				select {
+				case any <- struct{}{}:
+				default:
+				}
+			case <-stop:
+			}
+		}()
+	}
+	select {
+	case <-s.wake:
+	case <-any:
+	}
+}
+
+// reap ends waiting sequences whose context ended (they never ran) and active ones.
+func (s *Scheduler) reap() {
+	s.mu.Lock()
+	kept := s.waiting[:0]
+	var gone []*sequence
+	for _, q := range s.waiting {
+		if q.ctx.Err() != nil {
+			gone = append(gone, q)
+			continue
+		}
+		kept = append(kept, q)
+	}
+	s.waiting = kept
+	s.mu.Unlock()
+	for _, q := range gone {
+		q.t.g.PromptTokens = 0
+		s.finish(q, fmt.Errorf("engine: stopped while waiting for a slot: %w", q.ctx.Err()))
+	}
+	active := s.active[:0]
+	for _, q := range s.active {
+		if err := q.ctx.Err(); err != nil {
+			if q.decoding {
+				err = fmt.Errorf("engine: decode stopped: %w", err)
+			} else {
+				q.t.g.PromptTokens = q.pos
+				err = fmt.Errorf("engine: prefill stopped after %d of %d tokens: %w", q.pos, len(q.prompt), err)
+			}
+			s.finish(q, err)
+			continue
+		}
+		active = append(active, q)
+	}
+	s.active = active
+}
+
+// admit moves waiting sequences into free slots, in arrival order, while the pool has the
+// blocks for the first of them (a later, smaller one does not overtake it, so a long
+// document is not starved by a stream of short ones).
+func (s *Scheduler) admit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.waiting) > 0 && len(s.active) < s.o.Slots {
+		q := s.waiting[0]
+		st, err := s.m.Graph.NewPooledState(s.m.Backend, s.pool, q.capacity)
+		if errors.Is(err, ml.ErrPoolFull) {
+			return
+		}
+		s.waiting = s.waiting[1:]
+		if err != nil {
+			s.mu.Unlock()
+			s.finish(q, err)
+			s.mu.Lock()
+			continue
+		}
+		q.state, q.admitted = st, time.Now()
+		q.t.g.Queued = q.admitted.Sub(q.arrived)
+		s.active = append(s.active, q)
+	}
+}
+
+// step runs one forward pass over every active sequence.
+func (s *Scheduler) step() {
+	start := time.Now()
+	b := model.Batch{}
+	budget := s.o.StepTokens
+	var in []*sequence // sequences in the batch, in batch order
+	var fed []int      // and their tokens in it
+	decoding := 0
+	for _, q := range s.active {
+		if q.decoding {
+			b = b.Add(q.state, []int32{q.next}, q.pos, true)
+			in, fed = append(in, q), append(fed, 1)
+			budget--
+			decoding++
+		}
+	}
+	for _, q := range s.active {
+		if q.decoding || budget <= 0 {
+			continue
+		}
+		n := min(len(q.prompt)-q.pos, budget)
+		b = b.Add(q.state, q.prompt[q.pos:q.pos+n], q.pos, q.pos+n == len(q.prompt))
+		in, fed = append(in, q), append(fed, n)
+		budget -= n
+	}
+	logits, err := s.pass(b)
+	if err != nil {
+		// The states may hold part of the pass: every sequence in it fails.
+		for _, q := range in {
+			s.finish(q, err)
+		}
+		s.drop(in)
+		return
+	}
+	vocab := s.m.Config().Vocab
+	row := 0
+	var ended []*sequence
+	for i, q := range in {
+		q.pos += fed[i]
+		if !q.decoding {
+			if q.o.OnPrefill != nil {
+				q.o.OnPrefill(q.pos, len(q.prompt))
+			}
+			if q.pos < len(q.prompt) {
+				continue // no logits yet
+			}
+			now := time.Now()
+			q.t.g.Prefill = now.Sub(q.admitted)
+			q.started, q.decoding = now, true
+		}
+		l := logits[row*vocab : (row+1)*vocab]
+		row++
+		id, err := q.t.pick(l)
+		if err != nil {
+			s.finish(q, err)
+			ended = append(ended, q)
+			continue
+		}
+		if q.t.accept(id, q.pos, q.capacity) {
+			q.t.g.Decode = time.Since(q.started)
+			q.t.result(false)
+			s.finish(q, nil)
+			ended = append(ended, q)
+			continue
+		}
+		q.next = id
+	}
+	s.drop(ended)
+	if s.o.OnStep != nil {
+		s.o.OnStep(StepStats{Sequences: len(in), Decoding: decoding, Tokens: len(b.Tokens), Duration: time.Since(start), FreeBlocks: s.pool.FreeBlocks()})
+	}
+}
+
+// pass runs one forward pass of b and reads its logits. A panic while the graph is issued
+// (a shape that does not fit) fails the pass as an error does.
+func (s *Scheduler) pass(b model.Batch) (out []float32, err error) {
+	if _, err := b.Runs(); err != nil {
+		return nil, err
+	}
+	ctx := s.m.Backend.NewContext()
+	defer ctx.Close()
+	defer func() {
+		if p := recover(); p != nil {
+			if e, ok := p.(error); ok {
+				err = fmt.Errorf("engine: forward pass: %w", e)
+			} else {
+				err = fmt.Errorf("engine: forward pass: %v", p)
+			}
+		}
+	}()
+	t := s.m.Graph.Forward(ctx, b)
+	if err := ctx.Compute(); err != nil {
+		return nil, fmt.Errorf("engine: forward pass: %w", err)
+	}
+	if t == nil {
+		return nil, nil
+	}
+	return ctx.Read(t)
+}
+
+// drop removes ended sequences from the active set.
+func (s *Scheduler) drop(ended []*sequence) {
+	if len(ended) == 0 {
+		return
+	}
+	kept := s.active[:0]
+	for _, q := range s.active {
+		gone := false
+		for _, e := range ended {
+			gone = gone || e == q
+		}
+		if !gone {
+			kept = append(kept, q)
+		}
+	}
+	s.active = kept
+}
+
+// finish gives a sequence's blocks back and answers its Generate call. A context's end is
+// reported as Session.Generate reports it: what was generated so far, FinishCancelled.
+func (s *Scheduler) finish(q *sequence, err error) {
+	if q.state != nil {
+		q.state.Free()
+		q.state = nil
+	}
+	if err != nil {
+		if ctxErr := q.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			if q.decoding {
+				q.t.g.Decode = time.Since(q.started)
+			}
+			q.t.result(true)
+		} else {
+			q.t.g.Text = q.t.text.String()
+		}
+	}
+	q.err = err
+	close(q.finished)
+}
+
+// shutdown answers every sequence of a closed scheduler.
+func (s *Scheduler) shutdown() {
+	s.mu.Lock()
+	all := append(s.waiting, s.active...)
+	s.waiting, s.active = nil, nil
+	s.mu.Unlock()
+	for _, q := range all {
+		s.finish(q, ErrSchedulerClosed)
+	}
+}
