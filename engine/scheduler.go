@@ -69,6 +69,7 @@ type Scheduler struct {
 	waiting []*sequence // in arrival order
 	active  []*sequence
 	closed  bool
+	paused  bool
 	wake    chan struct{}
 	done    chan struct{}
 }
@@ -124,6 +125,22 @@ func (s *Scheduler) Waiting() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.waiting)
+}
+
+// Pause stops admitting sequences (those running go on) until Resume: a benchmark or a
+// test lines several up to start in the same step.
+func (s *Scheduler) Pause() {
+	s.mu.Lock()
+	s.paused = true
+	s.mu.Unlock()
+}
+
+// Resume admits again.
+func (s *Scheduler) Resume() {
+	s.mu.Lock()
+	s.paused = false
+	s.mu.Unlock()
+	s.signal()
 }
 
 // Close fails the waiting and active sequences with ErrSchedulerClosed, stops the goroutine
@@ -286,7 +303,7 @@ func (s *Scheduler) reap() {
 func (s *Scheduler) admit() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.waiting) > 0 && len(s.active) < s.o.Slots {
+	for !s.paused && len(s.waiting) > 0 && len(s.active) < s.o.Slots {
 		q := s.waiting[0]
 		st, err := s.m.Graph.NewPooledState(s.m.Backend, s.pool, q.capacity)
 		if errors.Is(err, ml.ErrPoolFull) {

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -24,13 +25,18 @@ func init() {
 
 // benchResult is one test's measurement, named as llama-bench names them.
 type benchResult struct {
-	Model       string    `json:"model"`
-	SizeBytes   int64     `json:"size_bytes"`
-	Backend     string    `json:"backend"`
-	Threads     int       `json:"threads"`
-	Test        string    `json:"test"` // "pp512" or "tg128"
+	Model     string `json:"model"`
+	SizeBytes int64  `json:"size_bytes"`
+	Backend   string `json:"backend"`
+	Threads   int    `json:"threads"`
+	Test      string `json:"test"` // "pp512" or "tg128"
+	// Parallel is the number of sequences run together (--npl); 0 without --npl.
+	Parallel int `json:"parallel,omitempty"`
+	// Tokens counts one sequence's tokens; TokensPerS is the aggregate over all of them,
+	// PerSequence a sequence's share.
 	Tokens      int       `json:"tokens"`
 	TokensPerS  float64   `json:"tokens_per_second"`
+	PerSequence float64   `json:"tokens_per_second_per_sequence,omitempty"`
 	StdDev      float64   `json:"stddev"`
 	Repetitions int       `json:"repetitions"`
 	Samples     []float64 `json:"samples_tokens_per_second"`
@@ -46,8 +52,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to `file`")
+	nplFlag := fs.String("npl", "", "run N sequences together through the batch scheduler for each N of this comma-separated `list` (llama-batched-bench's -npl): each prefills -p tokens and decodes -n")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	var npl []int
+	if *nplFlag != "" {
+		var err error
+		if npl, err = parseInts(*nplFlag); err != nil {
+			return usageErr("--npl: %v", err)
+		}
 	}
 	if *modelPath == "" {
 		return usageErr("--model is required")
@@ -105,7 +119,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		results = append(results, r)
 		return nil
 	}
-	if *pp > 0 {
+	if len(npl) > 0 {
+		for _, n := range npl {
+			rs, err := benchParallel(ctx, m, base, kv, n, tokens, *pp, *tg, *reps)
+			if err != nil {
+				return err
+			}
+			results = append(results, rs...)
+		}
+	}
+	if *pp > 0 && len(npl) == 0 {
 		prompt := tokens(*pp)
 		err := measure(fmt.Sprintf("pp%d", *pp), *pp, func() error {
 			s, err := m.NewSession(engine.SessionOptions{Context: *pp, KV: kv})
@@ -120,7 +143,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	if *tg > 0 {
+	if *tg > 0 && len(npl) == 0 {
 		gen := tokens(*tg)
 		err := measure(fmt.Sprintf("tg%d", *tg), *tg, func() error {
 			s, err := m.NewSession(engine.SessionOptions{Context: *tg, KV: kv})
@@ -146,11 +169,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// The same markdown table llama-bench prints, so the two can be read side by side.
 	rows := [][]string{{"model", "size", "backend", "threads", "test", "t/s"}}
-	for _, r := range results {
-		rows = append(rows, []string{r.Model, fmt.Sprintf("%.2f MiB", float64(r.SizeBytes)/(1<<20)), r.Backend,
-			fmt.Sprint(r.Threads), r.Test, fmt.Sprintf("%.2f ± %.2f", r.TokensPerS, r.StdDev)})
+	right := []bool{false, true, false, true, true, true}
+	if len(npl) > 0 {
+		rows[0] = append(rows[0], "parallel", "t/s per sequence")
+		right = append(right, true, true)
 	}
-	return writeMarkdownTable(stdout, rows, []bool{false, true, false, true, true, true})
+	for _, r := range results {
+		row := []string{r.Model, fmt.Sprintf("%.2f MiB", float64(r.SizeBytes)/(1<<20)), r.Backend,
+			fmt.Sprint(r.Threads), r.Test, fmt.Sprintf("%.2f ± %.2f", r.TokensPerS, r.StdDev)}
+		if len(npl) > 0 {
+			row = append(row, fmt.Sprint(r.Parallel), fmt.Sprintf("%.2f", r.PerSequence))
+		}
+		rows = append(rows, row)
+	}
+	return writeMarkdownTable(stdout, rows, right)
 }
 
 // writeMarkdownTable prints rows (the first is the header) as a markdown table with padded
@@ -204,3 +236,94 @@ func meanStd(x []float64) (float64, float64) {
 	}
 	return mean, math.Sqrt(ss / float64(len(x)-1))
 }
+
+// benchParallel runs n sequences together through a scheduler, each prefilling pp tokens and
+// decoding tg, reps times after one untimed run. Prefill is timed over the steps that
+// carried prompt tokens, decode over the steps where all n sequences decoded: the rates are
+// aggregates over the n sequences, as llama-batched-bench's S_PP and S_TG.
+func benchParallel(ctx context.Context, m *engine.Model, base benchResult, kv ml.DType, n int, tokens func(int) []int32, pp, tg, reps int) ([]benchResult, error) {
+	if pp < 1 || tg < 1 {
+		return nil, usageErr("--npl needs -p and -n ≥ 1")
+	}
+	capacity := pp + tg + 1
+	var mu sync.Mutex
+	var steps []engine.StepStats
+	sch, err := m.NewScheduler(engine.SchedulerOptions{
+		KV: kv, Slots: n, Blocks: n * ml.BlocksFor(capacity, engine.DefaultBlockSize),
+		// Every prompt in one pass, as llama-batched-bench prefills its whole batch at once.
+		StepTokens: max(engine.DefaultStepTokens, n*pp),
+		OnStep:     func(s engine.StepStats) { mu.Lock(); steps = append(steps, s); mu.Unlock() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer sch.Close()
+	prompts := make([][]int32, n)
+	for i := range prompts {
+		prompts[i] = tokens(pp)
+	}
+	ppRes, tgRes := base, base
+	ppRes.Test, ppRes.Tokens, ppRes.Parallel = fmt.Sprintf("pp%d", pp), pp, n
+	tgRes.Test, tgRes.Tokens, tgRes.Parallel = fmt.Sprintf("tg%d", tg), tg, n
+	for rep := 0; rep <= reps; rep++ {
+		mu.Lock()
+		steps = steps[:0]
+		mu.Unlock()
+		errs := make(chan error, n)
+		// All sequences start in the same step.
+		sch.Pause()
+		for _, p := range prompts {
+			go func() {
+				// MaxTokens tg+1: the first token comes from the prompt's logits, then tg
+				// decode steps. No end-of-generation token stops it.
+				_, err := sch.Generate(ctx, p, capacity, engine.GenerateOptions{MaxTokens: tg + 1, Stream: nullStream{}})
+				errs <- err
+			}()
+		}
+		for sch.Waiting() < n {
+			time.Sleep(time.Millisecond)
+		}
+		sch.Resume()
+		for range prompts {
+			if err := <-errs; err != nil {
+				return nil, err
+			}
+		}
+		if rep == 0 {
+			continue // warm-up
+		}
+		var ppTok, tgTok int
+		var ppDur, tgDur time.Duration
+		mu.Lock()
+		for _, s := range steps {
+			switch {
+			case s.Decoding < s.Sequences:
+				ppTok += s.Tokens - s.Decoding
+				ppDur += s.Duration
+			case s.Decoding == n && s.Sequences == n:
+				tgTok += s.Tokens
+				tgDur += s.Duration
+			}
+		}
+		mu.Unlock()
+		if ppDur > 0 {
+			ppRes.Samples = append(ppRes.Samples, float64(ppTok)/ppDur.Seconds())
+		}
+		if tgDur > 0 {
+			tgRes.Samples = append(tgRes.Samples, float64(tgTok)/tgDur.Seconds())
+		}
+	}
+	var out []benchResult
+	for _, r := range []benchResult{ppRes, tgRes} {
+		r.TokensPerS, r.StdDev = meanStd(r.Samples)
+		r.PerSequence = r.TokensPerS / float64(n)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// nullStream is a text stream that decodes nothing: the benchmark's ids are random.
+type nullStream struct{}
+
+func (nullStream) Next(int32) string { return "" }
+func (nullStream) Flush() string     { return "" }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
@@ -28,6 +29,27 @@ func TestBench(t *testing.T) {
 	}
 	if len(rs) != 1 || rs[0].Test != "pp16" || rs[0].Tokens != 16 || rs[0].TokensPerS <= 0 || len(rs[0].Samples) != 1 || rs[0].Model != "qwen3" {
 		t.Errorf("json: %+v", rs)
+	}
+	// Sequences run together: per N one prefill and one decode row, the aggregate rate
+	// and each sequence's share.
+	code, out, errs = runCmd(t, "bench", "--model", model, "-p", "16", "-n", "4", "-r", "1", "--npl", "1,3", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	rs = nil
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 4 || rs[0].Test != "pp16" || rs[1].Test != "tg4" || rs[2].Parallel != 3 || rs[3].Parallel != 3 || rs[3].Test != "tg4" {
+		t.Fatalf("--npl rows: %+v", rs)
+	}
+	for _, r := range rs {
+		if r.TokensPerS <= 0 || math.Abs(r.PerSequence*float64(r.Parallel)-r.TokensPerS) > 1e-6*r.TokensPerS {
+			t.Errorf("--npl row %s parallel %d: %g t/s, %g per sequence", r.Test, r.Parallel, r.TokensPerS, r.PerSequence)
+		}
+	}
+	if code, _, errs := runCmd(t, "bench", "--model", model, "--npl", "0,2"); code != 2 || !strings.Contains(errs, "--npl") {
+		t.Errorf("bad --npl: exit %d, %s", code, errs)
 	}
 	if code, _, errs := runCmd(t, "bench", "--model", model, "--kv", "q8"); code != 2 || !strings.Contains(errs, "--kv") {
 		t.Errorf("bad --kv: exit %d, %s", code, errs)
