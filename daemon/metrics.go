@@ -41,6 +41,11 @@ type metrics struct {
 	webhooks       *prometheus.CounterVec
 	progressWrites *prometheus.CounterVec
 	expertLookups  *prometheus.CounterVec
+	// Continuous batching (REDLITE_CONCURRENCY > 1).
+	batchSize     prometheus.Histogram
+	stepSeconds   prometheus.Histogram
+	kvBlocks      *prometheus.GaugeVec
+	admissionWait prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -106,8 +111,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		expertLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlite_expert_cache_lookups_total", Help: "Routed-expert slices looked up in the bounded expert cache, by result (hit, miss); all hits when every expert is resident.",
 		}, []string{"result"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "redlite_batch_sequences", Help: "Sequences in each forward step of the batch scheduler.",
+			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 32, 64},
+		}),
+		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "redlite_batch_step_seconds", Help: "Duration of each forward step of the batch scheduler.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1 ms … 33 s
+		}),
+		kvBlocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlite_kv_blocks", Help: "Blocks of the batch scheduler's KV pool, by state (used, free).",
+		}, []string{"state"}),
+		admissionWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "redlite_admission_wait_seconds", Help: "Time a job waited in the worker for a batch slot and the KV blocks of its prompt + max_tokens.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12), // 1 ms … 70 min
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
+	for _, c := range []prometheus.Collector{m.batchSize, m.stepSeconds, m.kvBlocks, m.admissionWait, m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
 		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.buildInfo, m.plans, m.plannedBytes,
 		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites, m.expertLookups} {
 		if err := reg.Register(c); err != nil {

@@ -204,6 +204,9 @@ func (r *run) do(ctx context.Context) error {
 
 	r.setPhase(jobs.PhasePlanning)
 	plan, err := w.plan(len(ids), sampling.MaxTokens)
+	if w.sched != nil {
+		plan, err = w.planBatched(len(ids), sampling.MaxTokens)
+	}
 	if err != nil {
 		if errors.Is(err, planner.ErrDoesNotFit) || errors.Is(err, planner.ErrBadJob) {
 			r.outcome = outcomeDoesNotFit
@@ -218,16 +221,6 @@ func (r *run) do(ctx context.Context) error {
 	r.log.Debug("planned", "prompt_tokens", len(ids), "max_tokens", sampling.MaxTokens, "context", plan.Context,
 		"chunk", plan.Chunk, "kv", plan.KV, "need_mib", plan.NeedMiB, "limit_mib", plan.LimitMiB)
 
-	if err := w.lm.setExpertCache(plan); err != nil {
-		return &EngineFault{Err: err}
-	}
-	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: kvType(plan.KV), MTP: plan.MTP})
-	if err != nil {
-		return &EngineFault{Err: fmt.Errorf("open session: %w", err)}
-	}
-	// The session's KV cache and state go back at once, however the job ends: an error, a
-	// cancellation or a panic.
-	defer sess.Close()
 	params := sample.Params{
 		Temperature: float32(sampling.Temperature),
 		TopK:        sampling.TopK,
@@ -253,7 +246,7 @@ func (r *run) do(ctx context.Context) error {
 		w.m.expertLookups.WithLabelValues("miss").Add(float64(max(now.Misses-experts.Misses, 0)))
 	}()
 	generated := 0
-	gen, genErr := sess.Generate(ctx, ids, engine.GenerateOptions{
+	gen, genErr := w.generate(ctx, plan, ids, engine.GenerateOptions{
 		MaxTokens: sampling.MaxTokens,
 		Sampler:   smp,
 		Stop:      sampling.Stop,
@@ -284,6 +277,13 @@ func (r *run) do(ctx context.Context) error {
 			}
 		},
 	})
+	if tooLarge(genErr) {
+		r.outcome = outcomeDoesNotFit
+		return permanent(fmt.Errorf("does not fit on worker %s: %w", w.name, genErr))
+	}
+	if w.sched != nil && gen.Queued > 0 {
+		w.m.admissionWait.Observe(gen.Queued.Seconds())
+	}
 	res := r.result(p, gen, plan)
 	typ := r.task.Type()
 	w.m.promptTokens.WithLabelValues(typ).Add(float64(min(gen.PromptTokens, r.prog.snapshot().Prefilled)))
@@ -407,7 +407,7 @@ func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) job
 			DecodeTokensPerSecond:  perSecond(g.CompletionTokens, g.Decode),
 			TotalMS:                ms(time.Since(r.start)),
 		},
-		Plan:     resultPlan(plan),
+		Plan:     r.w.resultPlan(plan, g),
 		Model:    r.w.lm.name,
 		Worker:   r.w.name,
 		Metadata: p.Options().Metadata,
@@ -439,6 +439,14 @@ func (r *run) queueWait() (time.Duration, bool) {
 	return max(r.start.Sub(at), 0), true
 }
 
+func (w *worker) resultPlan(p planner.Plan, g engine.Generation) jobs.Plan {
+	jp := resultPlan(p)
+	if w.sched != nil {
+		jp.BlockSize, jp.PoolBlocks, jp.Batch = w.pool.BlockSize, w.pool.Blocks, g.Batch
+	}
+	return jp
+}
+
 func resultPlan(p planner.Plan) jobs.Plan {
 	return jobs.Plan{
 		Context:         p.Context,
@@ -466,4 +474,22 @@ func perSecond(n int, d time.Duration) float64 {
 func (w *worker) plan(promptTokens, maxTokens int) (planner.Plan, error) {
 	job := planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Slots: w.cfg.Concurrency, Policy: w.policy}
 	return planner.Choose(job, w.lm.profile, w.cal, w.budget)
+}
+
+// generate runs a job in the batch scheduler, or alone in a session of its plan with its
+// expert cache. The session's KV cache and state go back at once, however the job ends: an
+// error, a cancellation or a panic.
+func (w *worker) generate(ctx context.Context, plan planner.Plan, ids []int32, o engine.GenerateOptions) (engine.Generation, error) {
+	if w.sched != nil {
+		return w.sched.Generate(ctx, ids, plan.Context, o)
+	}
+	if err := w.lm.setExpertCache(plan); err != nil {
+		return engine.Generation{}, err
+	}
+	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: kvType(plan.KV), MTP: plan.MTP})
+	if err != nil {
+		return engine.Generation{}, fmt.Errorf("open session: %w", err)
+	}
+	defer sess.Close()
+	return sess.Generate(ctx, ids, o)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
 )
@@ -28,6 +29,9 @@ type worker struct {
 	cal      planner.Calibration
 	policy   planner.Policy
 	observer Observer
+	// sched runs the jobs together when REDLITE_CONCURRENCY > 1 (batch.go); nil otherwise.
+	sched *engine.Scheduler
+	pool  planner.Pool
 
 	srv *asynq.Server
 	// base is the parent of every handler's context. It is cancelled only after asynq has
@@ -62,6 +66,11 @@ func newWorker(w *worker, redis jobs.RedisURL) *worker {
 }
 
 func (w *worker) start() error {
+	if w.cfg.Concurrency > 1 {
+		if err := w.startBatching(); err != nil {
+			return err
+		}
+	}
 	if err := w.srv.Start(asynq.HandlerFunc(w.process)); err != nil {
 		return fmt.Errorf("start asynq server: %w", err)
 	}
@@ -77,6 +86,9 @@ func (w *worker) terminate() {
 	w.srv.Shutdown()
 	w.cancelBase(errShuttingDown)
 	w.running.Wait()
+	if w.sched != nil {
+		w.sched.Close() // every handler has returned: nothing is waiting on it
+	}
 	// After the server: asynq may still report a failed attempt while it shuts down.
 	close(w.stopArchiving)
 	w.archiving.Wait()

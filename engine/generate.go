@@ -56,8 +56,10 @@ type Generation struct {
 	CompletionTokens int
 	Prefill          time.Duration
 	Decode           time.Duration
-	// Queued is the time a Scheduler's sequence waited for a slot and KV blocks.
+	// Queued is the time a Scheduler's sequence waited for a slot and KV blocks; Batch is
+	// the most sequences that ran in one of its steps.
 	Queued time.Duration
+	Batch  int
 	// Speculation counts the MTP head's drafts (zero without MTP or when sampling).
 	Speculation SpecStats
 }

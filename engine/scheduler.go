@@ -347,6 +347,9 @@ func (s *Scheduler) step() {
 		in, fed = append(in, q), append(fed, n)
 		budget -= n
 	}
+	for _, q := range in {
+		q.t.g.Batch = max(q.t.g.Batch, len(in))
+	}
 	logits, err := s.pass(b)
 	if err != nil {
 		// The states may hold part of the pass: every sequence in it fails.

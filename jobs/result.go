@@ -57,8 +57,14 @@ type Plan struct {
 	ExpertCacheMiB  int    `json:"expert_cache_mib"`
 	MTP             bool   `json:"mtp"` // multi-token prediction
 	Slots           int    `json:"slots"`
-	NeedMiB         int    `json:"need_mib"`  // planned GPU memory
-	LimitMiB        int    `json:"limit_mib"` // the device's limit
+	// BlockSize and PoolBlocks describe the KV pool a batching worker (slots > 1) runs its
+	// jobs in: blocks of block_size positions shared by the slots. 0 when the job ran alone.
+	BlockSize  int `json:"block_size,omitempty"`
+	PoolBlocks int `json:"pool_blocks,omitempty"`
+	// Batch is the most sequences that ran in one step with this job.
+	Batch    int `json:"batch,omitempty"`
+	NeedMiB  int `json:"need_mib"`  // planned GPU memory
+	LimitMiB int `json:"limit_mib"` // the device's limit
 }
 
 // Phase is where a running job is.

@@ -1,0 +1,70 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/planner"
+)
+
+// A worker with REDLITE_CONCURRENCY > 1 runs its jobs together (continuous batching): the
+// engine's scheduler holds one KV pool, which the planner sizes when the worker starts, and
+// every handler submits its job to it and waits. A job is admitted when a slot is free and
+// the pool has the blocks for its prompt + max_tokens; until then it waits in the worker
+// with its asynq lease kept alive (asynq extends it while the handler runs). A job that the
+// pool could never hold, even alone, is refused as one that does not fit. With
+// REDLITE_CONCURRENCY 1 a job runs alone in a session of its own, planned per job (MTP,
+// chunk, KV precision and expert residency chosen for it).
+
+// startBatching sizes the pool and starts the scheduler.
+func (w *worker) startBatching() error {
+	pool, err := planner.PlanPool(w.lm.profile, w.cal, w.budget, w.policy, w.cfg.Concurrency, engine.DefaultStepTokens, engine.DefaultBlockSize)
+	if err != nil {
+		return fmt.Errorf("batch of %d slots: %w", w.cfg.Concurrency, err)
+	}
+	kv := ml.F32
+	if pool.KV == planner.F16 {
+		kv = ml.F16
+	}
+	sched, err := w.lm.m.NewScheduler(engine.SchedulerOptions{
+		KV: kv, Slots: pool.Slots, Blocks: pool.Blocks, BlockSize: pool.BlockSize, StepTokens: pool.StepTokens,
+		OnStep: func(s engine.StepStats) {
+			w.m.batchSize.Observe(float64(s.Sequences))
+			w.m.stepSeconds.Observe(s.Duration.Seconds())
+			w.m.kvBlocks.WithLabelValues("free").Set(float64(s.FreeBlocks))
+			w.m.kvBlocks.WithLabelValues("used").Set(float64(pool.Blocks - s.FreeBlocks))
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("batch scheduler: %w", err)
+	}
+	w.m.kvBlocks.WithLabelValues("free").Set(float64(pool.Blocks))
+	w.m.kvBlocks.WithLabelValues("used").Set(0)
+	w.sched, w.pool = sched, pool
+	w.log.Info("batching", "slots", pool.Slots, "kv", pool.KV, "block_size", pool.BlockSize, "blocks", pool.Blocks,
+		"positions_per_slot", pool.SlotContext, "step_tokens", pool.StepTokens, "need_mib", pool.NeedMiB, "limit_mib", pool.LimitMiB)
+	return nil
+}
+
+// planBatched plans a job for the pool: alone on this worker with the pool's precision (the
+// planner explains a job that could never fit), and within the pool's blocks.
+func (w *worker) planBatched(promptTokens, maxTokens int) (planner.Plan, error) {
+	pol := w.policy
+	pol.KV, pol.DisableMTP, pol.ExpertCache = w.pool.KV, true, planner.CacheNever
+	plan, err := planner.Choose(planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Policy: pol}, w.lm.profile, w.cal, w.budget)
+	if err != nil {
+		return plan, err
+	}
+	if need := ml.BlocksFor(plan.Context, w.pool.BlockSize); need > w.pool.Blocks {
+		return plan, fmt.Errorf("%w: %s positions of prompt + max_tokens need %d KV blocks of %d, and this worker's pool (%d slots) holds %d: it takes at most %s",
+			planner.ErrDoesNotFit, planner.Commas(int64(plan.Context)), need, w.pool.BlockSize, w.pool.Slots, w.pool.Blocks,
+			planner.Commas(int64(w.pool.Blocks*w.pool.BlockSize)))
+	}
+	plan.Slots, plan.Chunk, plan.NeedMiB = w.pool.Slots, w.pool.StepTokens, w.pool.NeedMiB
+	return plan, nil
+}
+
+// tooLarge reports a scheduler's refusal of a sequence larger than its pool.
+func tooLarge(err error) bool { return errors.Is(err, engine.ErrTooLarge) }
