@@ -44,9 +44,10 @@ type Config struct {
 	Queues map[string]int `env:"REDLITE_QUEUES" envSeparator:"," envKeyValSeparator:"="`
 	// StrictPriority empties higher-weight queues before looking at lower ones.
 	StrictPriority bool `env:"REDLITE_STRICT_PRIORITY" envDefault:"false"`
-	// Concurrency is the number of jobs run at once (engine slots). Each plan is sized for
-	// this many sequences.
-	Concurrency int `env:"REDLITE_CONCURRENCY" envDefault:"1"`
+	// Concurrency is the number of jobs run at once: above 1, the sequences of one batch
+	// scheduler sharing a KV pool (batch.go); 1 runs each job alone in a session planned for
+	// it (the only mode with MTP and a per-job expert cache).
+	Concurrency int `env:"REDLITE_CONCURRENCY" envDefault:"4"`
 	// Threads for the CPU backend; 0 means one per core.
 	Threads int `env:"REDLITE_THREADS" envDefault:"0"`
 

@@ -22,7 +22,7 @@ func TestConfigFromEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.RedisURL != "redis://127.0.0.1:6379/0" || cfg.Concurrency != 1 || cfg.KV != "auto" || cfg.HTTPAddr != ":9464" ||
+		if cfg.RedisURL != "redis://127.0.0.1:6379/0" || cfg.Concurrency != 4 || cfg.KV != "auto" || cfg.HTTPAddr != ":9464" ||
 			cfg.ShutdownTimeout != 15*time.Second || cfg.RAMFraction != 0.75 || len(cfg.Queues) != 3 || cfg.Queues["critical"] != 6 {
 			t.Errorf("defaults: %+v", cfg)
 		}

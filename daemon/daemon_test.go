@@ -82,6 +82,9 @@ func setupURL(t *testing.T, redisURL string) *testBundle {
 	cfg.WorkerName = "test-worker"
 	cfg.GPULimitMiB = 4096
 	cfg.MaxChunk = 512
+	// One job at a time, planned per job: what most tests check (MTP, chunks, expert caches,
+	// a cancel within one pass). Batching workers are tested in batch_test.go.
+	cfg.Concurrency = 1
 	cfg.TaskCheckInterval = 20 * time.Millisecond
 	cfg.DelayedTaskCheckInterval = 100 * time.Millisecond
 	cfg.ProgressInterval = 10 * time.Millisecond
