@@ -96,3 +96,69 @@ func (m *Model) MeasureAllocation(ctx context.Context, o SessionOptions, chunk i
 	}
 	return a, nil
 }
+
+// MeasureBatch runs a full batch in a scheduler of o's sizes — every slot's sequence filling
+// its share of the pool (prompts of Blocks·BlockSize/Slots − 1 tokens, one generated) — and
+// reports what the engine held: the weights, the whole pool, every slot's recurrent state
+// and the most the steps' passes held at once (ScratchBytes, with a backend that accounts
+// for it; 0 otherwise). It is what the planner's pool plan predicts.
+func (m *Model) MeasureBatch(ctx context.Context, o SchedulerOptions) (Allocation, error) {
+	var a Allocation
+	for i := range m.File.Tensors {
+		a.WeightsBytes += int64(m.File.Tensors[i].Size)
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = DefaultBlockSize
+	}
+	if o.Slots < 1 || o.Blocks%o.Slots != 0 {
+		return a, fmt.Errorf("engine: measure a batch of %d slots over %d blocks (want a multiple)", o.Slots, o.Blocks)
+	}
+	pool, pooled := m.Backend.(ml.ScratchPool)
+	if pooled {
+		pool.ResetScratch()
+	}
+	s, err := m.NewScheduler(o)
+	if err != nil {
+		return a, err
+	}
+	defer s.Close()
+	a.KVBytes = s.pool.Bytes()
+	if f, ok := m.Graph.(interface{ RecurrentBytes() int64 }); ok {
+		a.StateBytes = int64(o.Slots) * f.RecurrentBytes()
+	}
+	cfg := m.Config()
+	per := o.Blocks * o.BlockSize / o.Slots
+	rng := rand.New(rand.NewPCG(uint64(per), uint64(o.Slots)))
+	errs := make(chan error, o.Slots)
+	s.Pause() // every sequence in the first step
+	for range o.Slots {
+		prompt := make([]int32, per-1)
+		for i := range prompt {
+			prompt[i] = int32(rng.IntN(cfg.Vocab))
+		}
+		go func() {
+			_, err := s.Generate(ctx, prompt, per, GenerateOptions{MaxTokens: 1, Stream: DiscardText{}})
+			errs <- err
+		}()
+	}
+	for s.Waiting() < o.Slots {
+		runtime.Gosched()
+	}
+	s.Resume()
+	for range o.Slots {
+		if err := <-errs; err != nil {
+			return a, err
+		}
+	}
+	if pooled {
+		a.ScratchBytes = pool.PeakScratchBytes()
+	}
+	return a, nil
+}
+
+// DiscardText is a TextStream that decodes nothing: for measurements and benchmarks,
+// which feed random ids.
+type DiscardText struct{}
+
+func (DiscardText) Next(int32) string { return "" }
+func (DiscardText) Flush() string     { return "" }

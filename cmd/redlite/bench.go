@@ -276,7 +276,7 @@ func benchParallel(ctx context.Context, m *engine.Model, base benchResult, kv ml
 			go func() {
 				// MaxTokens tg+1: the first token comes from the prompt's logits, then tg
 				// decode steps. No end-of-generation token stops it.
-				_, err := sch.Generate(ctx, p, capacity, engine.GenerateOptions{MaxTokens: tg + 1, Stream: nullStream{}})
+				_, err := sch.Generate(ctx, p, capacity, engine.GenerateOptions{MaxTokens: tg + 1, Stream: engine.DiscardText{}})
 				errs <- err
 			}()
 		}
@@ -321,9 +321,3 @@ func benchParallel(ctx context.Context, m *engine.Model, base benchResult, kv ml
 	}
 	return out, nil
 }
-
-// nullStream is a text stream that decodes nothing: the benchmark's ids are random.
-type nullStream struct{}
-
-func (nullStream) Next(int32) string { return "" }
-func (nullStream) Flush() string     { return "" }
