@@ -13,7 +13,9 @@ import (
 // engine's scheduler holds one KV pool, which the planner sizes when the worker starts, and
 // every handler submits its job to it and waits. A job is admitted when a slot is free and
 // the pool has the blocks for its prompt + max_tokens; until then it waits in the worker
-// with its asynq lease kept alive (asynq extends it while the handler runs). A job that the
+// with its asynq lease kept alive (asynq extends it while the handler runs), for at most
+// REDLITE_ADMISSION_TIMEOUT, after which the attempt fails unrun and asynq retries the job
+// after its back-off, on whichever worker is free then. A job that the
 // pool could never hold, even alone, is refused as one that does not fit. With
 // REDLITE_CONCURRENCY 1 a job runs alone in a session of its own, planned per job (MTP,
 // chunk, KV precision and expert residency chosen for it).
@@ -30,6 +32,7 @@ func (w *worker) startBatching() error {
 	}
 	sched, err := w.lm.m.NewScheduler(engine.SchedulerOptions{
 		KV: kv, Slots: pool.Slots, Blocks: pool.Blocks, BlockSize: pool.BlockSize, StepTokens: pool.StepTokens,
+		MaxWait: w.cfg.AdmissionTimeout,
 		OnStep: func(s engine.StepStats) {
 			w.m.batchSize.Observe(float64(s.Sequences))
 			w.m.stepSeconds.Observe(s.Duration.Seconds())

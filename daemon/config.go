@@ -90,6 +90,10 @@ type Config struct {
 	// Redis is away (a restart, a failover) before the attempt counts as failed. Keep it
 	// below asynq's 30 s lease, after which another worker may run the job again.
 	ResultWriteTimeout time.Duration `env:"REDLITE_RESULT_WRITE_TIMEOUT" envDefault:"20s"`
+	// AdmissionTimeout bounds how long a job of a batching worker (REDLITE_CONCURRENCY > 1)
+	// waits in the worker for a slot and the KV blocks of its prompt + max_tokens; past it
+	// the attempt fails without running and the job is retried (perhaps by another worker).
+	AdmissionTimeout time.Duration `env:"REDLITE_ADMISSION_TIMEOUT" envDefault:"10m"`
 	// WebhookTimeout bounds one POST of a result to a payload's webhook_url.
 	WebhookTimeout time.Duration `env:"REDLITE_WEBHOOK_TIMEOUT" envDefault:"10s"`
 	// WorkerName is what results report as "worker"; empty means the host name.
@@ -180,6 +184,8 @@ func (c Config) Validate() error {
 		return bad("REDLITE_RESULT_WRITE_TIMEOUT", "must be > 0, got %v", c.ResultWriteTimeout)
 	case c.WebhookTimeout <= 0:
 		return bad("REDLITE_WEBHOOK_TIMEOUT", "must be > 0, got %v", c.WebhookTimeout)
+	case c.AdmissionTimeout <= 0:
+		return bad("REDLITE_ADMISSION_TIMEOUT", "must be > 0, got %v", c.AdmissionTimeout)
 	}
 	if _, err := c.policy(); err != nil {
 		return err

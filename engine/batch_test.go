@@ -259,4 +259,31 @@ func TestSchedulerRefuses(t *testing.T) {
 	if _, err := sch.Generate(context.Background(), []int32{1}, 0, o); !errors.Is(err, ErrSchedulerClosed) {
 		t.Errorf("after Close: %v, want ErrSchedulerClosed", err)
 	}
+
+	// One slot, busy: the second sequence gives up after MaxWait, having run nothing.
+	sch, err = m.NewScheduler(SchedulerOptions{KV: ml.F32, Slots: 1, Blocks: 4, BlockSize: 64, MaxWait: 30 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	busy := make(chan error, 1)
+	go func() {
+		_, err := sch.Generate(ctx, []int32{1, 2, 3}, 0, GenerateOptions{MaxTokens: 200, Stream: tok.NewStreamDecoder()})
+		busy <- err
+	}()
+	for sch.FreeBlocks() == 4 {
+		time.Sleep(time.Millisecond)
+	}
+	g, err := sch.Generate(context.Background(), []int32{4, 5}, 0, o)
+	if !errors.Is(err, ErrAdmissionTimeout) || g.Queued < 30*time.Millisecond || g.CompletionTokens != 0 {
+		t.Errorf("waiting past MaxWait: %v after %v with %d tokens, want ErrAdmissionTimeout after 30ms and none", err, g.Queued, g.CompletionTokens)
+	}
+	cancel()
+	if err := <-busy; !errors.Is(err, context.Canceled) {
+		t.Errorf("the busy sequence, cancelled: %v", err)
+	}
+	if false {
+		t.Errorf("after Close: %v, want ErrSchedulerClosed", err)
+	}
 }

@@ -33,6 +33,9 @@ type SchedulerOptions struct {
 	// StepTokens is the token budget of one step (0: DefaultStepTokens): decode tokens
 	// first, then prefill chunks.
 	StepTokens int
+	// MaxWait bounds how long a sequence waits for a slot and its blocks; past it Generate
+	// fails with ErrAdmissionTimeout (0: no bound but its context).
+	MaxWait time.Duration
 	// OnStep, when set, is called after every step from the scheduler's goroutine.
 	OnStep func(StepStats)
 }
@@ -54,6 +57,10 @@ type StepStats struct {
 
 // ErrSchedulerClosed is returned for sequences that a closed scheduler did not finish.
 var ErrSchedulerClosed = errors.New("engine: the scheduler is closed")
+
+// ErrAdmissionTimeout is wrapped when a sequence waited SchedulerOptions.MaxWait without
+// being admitted: the worker is busy with others; it never ran.
+var ErrAdmissionTimeout = errors.New("engine: no slot and KV blocks became free in time")
 
 // ErrTooLarge is wrapped when a sequence needs more KV blocks than the whole pool holds.
 var ErrTooLarge = errors.New("engine: the sequence needs more KV blocks than the pool holds")
@@ -232,13 +239,23 @@ func (s *Scheduler) loop() {
 func (s *Scheduler) sleep() {
 	s.mu.Lock()
 	var ctxs []<-chan struct{}
+	var first time.Time
 	for _, q := range s.waiting {
 		ctxs = append(ctxs, q.ctx.Done())
+		if first.IsZero() || q.arrived.Before(first) {
+			first = q.arrived
+		}
 	}
 	s.mu.Unlock()
 	if len(ctxs) == 0 {
 		<-s.wake
 		return
+	}
+	var timeout <-chan time.Time
+	if s.o.MaxWait > 0 {
+		t := time.NewTimer(time.Until(first.Add(s.o.MaxWait)))
+		defer t.Stop()
+		timeout = t.C
 	}
 	// A waiting sequence whose context ends must be answered although nothing else moves.
 	stop := make(chan struct{})
@@ -259,6 +276,7 @@ func (s *Scheduler) sleep() {
 	select {
 	case <-s.wake:
 	case <-any:
+	case <-timeout:
 	}
 }
 
@@ -267,8 +285,9 @@ func (s *Scheduler) reap() {
 	s.mu.Lock()
 	kept := s.waiting[:0]
 	var gone []*sequence
+	now := time.Now()
 	for _, q := range s.waiting {
-		if q.ctx.Err() != nil {
+		if q.ctx.Err() != nil || s.o.MaxWait > 0 && now.Sub(q.arrived) >= s.o.MaxWait {
 			gone = append(gone, q)
 			continue
 		}
@@ -278,7 +297,12 @@ func (s *Scheduler) reap() {
 	s.mu.Unlock()
 	for _, q := range gone {
 		q.t.g.PromptTokens = 0
-		s.finish(q, fmt.Errorf("engine: stopped while waiting for a slot: %w", q.ctx.Err()))
+		q.t.g.Queued = now.Sub(q.arrived)
+		if err := q.ctx.Err(); err != nil {
+			s.finish(q, fmt.Errorf("engine: stopped while waiting for a slot: %w", err))
+			continue
+		}
+		s.finish(q, fmt.Errorf("%w: waited %v for one of %d slots and %d KV blocks", ErrAdmissionTimeout, q.t.g.Queued.Round(time.Millisecond), s.o.Slots, ml.BlocksFor(q.capacity, s.o.BlockSize)))
 	}
 	active := s.active[:0]
 	for _, q := range s.active {
