@@ -17,6 +17,7 @@ const (
 	outcomeDoesNotFit = "does_not_fit" // no plan fits: archived with the planner's explanation
 	outcomeFault      = "engine_fault" // retried with back-off
 	outcomeRequeued   = "requeued"     // shutdown took the job back to its queue
+	outcomeBusy       = "busy"         // waited REDLITE_ADMISSION_TIMEOUT unrun: retried
 )
 
 // metrics are the daemon's Prometheus metrics, registered on an injected registry. Names end

@@ -277,6 +277,10 @@ func (r *run) do(ctx context.Context) error {
 			}
 		},
 	})
+	if errors.Is(genErr, engine.ErrAdmissionTimeout) {
+		r.outcome = outcomeBusy
+		return fmt.Errorf("worker %s is busy: %w", w.name, genErr)
+	}
 	if tooLarge(genErr) {
 		r.outcome = outcomeDoesNotFit
 		return permanent(fmt.Errorf("does not fit on worker %s: %w", w.name, genErr))
