@@ -479,6 +479,9 @@ func TestKill9Restart(t *testing.T) {
 // recoverer's minute is paid almost whole. The figures are logged, not asserted; what is
 // asserted is that the survivor runs the job again exactly once.
 func TestKill9NoReturn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out asynq's one-minute recoverer period")
+	}
 	b := setup(t)
 	// The doomed worker on another host when this machine allows a UTS namespace (root),
 	// else on this one, where the finder proves it gone by its PID.
