@@ -127,7 +127,18 @@ type daemonProcess struct {
 
 func startDaemonProcess(t *testing.T, cfg Config) *daemonProcess {
 	t.Helper()
+	return startDaemonProcessOn(t, cfg, "")
+}
+
+// startDaemonProcessOn starts the daemon process under another host name (its own UTS
+// namespace, as root), so that it looks to the others like a worker on another Mac.
+func startDaemonProcessOn(t *testing.T, cfg Config, host string) *daemonProcess {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if host != "" {
+		cmd = exec.Command("unshare", "--uts", "sh", "-c", `hostname "$1" && shift && exec "$@"`,
+			"sh", host, os.Args[0], "-test.run=^$")
+	}
 	cmd.Env = append(os.Environ(), "REDLITE_TEST_AS_DAEMON=1",
 		"REDLITE_REDIS_URL="+cfg.RedisURL,
 		"REDLITE_MODEL="+cfg.Model,

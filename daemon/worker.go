@@ -96,10 +96,16 @@ func (w *worker) terminate() {
 
 // retryDelay is asynq's back-off for a failed attempt: RetryDelay doubled per retry up to
 // MaxRetryDelay. A job whose deadline has passed is parked for expiredRetryDelay instead:
-// handleError archives it as soon as asynq has moved it to retry (expire.go).
+// handleError archives it as soon as asynq has moved it to retry (expire.go). A job whose
+// worker died (asynq's recoverer found its lease expired) runs again at once: the job did
+// nothing wrong, and the attempt still counts, so one that kills its worker every time is
+// archived after its retries all the same.
 func (w *worker) retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	if pastDeadline(t, err) {
 		return expiredRetryDelay
+	}
+	if errors.Is(err, asynq.ErrLeaseExpired) {
+		return 0
 	}
 	d := w.cfg.RetryDelay
 	for i := 0; i < n && d < w.cfg.MaxRetryDelay; i++ {

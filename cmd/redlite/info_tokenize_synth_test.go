@@ -25,7 +25,7 @@ func redlite(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestInfoCommand(t *testing.T) {
-	model := filepath.Join(fixtures.Dir(t), "models", "tiny-qwen3next-Q8_0.gguf")
+	model := fixtures.Path(t, "models", "tiny-qwen3next-Q8_0.gguf")
 	t.Run("Text", func(t *testing.T) {
 		code, out, errs := redlite(t, "info", model)
 		if code != 0 {

@@ -112,7 +112,7 @@ func FromGGUF(f *gguf.File) (*Template, error) {
 }
 
 // Conversation is what a template renders: the format of one case of
-// ../shared/fixtures/templates/cases.json and of `redlite chat-template --case`.
+// testdata/fixtures/templates/cases.json and of `redlite chat-template --case`.
 type Conversation struct {
 	// Messages is a JSON array of message objects ({"role", "content", …}), passed to the
 	// template as given: content may be null or a list, assistant messages may carry

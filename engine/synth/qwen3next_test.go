@@ -2,7 +2,6 @@ package synth
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -13,7 +12,6 @@ import (
 // TestTinyQwen3NextMatchesFixture checks that the synthesized tiny-qwen3next has the
 // fixture files' metadata and tensor table (names, shapes, types).
 func TestTinyQwen3NextMatchesFixture(t *testing.T) {
-	dir := fixtures.Dir(t)
 	for _, tc := range []struct {
 		typ     FileType
 		fixture string
@@ -22,7 +20,7 @@ func TestTinyQwen3NextMatchesFixture(t *testing.T) {
 		{Q8_0, "tiny-qwen3next-Q8_0.gguf"},
 	} {
 		t.Run(tc.typ.String(), func(t *testing.T) {
-			want, err := gguf.Open(filepath.Join(dir, "models", tc.fixture))
+			want, err := gguf.Open(fixtures.Path(t, "models", tc.fixture))
 			if err != nil {
 				t.Fatal(err)
 			}

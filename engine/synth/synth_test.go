@@ -35,7 +35,6 @@ func synthFile(t *testing.T, shape string, o Options) *gguf.File {
 }
 
 func TestTinyQwen3MatchesFixture(t *testing.T) {
-	dir := fixtures.Dir(t)
 	for _, tc := range []struct {
 		shape   string
 		typ     FileType
@@ -46,7 +45,7 @@ func TestTinyQwen3MatchesFixture(t *testing.T) {
 		{"tiny-qwen3", Q4_K_M, "tiny-qwen3-Q4_K_M.gguf"},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
-			want, err := gguf.Open(filepath.Join(dir, "models", tc.fixture))
+			want, err := gguf.Open(fixtures.Path(t, "models", tc.fixture))
 			if err != nil {
 				t.Fatal(err)
 			}
