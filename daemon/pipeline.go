@@ -299,6 +299,9 @@ func (r *run) do(ctx context.Context) error {
 			if lp := (*cpu.LoopPanic)(nil); errors.As(genErr, &lp) {
 				f.Stack = string(lp.Stack) // where a pool goroutine panicked
 			}
+			if pe := (*engine.PanicError)(nil); errors.As(genErr, &pe) {
+				f.Stack = string(pe.Stack) // a callback on the batch scheduler's goroutine
+			}
 			return f
 		}
 		return r.cancelled(ctx, res, genErr)

@@ -287,3 +287,50 @@ func TestSchedulerRefuses(t *testing.T) {
 		t.Errorf("after Close: %v, want ErrSchedulerClosed", err)
 	}
 }
+
+// TestSchedulerPanic: a panic in one sequence's callback (here its progress hook) fails that
+// sequence with a *PanicError carrying the stack; the sequence beside it completes.
+func TestSchedulerPanic(t *testing.T) {
+	m := loadModel(t, "tiny-qwen3-Q8_0.gguf")
+	tok, _ := m.Tokenizer()
+	sch, err := m.NewScheduler(SchedulerOptions{KV: ml.F32, Slots: 2, Blocks: 4, BlockSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Close()
+	sch.Pause()
+	errs := make(chan error, 2)
+	go func() {
+		_, err := sch.Generate(context.Background(), []int32{1, 2, 3}, 0, GenerateOptions{MaxTokens: 5, Stream: tok.NewStreamDecoder(),
+			OnPrefill: func(int, int) { panic("boom") }})
+		errs <- err
+	}()
+	var good Generation
+	go func() {
+		var err error
+		good, err = sch.Generate(context.Background(), []int32{4, 5, 6}, 0, GenerateOptions{MaxTokens: 5, Stream: tok.NewStreamDecoder()})
+		errs <- err
+	}()
+	for sch.Waiting() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	sch.Resume()
+	var panicked, fine int
+	for range 2 {
+		var pe *PanicError
+		switch err := <-errs; {
+		case errors.As(err, &pe) && pe.Value == "boom" && len(pe.Stack) > 0:
+			panicked++
+		case err == nil:
+			fine++
+		default:
+			t.Errorf("unexpected error %v", err)
+		}
+	}
+	if panicked != 1 || fine != 1 || good.CompletionTokens != 5 {
+		t.Errorf("%d panicked, %d fine (%d tokens); want one each, 5 tokens", panicked, fine, good.CompletionTokens)
+	}
+	if sch.FreeBlocks() != 4 {
+		t.Errorf("%d of 4 blocks free", sch.FreeBlocks())
+	}
+}

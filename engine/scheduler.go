@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -98,6 +99,7 @@ type sequence struct {
 	decoding bool
 
 	finished chan struct{}
+	answered bool // finished is closed
 	err      error
 }
 
@@ -387,39 +389,76 @@ func (s *Scheduler) step() {
 	row := 0
 	var ended []*sequence
 	for i, q := range in {
-		q.pos += fed[i]
-		if !q.decoding {
-			if q.o.OnPrefill != nil {
-				q.o.OnPrefill(q.pos, len(q.prompt))
-			}
-			if q.pos < len(q.prompt) {
-				continue // no logits yet
-			}
-			now := time.Now()
-			q.t.g.Prefill = now.Sub(q.admitted)
-			q.started, q.decoding = now, true
+		var l []float32
+		if q.decoding || q.pos+fed[i] == len(q.prompt) {
+			l = logits[row*vocab : (row+1)*vocab]
+			row++
 		}
-		l := logits[row*vocab : (row+1)*vocab]
-		row++
-		id, err := q.t.pick(l)
-		if err != nil {
+		// The caller's callbacks (progress, streamed text) and sampler run here, on the
+		// scheduler's goroutine: a panic in one ends that sequence, not the others.
+		over := false
+		if err := guard(func() { over = s.advance(q, fed[i], l) }); err != nil {
 			s.finish(q, err)
-			ended = append(ended, q)
-			continue
+			over = true
 		}
-		if q.t.accept(id, q.pos, q.capacity) {
-			q.t.g.Decode = time.Since(q.started)
-			q.t.result(false)
-			s.finish(q, nil)
+		if over {
 			ended = append(ended, q)
-			continue
 		}
-		q.next = id
 	}
 	s.drop(ended)
 	if s.o.OnStep != nil {
 		s.o.OnStep(StepStats{Sequences: len(in), Decoding: decoding, Tokens: len(b.Tokens), Duration: time.Since(start), FreeBlocks: s.pool.FreeBlocks()})
 	}
+}
+
+// advance takes a sequence's share of a step: fed tokens, and the logits of its last one
+// when it has them. It reports whether the sequence ended, answered or not.
+func (s *Scheduler) advance(q *sequence, fed int, logits []float32) bool {
+	q.pos += fed
+	if !q.decoding {
+		if q.o.OnPrefill != nil {
+			q.o.OnPrefill(q.pos, len(q.prompt))
+		}
+		if logits == nil {
+			return false // the prompt goes on in the next step
+		}
+		now := time.Now()
+		q.t.g.Prefill = now.Sub(q.admitted)
+		q.started, q.decoding = now, true
+	}
+	id, err := q.t.pick(logits)
+	if err != nil {
+		s.finish(q, err)
+		return true
+	}
+	if q.t.accept(id, q.pos, q.capacity) {
+		q.t.g.Decode = time.Since(q.started)
+		q.t.result(false)
+		s.finish(q, nil)
+		return true
+	}
+	q.next = id
+	return false
+}
+
+// PanicError is a panic raised while a scheduler served one sequence (in its sampler or
+// its callbacks): that sequence fails with it, the others go on.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("engine: panic: %v", e.Value) }
+
+// guard runs f, turning a panic into a *PanicError.
+func guard(f func()) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: debug.Stack()}
+		}
+	}()
+	f()
+	return nil
 }
 
 // pass runs one forward pass of b and reads its logits. A panic while the graph is issued
@@ -470,6 +509,10 @@ func (s *Scheduler) drop(ended []*sequence) {
 // finish gives a sequence's blocks back and answers its Generate call. A context's end is
 // reported as Session.Generate reports it: what was generated so far, FinishCancelled.
 func (s *Scheduler) finish(q *sequence, err error) {
+	if q.answered {
+		return
+	}
+	q.answered = true
 	if q.state != nil {
 		q.state.Free()
 		q.state = nil
@@ -479,7 +522,9 @@ func (s *Scheduler) finish(q *sequence, err error) {
 			if q.decoding {
 				q.t.g.Decode = time.Since(q.started)
 			}
-			q.t.result(true)
+			if perr := guard(func() { q.t.result(true) }); perr != nil {
+				err = perr
+			}
 		} else {
 			q.t.g.Text = q.t.text.String()
 		}
