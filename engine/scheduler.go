@@ -448,7 +448,7 @@ type PanicError struct {
 	Stack []byte
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("engine: panic: %v", e.Value) }
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
 // guard runs f, turning a panic into a *PanicError.
 func guard(f func()) (err error) {
