@@ -271,14 +271,24 @@ func (s *Session) forward(tokens []int32, all bool) ([]float32, error) {
 }
 
 // pass issues one forward pass with build, runs it and reads the tensor build returns (none
-// when it returns nil). A pass that fails — an operation's error, or a panic while the graph
-// is issued (a shape that does not fit) — breaks the session, whose state may then hold
-// part of the pass.
-func (s *Session) pass(build func(ml.Context) ml.Tensor) (out []float32, err error) {
+// when it returns nil). A pass that fails breaks the session, whose state may then hold part
+// of the pass.
+func (s *Session) pass(build func(ml.Context) ml.Tensor) ([]float32, error) {
 	if s.broken != nil {
 		return nil, s.broken
 	}
-	ctx := s.m.Backend.NewContext()
+	out, err := runPass(s.m.Backend, build)
+	if err != nil {
+		s.broken = err
+	}
+	return out, err
+}
+
+// runPass issues one forward pass on b with build, runs it and reads the tensor build
+// returns (none when it returns nil). An operation's error and a panic while the graph is
+// issued (a shape that does not fit) both fail the pass.
+func runPass(b ml.Backend, build func(ml.Context) ml.Tensor) (out []float32, err error) {
+	ctx := b.NewContext()
 	defer ctx.Close()
 	defer func() {
 		if p := recover(); p != nil {
@@ -287,9 +297,6 @@ func (s *Session) pass(build func(ml.Context) ml.Tensor) (out []float32, err err
 			} else {
 				err = fmt.Errorf("engine: forward pass: %v", p)
 			}
-		}
-		if err != nil {
-			s.broken = err
 		}
 	}()
 	t := build(ctx)

@@ -461,31 +461,12 @@ func guard(f func()) (err error) {
 	return nil
 }
 
-// pass runs one forward pass of b and reads its logits. A panic while the graph is issued
-// (a shape that does not fit) fails the pass as an error does.
-func (s *Scheduler) pass(b model.Batch) (out []float32, err error) {
+// pass runs one forward pass of b and reads its logits.
+func (s *Scheduler) pass(b model.Batch) ([]float32, error) {
 	if _, err := b.Runs(); err != nil {
 		return nil, err
 	}
-	ctx := s.m.Backend.NewContext()
-	defer ctx.Close()
-	defer func() {
-		if p := recover(); p != nil {
-			if e, ok := p.(error); ok {
-				err = fmt.Errorf("engine: forward pass: %w", e)
-			} else {
-				err = fmt.Errorf("engine: forward pass: %v", p)
-			}
-		}
-	}()
-	t := s.m.Graph.Forward(ctx, b)
-	if err := ctx.Compute(); err != nil {
-		return nil, fmt.Errorf("engine: forward pass: %w", err)
-	}
-	if t == nil {
-		return nil, nil
-	}
-	return ctx.Read(t)
+	return runPass(s.m.Backend, func(ctx ml.Context) ml.Tensor { return s.m.Graph.Forward(ctx, b) })
 }
 
 // drop removes ended sequences from the active set.
