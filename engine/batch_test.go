@@ -261,7 +261,7 @@ func TestSchedulerRefuses(t *testing.T) {
 	}
 
 	// One slot, busy: the second sequence gives up after MaxWait, having run nothing.
-	sch, err = m.NewScheduler(SchedulerOptions{KV: ml.F32, Slots: 1, Blocks: 4, BlockSize: 64, MaxWait: 30 * time.Millisecond})
+	sch, err = m.NewScheduler(SchedulerOptions{KV: ml.F32, Slots: 1, Blocks: 40, BlockSize: 64, MaxWait: 30 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,10 +269,11 @@ func TestSchedulerRefuses(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	busy := make(chan error, 1)
 	go func() {
-		_, err := sch.Generate(ctx, []int32{1, 2, 3}, 0, GenerateOptions{MaxTokens: 200, Stream: tok.NewStreamDecoder()})
+		// Far more tokens than can be generated in MaxWait: only the cancel below ends it.
+		_, err := sch.Generate(ctx, []int32{1, 2, 3}, 0, GenerateOptions{MaxTokens: 2500, Stream: tok.NewStreamDecoder()})
 		busy <- err
 	}()
-	for sch.FreeBlocks() == 4 {
+	for sch.FreeBlocks() == 40 {
 		time.Sleep(time.Millisecond)
 	}
 	g, err := sch.Generate(context.Background(), []int32{4, 5}, 0, o)
