@@ -188,50 +188,51 @@ func (c *cache) attnRun() int {
 	return min(attnBlock, c.blockSize)
 }
 
-// store writes rows of kvHeads·headDim values at positions pos0….
-func (c *cache) store(layer, pos0 int, k, v []float32) {
+// runs calls f for each run [p, e) of positions [pos0, pos0+n) that lies in one block, with
+// off the run's first value in rows of kvHeads·headDim starting at pos0.
+func (c *cache) runs(pos0, n int, f func(p, e, off, m int)) {
 	row := c.kvHeads * c.headDim
-	n := len(k) / row
-	if pos0 < 0 || pos0+n > c.capacity {
-		panic(fmt.Sprintf("cpu: cache write at %d+%d past capacity %d", pos0, n, c.capacity))
-	}
 	for p := pos0; p < pos0+n; {
 		e := c.run(p, pos0+n)
-		src := (p - pos0) * row
-		m := (e - p) * row
-		switch c.dtype {
-		case ml.F32:
-			dk, dv := c.span32(layer, p, e)
-			copy(dk, k[src:src+m])
-			copy(dv, v[src:src+m])
-		case ml.F16:
-			dk, dv := c.span16(layer, p, e)
-			quant.F32ToF16Slice(dk, k[src:src+m])
-			quant.F32ToF16Slice(dv, v[src:src+m])
-		}
+		f(p, e, (p-pos0)*row, (e-p)*row)
 		p = e
 	}
 }
 
+// store writes rows of kvHeads·headDim values at positions pos0….
+func (c *cache) store(layer, pos0 int, k, v []float32) {
+	n := len(k) / (c.kvHeads * c.headDim)
+	if pos0 < 0 || pos0+n > c.capacity {
+		panic(fmt.Sprintf("cpu: cache write at %d+%d past capacity %d", pos0, n, c.capacity))
+	}
+	c.runs(pos0, n, func(p, e, off, m int) {
+		switch c.dtype {
+		case ml.F32:
+			dk, dv := c.span32(layer, p, e)
+			copy(dk, k[off:off+m])
+			copy(dv, v[off:off+m])
+		case ml.F16:
+			dk, dv := c.span16(layer, p, e)
+			quant.F32ToF16Slice(dk, k[off:off+m])
+			quant.F32ToF16Slice(dv, v[off:off+m])
+		}
+	})
+}
+
 // load reads positions [pos0, pos0+n) of a layer as float32 rows into k and v.
 func (c *cache) load(layer, pos0, n int, k, v []float32) {
-	row := c.kvHeads * c.headDim
-	for p := pos0; p < pos0+n; {
-		e := c.run(p, pos0+n)
-		dst := (p - pos0) * row
-		m := (e - p) * row
+	c.runs(pos0, n, func(p, e, off, m int) {
 		switch c.dtype {
 		case ml.F32:
 			sk, sv := c.span32(layer, p, e)
-			copy(k[dst:dst+m], sk)
-			copy(v[dst:dst+m], sv)
+			copy(k[off:off+m], sk)
+			copy(v[off:off+m], sv)
 		case ml.F16:
 			sk, sv := c.span16(layer, p, e)
-			quant.F16ToF32Slice(k[dst:dst+m], sk)
-			quant.F16ToF32Slice(v[dst:dst+m], sv)
+			quant.F16ToF32Slice(k[off:off+m], sk)
+			quant.F16ToF32Slice(v[off:off+m], sv)
 		}
-		p = e
-	}
+	})
 }
 
 // key returns position p's key of head g as float32 (converting into buf for f16).
