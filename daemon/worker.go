@@ -72,6 +72,9 @@ func (w *worker) start() error {
 		}
 	}
 	if err := w.srv.Start(asynq.HandlerFunc(w.process)); err != nil {
+		if w.sched != nil {
+			w.sched.Close()
+		}
 		return fmt.Errorf("start asynq server: %w", err)
 	}
 	return nil
