@@ -65,6 +65,7 @@ type Daemon struct {
 	lm *loadedModel
 	w  *worker
 	hb *heartbeat    // the worker's name beside asynq's heartbeat (heartbeat.go)
+	cp *capabilities // what the worker serves and holds, for routing (capabilities.go)
 	of *orphanFinder // jobs of dead workers (orphans.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
@@ -200,6 +201,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backend, Build: build}, d.log); err != nil {
 		return err
 	}
+	if err := d.startCapabilities(name, lm, budget, cal, policy); err != nil {
+		return err
+	}
 	d.w = newWorker(&worker{hb: d.hb, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
 		budget: budget, cal: cal, policy: policy, observer: d.obs}, d.redis)
 	// Before the asynq server starts: its recoverer runs at start and takes the jobs of a
@@ -310,12 +314,18 @@ func (d *Daemon) shutdown() {
 	if d.http != nil {
 		d.http.ready.Store(false)
 	}
+	if d.cp != nil {
+		d.cp.drain() // before the worker stops: clients route elsewhere at once
+	}
 	if d.w != nil {
 		d.log.Info("shutting down: no new jobs; waiting for running jobs", "timeout", d.cfg.ShutdownTimeout)
 		d.w.terminate()
 	}
 	if d.hb != nil {
 		d.hb.terminate() // after the worker: its name stays listed while it drains
+	}
+	if d.cp != nil {
+		d.cp.terminate()
 	}
 	if d.of != nil {
 		d.of.terminate()

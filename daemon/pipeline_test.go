@@ -360,9 +360,13 @@ func TestPlanning(t *testing.T) {
 	})
 
 	t.Run("TooLargeIsArchivedWithExplanation", func(t *testing.T) {
-		job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(jobs.MaxMaxTokens)})
+		big := &jobs.Generate{Prompt: prompt, MaxTokens: ptr(jobs.MaxMaxTokens)}
+		if _, err := b.client.Enqueue(context.Background(), big); !errors.Is(err, jobs.ErrNoCapacity) {
+			t.Fatalf("enqueue: %v, want it refused (jobs.ErrNoCapacity)", err)
+		}
+		job := enqueue(t, b.client, big, jobs.EnqueueAnyway())
 		st := waitFor(t, b.client, job.ID, "archive", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
-		for _, want := range []string{"does not fit on worker test-worker", "but the limit is", "fits with max_tokens ≤"} {
+		for _, want := range []string{"does not fit on any live worker", "the fleet's largest is worker test-worker", "but the limit is", "fits with max_tokens ≤"} {
 			if !strings.Contains(st.LastError, want) {
 				t.Errorf("last error %q lacks %q", st.LastError, want)
 			}

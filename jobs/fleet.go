@@ -245,12 +245,10 @@ func listCapabilities(ctx context.Context, rdb redis.UniversalClient) ([]Capabil
 		out = append(out, cp)
 	}
 	if len(dead) > 0 {
-		// Only those whose entry is past its expiry: a worker that is just starting writes
-		// its key right after its index entry.
+		// Entries past their expiry belong to workers that stopped refreshing them; a worker
+		// that is starting has a fresh entry whose key follows at once.
 		now := strconv.FormatInt(time.Now().Unix(), 10)
-		if n, err := rdb.ZRangeByScore(ctx, CapabilitiesIndex, &redis.ZRangeBy{Min: "-inf", Max: now}).Result(); err == nil && len(n) > 0 {
-			_ = rdb.ZRem(ctx, CapabilitiesIndex, dead...).Err()
-		}
+		_ = rdb.ZRemRangeByScore(ctx, CapabilitiesIndex, "-inf", "("+now).Err()
 	}
 	slices.SortFunc(out, func(a, b Capability) int {
 		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.ID, b.ID))
