@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -29,7 +30,8 @@ import (
 // capabilityProbeMaxTokens are the max_tokens values Capability.Largest lists.
 var capabilityProbeMaxTokens = []int{1024, 4096}
 
-// capabilityOf describes this worker; queues are filled in by the caller.
+// capabilityOf describes this worker; queues are filled in by the caller. Its id is host,
+// PID and a random part: tests run several daemons in one process.
 func capabilityOf(name string, lm *loadedModel, budget planner.Budget, cal planner.Calibration, policy planner.Policy, slots int) (jobs.Capability, error) {
 	host, err := os.Hostname()
 	if err != nil {
@@ -40,7 +42,7 @@ func capabilityOf(name string, lm *loadedModel, budget planner.Budget, cal plann
 		return jobs.Capability{}, fmt.Errorf("capabilities: %w", err)
 	}
 	c := jobs.Capability{
-		Version: 1, ID: fmt.Sprintf("%s:%d", host, os.Getpid()), Worker: name, Host: host, PID: os.Getpid(),
+		Version: 1, ID: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8]), Worker: name, Host: host, PID: os.Getpid(),
 		Build: buildinfo.Get().Version,
 		Model: lm.name, ModelKey: jobs.ModelKey(lm.name), ModelFile: filepath.Base(lm.path),
 		ModelFingerprint: fmt.Sprintf("%d bytes, general.name %q", lm.m.File.Size(), lm.profile.Name),

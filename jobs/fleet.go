@@ -21,7 +21,7 @@ import (
 // planner, and a client routes on it.
 type Capability struct {
 	Version int    `json:"version"`
-	ID      string `json:"id"` // host:pid, the key's suffix
+	ID      string `json:"id"` // host:pid:random, the key's suffix
 	Worker  string `json:"worker"`
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
