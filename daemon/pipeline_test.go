@@ -188,7 +188,7 @@ func TestJobs(t *testing.T) {
 			{jobs.TypeSummarize, `{"version":1,"input":"x","max_tokens":0}`, "max_tokens: must be between 1 and 32768, got 0"},
 			{jobs.TypeGenerate, `{"version":1,"prompt":"x","colour":"red"}`, "colour: unknown field"},
 			{"translate", `{"version":1}`, "type: must be summarize or generate"},
-			{jobs.TypeGenerate, `{"version":1,"prompt":"x","model":"qwen3-235b"}`, `model: this worker serves`},
+			{jobs.TypeGenerate, `{"version":1,"prompt":"x","model":"qwen3-235b"}`, `model: no live worker serves "qwen3-235b" (served: tiny-qwen3)`},
 		} {
 			info, err := c.Enqueue(asynq.NewTask(tc.typ, []byte(tc.payload)), asynq.Queue(jobs.QueueDefault), asynq.MaxRetry(3))
 			if err != nil {

@@ -108,9 +108,9 @@ func (r *run) rerouteModel(ctx context.Context, p jobs.Payload) error {
 	if errors.Is(err, jobs.ErrUnknownModel) || (err == nil && route.Queue == r.queue) {
 		r.outcome = outcomeInvalid
 		if err == nil {
-			err = fmt.Errorf("this worker serves %q, not %q", r.w.lm.name, p.Options().Model)
+			err = fmt.Errorf("model: this worker serves %q, not %q", r.w.lm.name, p.Options().Model)
 		}
-		return permanent(fmt.Errorf("model: %w", err))
+		return permanent(err) // a *jobs.RouteError names the field itself
 	}
 	if err != nil {
 		r.outcome = outcomeDoesNotFit

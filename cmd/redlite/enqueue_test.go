@@ -169,7 +169,7 @@ func TestJobCommands(t *testing.T) {
 			ws[0].Name != "cli-test-worker" || ws[0].Version == "" || ws[0].Backend != "cpu" {
 			t.Errorf("workers --json: %+v", ws)
 		}
-		if code, out, _ := runCmd(t, "workers", "--redis", url); code != 0 || !strings.Contains(out, "critical=6,default=3,low=1") ||
+		if code, out, _ := runCmd(t, "workers", "--redis", url); code != 0 || !strings.Contains(out, "tiny-qwen3") ||
 			!strings.Contains(out, "generate long-1") || !strings.Contains(out, "cli-test-worker") {
 			t.Errorf("workers: exit %d\n%s", code, out)
 		}
