@@ -200,6 +200,7 @@ func (d *Daemon) startCapabilities(name string, lm *loadedModel, budget planner.
 	}
 	d.cfg.Queues = jobs.WorkerQueues(d.cfg.Queues, doc.ModelKey, doc.Class, smallerClasses(doc.Class, lm, budget, cal, policy, d.cfg.Concurrency))
 	doc.Queues = d.cfg.Queues
+	d.m.maxContext.WithLabelValues(doc.Model, doc.Class).Set(float64(doc.MaxContext))
 	if d.cp, err = newCapabilities(d.redis, doc, d.cfg.CapabilityTTL, d.log); err != nil {
 		return err
 	}

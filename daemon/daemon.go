@@ -66,7 +66,9 @@ type Daemon struct {
 	w  *worker
 	hb *heartbeat    // the worker's name beside asynq's heartbeat (heartbeat.go)
 	cp *capabilities // what the worker serves and holds, for routing (capabilities.go)
-	of *orphanFinder // jobs of dead workers (orphans.go)
+	// refused exports the jobs clients refused at submit (fleetmetrics.go).
+	refused *refusedCollector
+	of      *orphanFinder // jobs of dead workers (orphans.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -108,6 +110,13 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err := reg.Register(asynqmetrics.NewQueueMetricsCollector(d.insp)); err != nil {
 		d.closeClients()
 		return nil, fmt.Errorf("register asynq queue metrics: %w", err)
+	}
+	if rc, ok := newRefusedCollector(ru); ok {
+		d.refused = rc
+		if err := reg.Register(rc); err != nil {
+			d.closeClients()
+			return nil, fmt.Errorf("register refused-jobs metrics: %w", err)
+		}
 	}
 	if cfg.HTTPAddr != "off" {
 		if d.http, err = newHTTPServer(cfg.HTTPAddr, log, client, reg); err != nil {
@@ -346,6 +355,9 @@ func (d *Daemon) shutdown() {
 }
 
 func (d *Daemon) closeClients() {
+	if d.refused != nil {
+		d.refused.close()
+	}
 	if err := d.insp.Close(); err != nil {
 		d.log.Debug("close inspector", "err", err)
 	}

@@ -42,6 +42,7 @@ type metrics struct {
 	progressWrites *prometheus.CounterVec
 	expertLookups  *prometheus.CounterVec
 	rerouted       *prometheus.CounterVec
+	maxContext     *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -110,8 +111,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rerouted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlite_jobs_rerouted_total", Help: "Jobs this worker took but could not run and moved to the queue of workers that can, by reason (does_not_fit, model).",
 		}, []string{"reason"}),
+		maxContext: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlite_worker_max_context_tokens", Help: "The longest job (prompt + max_tokens per slot) this worker's planner takes, with its model and capacity class.",
+		}, []string{"model", "class"}),
 	}
-	for _, c := range []prometheus.Collector{m.rerouted, m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
+	for _, c := range []prometheus.Collector{m.maxContext, m.rerouted, m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
 		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.buildInfo, m.plans, m.plannedBytes,
 		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites, m.expertLookups} {
 		if err := reg.Register(c); err != nil {

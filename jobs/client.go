@@ -185,6 +185,7 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 	}
 	route, err := RouteJob(caps, p, cfg.anyway)
 	if err != nil {
+		_ = c.rdb.HIncrBy(ctx, RefusedKey, RefusedReason(err), 1).Err() // best effort: a count for dashboards
 		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), err)
 	}
 	queue := route.Queue

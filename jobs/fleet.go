@@ -256,6 +256,19 @@ func listCapabilities(ctx context.Context, rdb redis.UniversalClient) ([]Capabil
 	return out, nil
 }
 
+// RefusedKey is a Redis hash counting the jobs clients refused at submit, by reason
+// (RefusedReason); workers export it as redlite_jobs_refused_total.
+const RefusedKey = "redlite:stats:refused"
+
+// RefusedReason is the field of RefusedKey a refusal counts under: unknown_model or
+// no_capacity.
+func RefusedReason(err error) string {
+	if errors.Is(err, ErrUnknownModel) {
+		return "unknown_model"
+	}
+	return "no_capacity"
+}
+
 // Routing errors, matched with errors.Is; the error is a *RouteError.
 var (
 	// ErrUnknownModel: no live worker serves the job's model.
