@@ -482,11 +482,12 @@ func (c *Client) Finished(ctx context.Context, queue, id string) (bool, error) {
 // taskKey is asynq's Redis hash of one task (internal/base.TaskKey in asynq v0.26).
 func taskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 
-// findScript returns the queue whose task hash holds the id (asynq's internal/base key
-// layout), searching every queue asynq knows: routing spreads jobs over many queues.
+// findScript returns the queue whose task hash holds the id's message (asynq's internal/base
+// key layout), searching every queue asynq knows: routing spreads jobs over many queues. A
+// hash without a message is what a move leaves behind (MoveActive).
 var findScript = redis.NewScript(`
 for _, q in ipairs(redis.call("SMEMBERS", KEYS[1])) do
-  if redis.call("EXISTS", "asynq:{" .. q .. "}:t:" .. ARGV[1]) == 1 then return q end
+  if redis.call("HEXISTS", "asynq:{" .. q .. "}:t:" .. ARGV[1], "msg") == 1 then return q end
 end
 return false`)
 

@@ -187,7 +187,17 @@ func TestMoveActive(t *testing.T) {
 	if _, err := c.insp.GetTaskInfo(QueueDefault, job.ID); !errors.Is(err, asynq.ErrTaskNotFound) {
 		t.Errorf("the old queue still has it: %v", err)
 	}
-	// asynq's removal of the revoked attempt fails; the job stays where it was moved.
+	// asynq removes the revoked attempt (the stub the move left) from the old queue.
+	deadline := time.Now().Add(waitLimit)
+	for c.rdb.Exists(ctx, taskKey(QueueDefault, job.ID)).Val() == 1 || c.rdb.ZCard(ctx, "asynq:{default}:lease").Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("asynq never removed the moved job's stub from the old queue")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n, _ := c.rdb.LLen(ctx, "asynq:{default}:active").Result(); n != 0 {
+		t.Errorf("the old queue's active list has %d entries", n)
+	}
 	if n, _ := c.rdb.LLen(ctx, "asynq:{default@elsewhere@1g}:pending").Result(); n != 1 {
 		t.Errorf("pending in the new queue: %d", n)
 	}
