@@ -354,11 +354,12 @@ func EstimatePrompt(p Payload, t TokenStats) (estimate, least int) {
 		extra = t.TemplateTokens
 	}
 	least = 1
-	if t.MaxTokenBytes > 0 {
+	if t.MaxTokenBytes > 0 && extra >= 0 {
 		least = max(1, int(math.Ceil(float64(n)/float64(t.MaxTokenBytes)))+extra)
 	}
-	estimate = n + extra // one token per byte bounds a byte-level vocabulary
-	if t.BytesPerToken > 0 {
+	// One token per byte bounds a byte-level vocabulary, and any ratio a worker published.
+	estimate = n + extra
+	if t.BytesPerToken > 1 {
 		estimate = int(math.Ceil(float64(n)/t.BytesPerToken)) + extra
 	}
 	return max(estimate, least), least

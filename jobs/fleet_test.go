@@ -226,3 +226,31 @@ func FuzzSetTaskQueue(f *testing.F) {
 func redisZ(expiry time.Time, id string) redis.Z {
 	return redis.Z{Score: float64(expiry.Unix()), Member: id}
 }
+
+// FuzzRouteCapabilities routes jobs against capability documents as read from Redis (any
+// bytes a broken or hostile writer left there): no panic, and a refusal is a *RouteError.
+func FuzzRouteCapabilities(f *testing.F) {
+	good, _ := json.Marshal(capability("big", "A", 1200, 5000))
+	f.Add(good, "A", 100, 50)
+	f.Add([]byte(`{"model":"A","model_key":"a","class":"","max_context":-1,"tokens":{"bytes_per_token":0,"max_token_bytes":-3}}`), "a", 0, 1)
+	f.Add([]byte(`{"model":"","tokens":{"bytes_per_token":1e-300}}`), "", 5, 32768)
+	f.Fuzz(func(t *testing.T, doc []byte, model string, promptBytes, maxTokens int) {
+		var c Capability
+		if json.Unmarshal(doc, &c) != nil {
+			return
+		}
+		promptBytes = min(max(promptBytes, 1), MaxInputBytes)
+		maxTokens = min(max(maxTokens, 1), MaxMaxTokens)
+		p := &Generate{Prompt: strings.Repeat("x", promptBytes), MaxTokens: &maxTokens, Common: Common{Model: model}}
+		r, err := RouteJob([]Capability{c, c}, p, false)
+		var re *RouteError
+		switch {
+		case err == nil && r.Queue == "":
+			t.Fatal("routed to no queue")
+		case err != nil && !errors.As(err, &re):
+			t.Fatalf("refusal %v is not a *RouteError", err)
+		case err != nil:
+			_ = err.Error()
+		}
+	})
+}
