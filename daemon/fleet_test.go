@@ -332,15 +332,16 @@ func TestFleetTwoModels(t *testing.T) {
 
 // TestFleetWorkerStops stops the big worker of two, by SIGTERM and by kill -9: its capability
 // goes (at once, and within REDLITE_CAPABILITY_TTL), jobs only it holds are refused meanwhile,
-// and the job it was running when killed runs when it returns.
+// and the job it was running when stopped runs when it returns.
 func TestFleetWorkerStops(t *testing.T) {
 	b := fleetSetup(t)
 	b.cfg.CapabilityTTL = 2 * time.Second
 	fleetMember(t, b, "small", 300, "", Observer{})
 	bigCfg := b.cfg
 	bigCfg.WorkerName, bigCfg.GPULimitMiB = "big", 600
+	bigCfg.ShutdownTimeout = 100 * time.Millisecond
 	p := startDaemonProcess(t, bigCfg)
-	cs, _ := capabilityOfWorker(t, b.client, "small"), capabilityOfWorker(t, b.client, "big")
+	cs, cb := capabilityOfWorker(t, b.client, "small"), capabilityOfWorker(t, b.client, "big")
 	onlyBig := &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(cs.MaxContext), Temperature: ptr(0.0)}
 	gone := func() bool {
 		caps, err := b.client.Capabilities(context.Background())
@@ -350,6 +351,11 @@ func TestFleetWorkerStops(t *testing.T) {
 		return !slices.ContainsFunc(caps, func(c jobs.Capability) bool { return c.Worker == "big" })
 	}
 
+	// SIGTERM while the big worker runs a job longer than its shutdown timeout: the job goes
+	// back to the big class's queue, and runs when the worker returns.
+	longer := &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(cb.MaxContext - 32), Temperature: ptr(0.0)}
+	requeued := enqueue(t, b.client, longer)
+	waitFor(t, b.client, requeued.ID, "decoding", decoding)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -359,12 +365,18 @@ func TestFleetWorkerStops(t *testing.T) {
 	if !gone() {
 		t.Error("the big worker's capability outlived its SIGTERM shutdown")
 	}
+	if st, err := b.client.Status(context.Background(), requeued.ID); err != nil || st.State != jobs.StatePending || st.Queue != requeued.Queue {
+		t.Errorf("the job running at SIGTERM: %+v %v, want it pending in %s", st, err, requeued.Queue)
+	}
 	if _, err := b.client.Enqueue(context.Background(), onlyBig); !errors.Is(err, jobs.ErrNoCapacity) {
 		t.Errorf("with the big worker stopped: %v, want ErrNoCapacity", err)
 	}
 
 	p = startDaemonProcess(t, bigCfg)
 	capabilityOfWorker(t, b.client, "big")
+	if res, err := waitResult(t, b.client, requeued.ID, nil); err != nil || res.Worker != "big" {
+		t.Errorf("the job requeued at SIGTERM: %+v %v, want it run by big on its return", res.Worker, err)
+	}
 	job := enqueue(t, b.client, onlyBig)
 	waitFor(t, b.client, job.ID, "decoding", decoding)
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
