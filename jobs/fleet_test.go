@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlite/batch/internal/redistest"
 )
 
 func capability(worker, model string, limitMiB int64, maxContext int) Capability {
@@ -253,4 +256,33 @@ func FuzzRouteCapabilities(f *testing.F) {
 			_ = err.Error()
 		}
 	})
+}
+
+// BenchmarkEnqueueRouted measures Enqueue against a fleet of 8 published workers (routing
+// reads the capabilities on every call) and against an empty fleet.
+func BenchmarkEnqueueRouted(b *testing.B) {
+	for _, workers := range []int{0, 8} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			srv := redistest.Start(b)
+			c, err := NewClient(srv.URL(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			for i := range workers {
+				cp := capability(fmt.Sprintf("w%d", i), "A", int64(600*(1+i%2)), 1000*(1+i%2))
+				data, _ := json.Marshal(cp)
+				c.rdb.Set(ctx, CapabilityKey(cp.ID), data, time.Hour)
+				c.rdb.ZAdd(ctx, CapabilitiesIndex, redisZ(time.Now().Add(time.Hour), cp.ID))
+			}
+			p := &Generate{Prompt: strings.Repeat("word ", 200)}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := c.Enqueue(ctx, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
