@@ -57,12 +57,21 @@ func (r *run) reroute(ctx context.Context, p jobs.Payload, promptTokens, maxToke
 	}
 	slices.SortFunc(fitting, func(a, b string) int { return cmp.Compare(jobs.ClassMiB(a), jobs.ClassMiB(b)) })
 	base := jobs.BaseQueue(r.queue)
+	inPlace := false
 	for _, class := range fitting {
 		to := jobs.ClassQueue(base, jobs.ModelKey(w.lm.name), class)
 		if to == r.queue {
-			continue // its workers hold it, so this worker is not one of them: another takes it
+			// Every worker of the class holds it; this one took it from a smaller class's
+			// queue and is smaller than they are (fewer slots, another calibration).
+			inPlace = true
+			continue
 		}
 		return r.move(rctx, to, "does_not_fit", fmt.Sprintf("%d prompt tokens + max_tokens %d do not fit here (%v)", promptTokens, maxTokens, fit))
+	}
+	if inPlace {
+		// No larger class holds it: back to its queue (a retry) for one of the workers that do.
+		r.outcome = outcomeRerouted
+		return fmt.Errorf("does not fit on worker %s, but the other workers of queue %s hold it: retried there: %w", w.name, r.queue, fit)
 	}
 	r.outcome = outcomeDoesNotFit
 	return permanent(fmt.Errorf("does not fit on any live worker of model %s: %w", w.lm.name, w.largestExplanation(mine, promptTokens, maxTokens, fit)))

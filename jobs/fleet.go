@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -403,13 +404,7 @@ func RouteJob(caps []Capability, p Payload, anyway bool) (Route, error) {
 		keys[c.ModelKey] = true
 	}
 	if len(keys) != 1 {
-		names := slices.Sorted(func(yield func(string) bool) {
-			for m := range served {
-				if !yield(m) {
-					return
-				}
-			}
-		})
+		names := slices.Sorted(maps.Keys(served))
 		if anyway && o.Model != "" {
 			return Route{Queue: ModelQueue(base, ModelKey(o.Model))}, nil
 		}
