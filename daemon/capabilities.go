@@ -17,6 +17,7 @@ import (
 
 	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/metalkit"
 	"github.com/redlite/batch/planner"
 )
 
@@ -47,7 +48,7 @@ func capabilityOf(name string, lm *loadedModel, budget planner.Budget, cal plann
 		Model: lm.name, ModelKey: jobs.ModelKey(lm.name), ModelFile: filepath.Base(lm.path),
 		ModelFingerprint: fmt.Sprintf("%d bytes, general.name %q", lm.m.File.Size(), lm.profile.Name),
 		Architecture:     lm.profile.Architecture, Backend: lm.m.Backend.Name(),
-		Device:      fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+		Device:      deviceName(),
 		GPULimitMiB: budget.LimitMiB, MarginMiB: budget.MarginMiB, BudgetSource: string(budget.Source),
 		Class: jobs.ClassOf(budget.UsableMiB()), Slots: slots, MaxContext: largest.Context,
 		Tokens: lm.tokenStats(),
@@ -72,6 +73,15 @@ func capabilityOf(name string, lm *loadedModel, budget planner.Budget, cal plann
 		}
 	}
 	return c, nil
+}
+
+// deviceName is the Metal device on a Mac ("Apple M4 Pro"), else the OS, architecture and
+// CPU count.
+func deviceName() string {
+	if dev, err := metalkit.DefaultDevice(); err == nil && dev.Name != "" {
+		return dev.Name
+	}
+	return fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 }
 
 // smallerClasses lists the classes below the worker's own in which a worker with this model,

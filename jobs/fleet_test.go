@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,10 @@ func TestClasses(t *testing.T) {
 	}
 	if got := BaseQueue(ClassQueue("critical", "m", "20g")); got != "critical" {
 		t.Errorf("BaseQueue = %q", got)
+	}
+	want := map[string]int{"default": 3, "default@m": 3, "default@m@1g": 12, "default@m@512m": 3, "low": 1, "low@m": 1, "low@m@1g": 4, "low@m@512m": 1}
+	if got := WorkerQueues(map[string]int{"default": 3, "low": 1}, "m", "1g", []string{"512m"}); !maps.Equal(got, want) {
+		t.Errorf("WorkerQueues = %v, want %v", got, want)
 	}
 }
 
