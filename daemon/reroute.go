@@ -44,6 +44,11 @@ func (r *run) reroute(ctx context.Context, p jobs.Payload, promptTokens, maxToke
 			mine = append(mine, c)
 		}
 	}
+	if !slices.ContainsFunc(mine, func(c jobs.Capability) bool { return c.Worker == w.name }) {
+		// This worker's own document is missing (Redis lost it, or its first refresh has
+		// not landed): the list cannot be trusted to say that nobody holds the job.
+		return &EngineFault{Err: fmt.Errorf("does not fit here, and the fleet's capabilities are incomplete (this worker's is missing): %w", fit)}
+	}
 	classes := map[string]bool{}
 	for _, c := range mine {
 		fits, seen := classes[c.Class]
