@@ -272,6 +272,41 @@ func TestFleetRouting(t *testing.T) {
 	})
 }
 
+// TestFleetShortEstimate routes a job whose prompt the client estimates at half its real
+// length (Cyrillic text, which the English-trained vocabulary splits into bytes): the small
+// worker it was routed to tokenizes it, finds it does not fit and moves it to the big one.
+func TestFleetShortEstimate(t *testing.T) {
+	b := fleetSetup(t)
+	watch := newFleetWatch()
+	small := fleetMember(t, b, "small", 300, "", watch.observer("small"))
+	fleetMember(t, b, "big", 600, "", watch.observer("big"))
+	cs, cb := capabilityOfWorker(t, b.client, "small"), capabilityOfWorker(t, b.client, "big")
+	release := watch.holdJob("holder")
+	defer release()
+	enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(cs.MaxContext), Common: jobs.Common{IdempotencyKey: "holder"}})
+	if w := watch.waitHeld(t, "holder"); w != "big" {
+		t.Fatalf("holder runs on %s", w)
+	}
+	prompt := strings.Repeat("ж", cs.MaxContext*2/3) // 2 bytes and about 2 tokens each
+	est, _ := jobs.EstimatePrompt(&jobs.Generate{Prompt: prompt}, cs.Tokens)
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(8), Common: jobs.Common{IdempotencyKey: "short-estimate"}})
+	if want := jobs.ClassQueue(jobs.QueueDefault, cs.ModelKey, cs.Class); job.Queue != want {
+		t.Fatalf("routed to %s with an estimate of %d tokens, want %s", job.Queue, est, want)
+	}
+	waitFor(t, b.client, job.ID, "the move", func(st jobs.Status) bool {
+		return st.Queue == jobs.ClassQueue(jobs.QueueDefault, cb.ModelKey, cb.Class)
+	})
+	release()
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("estimated %d prompt tokens, %d real; small worker's limit %d tokens", est, res.Usage.PromptTokens, cs.MaxContext)
+	if res.Worker != "big" || !slices.Equal(watch.decodedBy(job.ID), []string{"big"}) || counterValue(small.m.rerouted.WithLabelValues("does_not_fit")) != 1 {
+		t.Errorf("ran on %s, decoded by %v, small re-routed %v", res.Worker, watch.decodedBy(job.ID), counterValue(small.m.rerouted.WithLabelValues("does_not_fit")))
+	}
+}
+
 // TestFleetTwoModels runs two workers with different models: jobs for one never run on the
 // other's worker, even when a raw client puts them where the other takes them, and a model
 // nobody serves is refused with the served list.
