@@ -163,8 +163,7 @@ func (r *run) do(ctx context.Context) error {
 	}
 	opts := p.Options()
 	if !w.lm.serves(opts.Model) {
-		r.outcome = outcomeInvalid
-		return permanent(fmt.Errorf("model: this worker serves %q, not %q", w.lm.name, opts.Model))
+		return r.rerouteModel(ctx, p) // reroute.go
 	}
 	// asynq enforces the task message's timeout and deadline; a raw client may have put
 	// them only in the payload, so they are applied here too.
@@ -208,7 +207,10 @@ func (r *run) do(ctx context.Context) error {
 		plan, err = w.planBatched(len(ids), sampling.MaxTokens)
 	}
 	if err != nil {
-		if errors.Is(err, planner.ErrDoesNotFit) || errors.Is(err, planner.ErrBadJob) {
+		if errors.Is(err, planner.ErrDoesNotFit) {
+			return r.reroute(ctx, p, len(ids), sampling.MaxTokens, err) // reroute.go
+		}
+		if errors.Is(err, planner.ErrBadJob) {
 			r.outcome = outcomeDoesNotFit
 			return permanent(fmt.Errorf("does not fit on worker %s: %w", w.name, err))
 		}
