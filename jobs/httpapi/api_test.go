@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -536,5 +535,3 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-var _ = fmt.Sprint

@@ -48,3 +48,12 @@ func keyBatchPending(id string) string { return keyPrefix + "batch:" + id + ":pe
 // finish, so that a job's result expiring from asynq loses nothing.
 func keyBatchOut(id string) string { return keyPrefix + "batch:" + id + ":out" }
 func keyBatchErr(id string) string { return keyPrefix + "batch:" + id + ":err" }
+
+// keyBatchCancel (string, Unix time): a cancel asked for and not yet taken up by a runner.
+func keyBatchCancel(id string) string { return keyPrefix + "batch:" + id + ":cancel" }
+
+// keyBatchPayloads (hash line → generate payload JSON): lines not yet enqueued.
+func keyBatchPayloads(id string) string { return keyPrefix + "batch:" + id + ":payloads" }
+
+// keyBatchCancelled (hash line → error line): lines cancelled or expired before they ran.
+func keyBatchCancelled(id string) string { return keyPrefix + "batch:" + id + ":cancelled" }
