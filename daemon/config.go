@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -91,6 +93,16 @@ type Config struct {
 	ResultWriteTimeout time.Duration `env:"REDLITE_RESULT_WRITE_TIMEOUT" envDefault:"20s"`
 	// WebhookTimeout bounds one POST of a result to a payload's webhook_url.
 	WebhookTimeout time.Duration `env:"REDLITE_WEBHOOK_TIMEOUT" envDefault:"10s"`
+	// WebhookSecret signs webhook POSTs (HMAC-SHA256, see jobs.VerifyWebhook);
+	// WebhookSecretFile reads it from a file instead (trailing newline dropped). With
+	// neither, webhooks are sent unsigned.
+	WebhookSecret     string `env:"REDLITE_WEBHOOK_SECRET"`
+	WebhookSecretFile string `env:"REDLITE_WEBHOOK_SECRET_FILE"`
+	// WebhookRetryDelay is the first back-off after a failed delivery; it doubles per
+	// attempt up to 5m, or is what the receiver's Retry-After asks if that is longer.
+	WebhookRetryDelay time.Duration `env:"REDLITE_WEBHOOK_RETRY_DELAY" envDefault:"2s"`
+	// WebhookRetryFor is how long after the first attempt a delivery is retried.
+	WebhookRetryFor time.Duration `env:"REDLITE_WEBHOOK_RETRY_FOR" envDefault:"1h"`
 	// WorkerName is what results report as "worker"; empty means the host name.
 	WorkerName string `env:"REDLITE_WORKER_NAME"`
 
@@ -179,6 +191,15 @@ func (c Config) Validate() error {
 		return bad("REDLITE_RESULT_WRITE_TIMEOUT", "must be > 0, got %v", c.ResultWriteTimeout)
 	case c.WebhookTimeout <= 0:
 		return bad("REDLITE_WEBHOOK_TIMEOUT", "must be > 0, got %v", c.WebhookTimeout)
+	case c.WebhookRetryDelay <= 0:
+		return bad("REDLITE_WEBHOOK_RETRY_DELAY", "must be > 0, got %v", c.WebhookRetryDelay)
+	case c.WebhookRetryFor < 0:
+		return bad("REDLITE_WEBHOOK_RETRY_FOR", "must be ≥ 0 (0: one attempt), got %v", c.WebhookRetryFor)
+	case c.WebhookSecret != "" && c.WebhookSecretFile != "":
+		return bad("REDLITE_WEBHOOK_SECRET_FILE", "set either it or REDLITE_WEBHOOK_SECRET, not both")
+	}
+	if _, err := c.webhookSecret(); err != nil {
+		return err
 	}
 	if _, err := c.policy(); err != nil {
 		return err
@@ -202,6 +223,22 @@ func (c Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// webhookSecret is REDLITE_WEBHOOK_SECRET or the contents of REDLITE_WEBHOOK_SECRET_FILE.
+func (c Config) webhookSecret() ([]byte, error) {
+	if c.WebhookSecretFile == "" {
+		return []byte(c.WebhookSecret), nil
+	}
+	b, err := os.ReadFile(c.WebhookSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("REDLITE_WEBHOOK_SECRET_FILE: %w", err)
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	if len(b) == 0 {
+		return nil, fmt.Errorf("REDLITE_WEBHOOK_SECRET_FILE: %s is empty", c.WebhookSecretFile)
+	}
+	return b, nil
 }
 
 // tlsFiles are the REDLITE_REDIS_*_FILE settings.

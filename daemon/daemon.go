@@ -62,10 +62,11 @@ type Daemon struct {
 	// backend is Options.Backend.
 	backend ml.Backend
 
-	lm *loadedModel
-	w  *worker
-	hb *heartbeat    // the worker's name beside asynq's heartbeat (heartbeat.go)
-	of *orphanFinder // jobs of dead workers (orphans.go)
+	lm    *loadedModel
+	w     *worker
+	hb    *heartbeat     // the worker's name beside asynq's heartbeat (heartbeat.go)
+	hooks *webhookSender // webhook deliveries (webhook.go)
+	of    *orphanFinder  // jobs of dead workers (orphans.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -200,7 +201,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backend, Build: build}, d.log); err != nil {
 		return err
 	}
-	d.w = newWorker(&worker{hb: d.hb, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
+	if d.hooks, err = newWebhookSender(d.redis, d.cfg, d.log, d.m); err != nil {
+		return err
+	}
+	d.hooks.start()
+	d.w = newWorker(&worker{hb: d.hb, hooks: d.hooks, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
 		budget: budget, cal: cal, policy: policy, observer: d.obs}, d.redis)
 	// Before the asynq server starts: its recoverer runs at start and takes the jobs of a
 	// predecessor on this host that the finder proves dead (orphans.go).
@@ -316,6 +321,9 @@ func (d *Daemon) shutdown() {
 	}
 	if d.hb != nil {
 		d.hb.terminate() // after the worker: its name stays listed while it drains
+	}
+	if d.hooks != nil {
+		d.hooks.terminate() // after the worker, which queues deliveries until it stops
 	}
 	if d.of != nil {
 		d.of.terminate()
