@@ -122,25 +122,38 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
 	open("GET /v1/openapi.json", serveOpenAPI)
 
-	authed("POST /v1/jobs", s.postJob)
-	authed("GET /v1/jobs/{id}", s.getJob)
-	authed("GET /v1/jobs/{id}/result", s.getResult)
-	authed("GET /v1/jobs/{id}/events", s.getEvents)
-	authed("DELETE /v1/jobs/{id}", s.deleteJob)
-	authed("GET /v1/workers", s.getWorkers)
-	authed("GET /v1/models", s.getModels)
-
-	authed("POST /v1/files", s.postFile)
-	authed("GET /v1/files", s.listFiles)
-	authed("GET /v1/files/{id}", s.getFile)
-	authed("GET /v1/files/{id}/content", s.getFileContent)
-	authed("DELETE /v1/files/{id}", s.deleteFile)
-	authed("POST /v1/batches", s.postBatch)
-	authed("GET /v1/batches", s.listBatches)
-	authed("GET /v1/batches/{id}", s.getBatch)
-	authed("POST /v1/batches/{id}/cancel", s.cancelBatch)
-
-	authed("POST /v1/chat/completions", s.chatCompletions)
+	handlers := map[string]func(w http.ResponseWriter, r *http.Request) error{
+		"POST /v1/jobs":                s.postJob,
+		"GET /v1/jobs/{id}":            s.getJob,
+		"GET /v1/jobs/{id}/result":     s.getResult,
+		"GET /v1/jobs/{id}/events":     s.getEvents,
+		"DELETE /v1/jobs/{id}":         s.deleteJob,
+		"GET /v1/workers":              s.getWorkers,
+		"GET /v1/models":               s.getModels,
+		"POST /v1/files":               s.postFile,
+		"GET /v1/files":                s.listFiles,
+		"GET /v1/files/{id}":           s.getFile,
+		"GET /v1/files/{id}/content":   s.getFileContent,
+		"DELETE /v1/files/{id}":        s.deleteFile,
+		"POST /v1/batches":             s.postBatch,
+		"GET /v1/batches":              s.listBatches,
+		"GET /v1/batches/{id}":         s.getBatch,
+		"POST /v1/batches/{id}/cancel": s.cancelBatch,
+		"POST /v1/chat/completions":    s.chatCompletions,
+	}
+	// The OpenAPI document's operations are the routing table (openapi.go).
+	for _, op := range operations() {
+		pattern := op.method + " " + op.path
+		h, ok := handlers[pattern]
+		if !ok {
+			panic("httpapi: the OpenAPI document has " + pattern + " but no handler does")
+		}
+		authed(pattern, h)
+		delete(handlers, pattern)
+	}
+	for pattern := range handlers {
+		panic("httpapi: " + pattern + " has a handler but is not in the OpenAPI document")
+	}
 
 	open("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "unknown_route",
