@@ -176,18 +176,18 @@ func (s *Server) postJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if !dup {
+		// A new job waits in its queue; asking Redis would cost a lookup per queue.
+		writeJSON(w, http.StatusCreated, viewOf(jobs.Status{Job: job, State: jobs.StatePending, MaxRetry: jobs.DefaultMaxRetry}))
+		return nil
+	}
 	st, err := s.client.Status(r.Context(), job.ID)
 	if err != nil {
-		// Enqueued, but already gone (a zero retention) or Redis hiccuped: say what we know.
-		st = jobs.Status{Job: job, State: jobs.StatePending}
+		return err
 	}
 	v := viewOf(st)
-	v.Duplicate = dup
-	code := http.StatusCreated
-	if dup {
-		code = http.StatusOK
-	}
-	writeJSON(w, code, v)
+	v.Duplicate = true
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
