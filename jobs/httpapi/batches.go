@@ -79,6 +79,8 @@ type batchState struct {
 	Next int `json:"next"`
 	// Stop is the final status a stopping batch ends in: cancelled or expired.
 	Stop string `json:"stop,omitempty"`
+	// Cursor is where the next step's scan of the pending lines starts.
+	Cursor uint64 `json:"cursor,omitempty"`
 }
 
 func (b *batchState) final() bool {

@@ -24,6 +24,8 @@ const (
 	// enqueueChunk is how many lines one step enqueues, so that a 50,000-line batch starts
 	// running while the rest is still being enqueued, and each step is short.
 	enqueueChunk = 500
+	// pollWindow is about how many pending lines one step looks at (SSCAN's COUNT).
+	pollWindow = 2000
 	// stopCancelTimeout bounds the cancel of one running line when a batch stops.
 	stopCancelTimeout = 30 * time.Second
 )
@@ -197,6 +199,10 @@ func (br *batchRunner) validate(ctx context.Context, b *batchState) error {
 	if len(errs) > 0 {
 		return br.fail(ctx, b, errs)
 	}
+	served, err := s.servedModels(ctx)
+	if err != nil {
+		return err
+	}
 	for start := 0; start < len(lines); start += enqueueChunk {
 		chunk := lines[start:min(start+enqueueChunk, len(lines))]
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -206,6 +212,9 @@ func (br *batchRunner) validate(ctx context.Context, b *batchState) error {
 				req, _ := json.Marshal(batchReq{CustomID: l.CustomID})
 				p.HSet(ctx, keyBatchReqs(b.ID), f, req)
 				g, err := batchPayload(l)
+				if err == nil {
+					err = checkModel(served, g.Model)
+				}
 				if err != nil {
 					line, _ := json.Marshal(errorResponse(batchJobID(b.ID, n), l.CustomID, err))
 					p.HSet(ctx, keyBatchErr(b.ID), f, line)
@@ -329,10 +338,13 @@ func (s *Server) lineReq(ctx context.Context, batchID string, n int) (batchReq, 
 // batch stops) and updates the counts; done reports that no line is left.
 func (br *batchRunner) poll(ctx context.Context, b *batchState) (done bool, err error) {
 	s := br.s
-	pending, err := s.rdb.SMembers(ctx, keyBatchPending(b.ID)).Result()
+	// A window of the pending lines per step, from where the last step stopped: a step's
+	// work is bounded however large the batch, and every line comes round.
+	pending, cursor, err := s.rdb.SScan(ctx, keyBatchPending(b.ID), b.Cursor, "", pollWindow).Result()
 	if err != nil {
 		return false, err
 	}
+	b.Cursor = cursor
 	for i, f := range pending {
 		n, err := strconv.Atoi(f)
 		if err != nil {
@@ -359,11 +371,9 @@ func (br *batchRunner) poll(ctx context.Context, b *batchState) (done bool, err 
 	}
 	completed, failed := int(counts[0].(*redis.IntCmd).Val()), int(counts[1].(*redis.IntCmd).Val())
 	left := counts[2].(*redis.IntCmd).Val()
-	if completed != b.RequestCounts.Completed || failed != b.RequestCounts.Failed {
-		b.RequestCounts.Completed, b.RequestCounts.Failed = completed, failed
-		if err := br.save(ctx, b); err != nil {
-			return false, err
-		}
+	b.RequestCounts.Completed, b.RequestCounts.Failed = completed, failed
+	if err := br.save(ctx, b); err != nil { // the counts, and the cursor
+		return false, err
 	}
 	return left == 0 && (b.Next >= b.RequestCounts.Total || b.Stop != ""), nil
 }
@@ -372,6 +382,9 @@ func (br *batchRunner) poll(ctx context.Context, b *batchState) (done bool, err 
 // first, or, for a line never enqueued, records it cancelled.
 func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error {
 	s := br.s
+	if n >= b.Next && b.Stop == "" {
+		return nil // not enqueued yet
+	}
 	id := batchJobID(b.ID, n)
 	req, err := s.lineReq(ctx, b.ID, n)
 	if err != nil {
@@ -387,9 +400,6 @@ func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error
 		return br.record(ctx, b.ID, n, keyBatchCancelled(b.ID), line)
 	}
 	if n >= b.Next {
-		if b.Stop == "" {
-			return nil
-		}
 		return stopped()
 	}
 	st, err := s.client.Status(ctx, id)

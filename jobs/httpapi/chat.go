@@ -25,6 +25,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	served, err := s.servedModels(r.Context())
+	if err != nil {
+		return serverError(fmt.Errorf("list the fleet's models: %w", err))
+	}
+	if err := checkModel(served, g.Model); err != nil {
+		return err
+	}
 	job, _, err := s.submit(r.Context(), caller(r), g, "chat")
 	if err != nil {
 		return err

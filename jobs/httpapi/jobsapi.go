@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -436,6 +438,38 @@ type Model struct {
 	Object  string `json:"object"` // "model"
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+}
+
+// servedModels is the set of models the live workers serve; nil when unknown (no fleet
+// listing, or no worker up yet), in which case any model is let through to wait.
+func (s *Server) servedModels(ctx context.Context) (map[string]bool, error) {
+	if s.fleet == nil {
+		return nil, nil
+	}
+	_, models, err := s.fleet(ctx)
+	if err != nil || len(models) == 0 {
+		return nil, err
+	}
+	set := make(map[string]bool, len(models))
+	for _, m := range models {
+		set[m] = true
+	}
+	return set, nil
+}
+
+// checkModel refuses a model no live worker serves, as OpenAI does, rather than queue a
+// job every worker would refuse.
+func checkModel(served map[string]bool, model string) error {
+	if served == nil || model == "" || served[model] {
+		return nil
+	}
+	names := make([]string, 0, len(served))
+	for m := range served {
+		names = append(names, m)
+	}
+	slices.Sort(names)
+	return &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "model_not_found", param: "model",
+		msg: fmt.Sprintf("the model %q is not served by any live worker; GET /v1/models lists them: %s", clip(model), strings.Join(names, ", "))}
 }
 
 func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {

@@ -183,9 +183,11 @@ func TestOpenAIGoSDK(t *testing.T) {
 	})
 
 	t.Run("RefusedLines", func(t *testing.T) {
-		input := jsonl(t, 3, func(i int) map[string]any {
+		input := jsonl(t, 4, func(i int) map[string]any {
 			body := chatBody(model, 2, "Hi.")
 			switch i {
+			case 3:
+				body["model"] = "gpt-4o"
 			case 1:
 				body["tools"] = []any{map[string]any{"type": "function", "function": map[string]any{"name": "f"}}}
 			case 2:
@@ -194,16 +196,16 @@ func TestOpenAIGoSDK(t *testing.T) {
 			return body
 		})
 		batch := pollBatch(t, c, runBatch(t, c, input).ID, "final", finalStatus)
-		if batch.Status != openai.BatchStatusCompleted || batch.RequestCounts.Total != 3 || batch.RequestCounts.Completed != 1 || batch.RequestCounts.Failed != 2 {
+		if batch.Status != openai.BatchStatusCompleted || batch.RequestCounts.Total != 4 || batch.RequestCounts.Completed != 1 || batch.RequestCounts.Failed != 3 {
 			t.Fatalf("batch: %+v", batch)
 		}
 		if out := readLines(t, c, batch.OutputFileID); len(out) != 1 || out["req-00"].Response == nil {
 			t.Errorf("output: %+v", out)
 		}
 		errs := readLines(t, c, batch.ErrorFileID)
-		for id, want := range map[string]string{"req-01": "tools", "req-02": "temperature"} {
+		for id, want := range map[string]string{"req-01": "tools", "req-02": "temperature", "req-03": "gpt-4o"} {
 			l := errs[id]
-			if l.Response == nil || l.Response.StatusCode != 400 || !strings.Contains(string(l.Response.Body), want) {
+			if l.Response == nil || (l.Response.StatusCode != 400 && l.Response.StatusCode != 404) || !strings.Contains(string(l.Response.Body), want) {
 				t.Errorf("error line %s: %+v, want a 400 naming %s", id, l, want)
 			}
 		}
@@ -288,6 +290,11 @@ func TestOpenAIGoSDK(t *testing.T) {
 		var apiErr *openai.Error
 		if !asErr(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "n" || apiErr.Code != "unsupported_parameter" {
 			t.Errorf("n=2: %v", err)
+		}
+		_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hi.")}})
+		if !asErr(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Code != "model_not_found" || !strings.Contains(apiErr.Message, model) {
+			t.Errorf("unknown model: %v", err)
 		}
 		bad := sdk(b, "wrong")
 		_, err = bad.Models.List(ctx)
