@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net/http"
 	"slices"
 	"strings"
@@ -424,7 +425,7 @@ func TestNativeJobs(t *testing.T) {
 // TestBadRequests sends what a careless or hostile client would: each gets the right status
 // and a message naming the problem, and nothing is enqueued.
 func TestBadRequests(t *testing.T) {
-	b := setup(t, setupOpts{noDaemon: true, config: func(c *httpapi.Config) { c.MaxBodyBytes = 4096 }})
+	b := setup(t, setupOpts{noDaemon: true, config: func(c *httpapi.Config) { c.MaxBodyBytes = 4096; c.MaxFileBytes = 2048 }})
 	cases := []struct {
 		name, token, method, path string
 		body                      any
@@ -456,6 +457,18 @@ func TestBadRequests(t *testing.T) {
 			wantError(t, c.name, code, data, c.status, c.code, c.msg)
 		})
 	}
+	t.Run("OversizeFile", func(t *testing.T) {
+		var form bytes.Buffer
+		mw := multipart.NewWriter(&form)
+		mw.WriteField("purpose", "batch")
+		fw, _ := mw.CreateFormFile("file", "in.jsonl")
+		fw.Write(bytes.Repeat([]byte("x"), 3000))
+		mw.Close()
+		code, data := b.call(t, tokenA, "POST", "/v1/files", form.Bytes(), "Content-Type", mw.FormDataContentType())
+		wantError(t, "oversize file", code, data, http.StatusRequestEntityTooLarge, "request_too_large", "2048 bytes")
+		code, data = b.call(t, tokenA, "POST", "/v1/files", `{"purpose":"batch"}`, "Content-Type", "application/json")
+		wantError(t, "not multipart", code, data, http.StatusBadRequest, "invalid_request", "multipart/form-data")
+	})
 	if n := b.taskCount(t); n != 0 {
 		t.Errorf("%d tasks in Redis after bad requests, want 0", n)
 	}
