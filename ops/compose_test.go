@@ -632,6 +632,12 @@ func TestCompose(t *testing.T) {
 		if len(job.FileSD) == 0 {
 			t.Error("job redlited has no file_sd_configs for workers outside compose")
 		}
+		apiPort := portOf(t, containerEnv(t, c.service(t, "api"))["REDLITE_API_ADDR"])
+		if !slices.ContainsFunc(cfg.job(t, "redlite-api").DNSSD, func(d dnsSD) bool {
+			return slices.Contains(d.Names, "api") && strconv.Itoa(d.Port) == apiPort
+		}) {
+			t.Errorf("job redlite-api does not discover service api on port %s by DNS", apiPort)
+		}
 	})
 
 	t.Run("Grafana", func(t *testing.T) {
