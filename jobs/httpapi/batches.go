@@ -142,7 +142,7 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, keyBatch(b.ID), data, 0)
-		p.ZAdd(ctx, keyBatches(who), redis.Z{Score: float64(now.UnixNano()), Member: b.ID})
+		p.ZAdd(ctx, keyBatches(who), redis.Z{Score: float64(now.UnixMicro()), Member: b.ID})
 		p.SAdd(ctx, keyBatchesOpen, b.ID)
 		return nil
 	})

@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -137,7 +138,7 @@ func (s *Server) storeFile(ctx context.Context, who, id, name, purpose string, c
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, keyFileContent(id), content, 0)
 		p.Set(ctx, keyFile(id), meta, 0)
-		p.ZAdd(ctx, keyFiles(who), redis.Z{Score: float64(now.UnixNano()), Member: id})
+		p.ZAdd(ctx, keyFiles(who), redis.Z{Score: float64(now.UnixMicro()), Member: id})
 		return nil
 	})
 	if err != nil {
@@ -231,7 +232,7 @@ func (s *Server) pageIDs(r *http.Request, key string) (ids []string, more bool, 
 		}
 		limit = n
 	}
-	max := "+inf"
+	max, skip := "+inf", ""
 	if after := q.Get("after"); after != "" {
 		score, err := s.rdb.ZScore(r.Context(), key, after).Result()
 		if errors.Is(err, redis.Nil) {
@@ -240,11 +241,19 @@ func (s *Server) pageIDs(r *http.Request, key string) (ids []string, more bool, 
 		if err != nil {
 			return nil, false, serverError(err)
 		}
-		max = "(" + strconv.FormatFloat(score, 'f', -1, 64)
+		// From after's own score, then past it: objects created in the same microsecond
+		// come in a fixed order (by id) on either side of it.
+		max, skip = strconv.FormatFloat(score, 'f', -1, 64), after
 	}
-	ids, err = s.rdb.ZRevRangeByScore(r.Context(), key, &redis.ZRangeBy{Max: max, Min: "-inf", Count: int64(limit + 1)}).Result()
+	const ties = 16
+	ids, err = s.rdb.ZRevRangeByScore(r.Context(), key, &redis.ZRangeBy{Max: max, Min: "-inf", Count: int64(limit + 1 + ties)}).Result()
 	if err != nil {
 		return nil, false, serverError(err)
+	}
+	if skip != "" {
+		if i := slices.Index(ids, skip); i >= 0 {
+			ids = ids[i+1:]
+		}
 	}
 	if len(ids) > limit {
 		return ids[:limit], true, nil

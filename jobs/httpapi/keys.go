@@ -22,13 +22,13 @@ func keyOpen(who string) string { return keyPrefix + "token:" + who + ":open" }
 func keyFile(id string) string        { return keyPrefix + "file:" + id }
 func keyFileContent(id string) string { return keyPrefix + "file:" + id + ":content" }
 
-// keyFiles (sorted set of file ids by creation time): the token's files.
+// keyFiles (sorted set of file ids by creation time, Unix µs): the token's files.
 func keyFiles(who string) string { return keyPrefix + "files:" + who }
 
 // keyBatch (string, JSON batchState): one batch.
 func keyBatch(id string) string { return keyPrefix + "batch:" + id }
 
-// keyBatches (sorted set of batch ids by creation time): the token's batches.
+// keyBatches (sorted set of batch ids by creation time, Unix µs): the token's batches.
 func keyBatches(who string) string { return keyPrefix + "batches:" + who }
 
 // keyBatchesOpen (set of batch ids): batches not in a final status, which every instance's

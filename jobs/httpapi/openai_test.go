@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -300,6 +301,32 @@ func TestOpenAIGoSDK(t *testing.T) {
 		_, err = bad.Models.List(ctx)
 		if !asErr(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized || apiErr.Code != "invalid_api_key" {
 			t.Errorf("wrong token: %v", err)
+		}
+	})
+
+	t.Run("ListPages", func(t *testing.T) {
+		// Newest first, one per page, each page after the last id of the one before.
+		var ids []string
+		iter := c.Batches.ListAutoPaging(ctx, openai.BatchListParams{Limit: openai.Int(1)})
+		for iter.Next() {
+			ids = append(ids, iter.Current().ID)
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+		all, err := c.Batches.List(ctx, openai.BatchListParams{Limit: openai.Int(100)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, b := range all.Data {
+			want = append(want, b.ID)
+		}
+		if len(ids) != 4 || !slices.Equal(ids, want) || all.HasMore {
+			t.Errorf("paged %q, all %q (has_more %v); want the 4 batches of this test", ids, want, all.HasMore)
+		}
+		if _, err := c.Batches.List(ctx, openai.BatchListParams{After: openai.String("batch_nope")}); err == nil || !strings.Contains(err.Error(), "400") {
+			t.Errorf("after an unknown id: %v, want 400", err)
 		}
 	})
 
