@@ -34,12 +34,13 @@ const (
 // under a Redis lock, so that the instances share the work and any of them can carry on
 // when another stops. All a step knows is in Redis; a step cut short is repeated.
 type batchRunner struct {
-	s      *Server
-	token  string // this runner's lock value
-	kickc  chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	s       *Server
+	token   string // this runner's lock value
+	kickc   chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	started bool
+	done    chan struct{}
 }
 
 func newBatchRunner(s *Server) *batchRunner {
@@ -58,6 +59,7 @@ func (br *batchRunner) kick() {
 }
 
 func (br *batchRunner) start() {
+	br.started = true
 	go func() {
 		defer close(br.done)
 		tick := time.NewTicker(br.s.cfg.BatchInterval)
@@ -78,12 +80,8 @@ func (br *batchRunner) start() {
 // repeated by whichever instance runs next).
 func (br *batchRunner) terminate() {
 	br.cancel()
-	select {
-	case <-br.done:
-	default:
-		if br.s.srv != nil { // started
-			<-br.done
-		}
+	if br.started {
+		<-br.done
 	}
 }
 

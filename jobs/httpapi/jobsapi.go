@@ -26,13 +26,13 @@ const ownerTTL = jobs.MaxTimeoutSeconds*time.Second + jobs.DefaultRetention
 // one prefill chunk or one token.
 const cancelTimeout = 30 * time.Second
 
-// JobRequest is the body of POST /v1/jobs: "type" beside the fields of that type's payload,
-// exactly as jobs/README defines them.
+// ParseJobRequest reads a POST /v1/jobs body: "type" beside the fields of that type's
+// payload, exactly as jobs/README defines them:
 //
 //	{"type": "generate", "version": 1, "messages": [...], "max_tokens": 64}
-
-// ParseJobRequest reads a POST /v1/jobs body. idemHeader is the Idempotency-Key header; it
-// sets the payload's idempotency_key and must agree with the field when both are given.
+//
+// idemHeader is the Idempotency-Key header; it sets the payload's idempotency_key and must
+// agree with the field when both are given.
 func ParseJobRequest(body []byte, idemHeader string) (jobs.Payload, error) {
 	var doc map[string]json.RawMessage
 	if err := decodeJSON(body, &doc); err != nil {

@@ -108,9 +108,6 @@ func New(cfg Config, o Options) (*Server, error) {
 // Handler is the API's HTTP handler, for tests and for embedding.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Client is the jobs client the server enqueues with.
-func (s *Server) Client() *jobs.Client { return s.client }
-
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	open := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, h) }
