@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"mime/multipart"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -548,3 +550,43 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestTokensFileAndCORS: a token known only by its SHA-256 in REDLITE_API_TOKENS_FILE is
+// accepted; browsers get CORS headers only for configured origins.
+func TestTokensFileAndCORS(t *testing.T) {
+	const secret = "file-token-0123456789"
+	file := filepath.Join(t.TempDir(), "tokens")
+	content := "# API tokens\n" + httpapi.HashToken(secret) + " team-a\n\n"
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, setupOpts{noDaemon: true, config: func(c *httpapi.Config) {
+		c.TokensFile = file
+		c.CORSOrigins = []string{"https://app.example.com"}
+	}})
+	if code, data := b.call(t, secret, "GET", "/v1/models", nil); code != http.StatusOK {
+		t.Errorf("a token from the file: %d %s", code, data)
+	}
+	if code, _ := b.call(t, httpapi.HashToken(secret), "GET", "/v1/models", nil); code != http.StatusUnauthorized {
+		t.Errorf("the digest itself as a token: %d, want 401", code)
+	}
+	resp := b.send(t, "", "OPTIONS", "/v1/jobs", nil, "Origin", "https://app.example.com", "Access-Control-Request-Method", "POST")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Authorization") {
+		t.Errorf("preflight from an allowed origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp = b.send(t, tokenA, "GET", "/v1/models", nil, "Origin", "https://evil.example.com")
+	resp.Body.Close()
+	if resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("another origin got CORS headers: %v", resp.Header)
+	}
+
+	// Off by default.
+	d := setup(t, setupOpts{noDaemon: true})
+	resp = d.send(t, tokenA, "GET", "/v1/models", nil, "Origin", "https://app.example.com")
+	resp.Body.Close()
+	if resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("CORS headers without REDLITE_API_CORS_ORIGINS: %v", resp.Header)
+	}
+}

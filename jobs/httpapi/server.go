@@ -270,7 +270,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("REDLITE_API_ADDR: listen on %s: %w", s.cfg.Addr, err)
 	}
 	s.ln = ln
-	s.srv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second,
+	s.srv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	go func() {
 		err := s.srv.Serve(ln)
