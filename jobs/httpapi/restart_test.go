@@ -51,3 +51,28 @@ func TestAPIRestartMidBatch(t *testing.T) {
 	}
 	t.Logf("stopped at %d of %d requests done", mid.RequestCounts.Completed, n)
 }
+
+// TestTwoInstances runs two API instances on one Redis, as behind a load balancer: a batch
+// uploaded and created through one is followed and read through the other, and each serves
+// the other's jobs.
+func TestTwoInstances(t *testing.T) {
+	b1 := setup(t, setupOpts{})
+	b2 := *b1
+	b2.cfg.Addr = "127.0.0.1:0"
+	b2.startAPI(t)
+	c1, c2 := sdk(b1, tokenA), sdk(&b2, tokenA)
+	model := b1.modelName()
+	const n = 20
+	batch := runBatch(t, c1, jsonl(t, n, func(i int) map[string]any { return chatBody(model, 2+i%2, "Hi.") }))
+	done := pollBatch(t, c2, batch.ID, "final", finalStatus)
+	if done.Status != openai.BatchStatusCompleted || done.RequestCounts.Completed != n {
+		t.Fatalf("batch: %+v", done)
+	}
+	if lines := readLines(t, c2, done.OutputFileID); len(lines) != n {
+		t.Errorf("output through the other instance: %d lines, want %d", len(lines), n)
+	}
+	v := b1.submit(t, tokenA, generate(2), 201)
+	if code, data := b2.call(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/result?wait=60s", nil); code != 200 {
+		t.Errorf("a job of one instance through the other: %d %s", code, data)
+	}
+}
