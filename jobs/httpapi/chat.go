@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -60,15 +59,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		return serverError(errors.New("the response cannot stream"))
+	sse, err := startSSE(w)
+	if err != nil {
+		return err
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	defer sse.close()
 	created := time.Now().Unix()
 	chunk := func(delta map[string]any, finish *string, usage *ChatUsage, model string) {
 		choices := []map[string]any{}
@@ -80,14 +75,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		if usage != nil {
 			c["usage"] = usage
 		}
-		b, _ := json.Marshal(c)
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		fl.Flush()
+		sse.event("", c)
 	}
 	chunk(map[string]any{"role": jobs.RoleAssistant, "content": ""}, nil, nil, g.Model)
 	res, err := s.client.Wait(ctx, job.ID, func(p jobs.Progress) {
-		fmt.Fprintf(w, ": %s %d/%d\n\n", p.Phase, p.Generated, p.MaxTokens)
-		fl.Flush()
+		sse.comment(fmt.Sprintf("%s %d/%d", p.Phase, p.Generated, p.MaxTokens))
 	})
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -95,9 +87,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		}
 		e := asAPIError(s.chatError(r, job.ID, err))
 		code := e.code
-		b, _ := json.Marshal(errorBody{Error: Error{Message: e.msg, Type: e.typ, Code: &code}})
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		fl.Flush()
+		sse.event("", errorBody{Error: Error{Message: e.msg, Type: e.typ, Code: &code}})
 		return nil
 	}
 	delta := map[string]any{"content": res.Text}
@@ -111,8 +101,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		u := ChatUsage(res.Usage)
 		chunk(nil, nil, &u, res.Model)
 	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	fl.Flush()
+	sse.event("", "[DONE]")
 	return nil
 }
 

@@ -361,20 +361,12 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		return serverError(errors.New("the response cannot stream"))
+	sse, err := startSSE(w)
+	if err != nil {
+		return err
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx would otherwise hold the events back
-	w.WriteHeader(http.StatusOK)
-	send := func(event string, v any) {
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-		fl.Flush()
-	}
+	defer sse.close()
+	send := sse.event
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.MaxWait)
 	defer cancel()
 	res, err := s.client.Wait(ctx, st.ID, func(p jobs.Progress) { send("progress", p) })
