@@ -306,6 +306,7 @@ func (s *Server) Shutdown() {
 		s.batches.terminate()
 		s.rdb.Close()
 		s.client.Close()
+		s.log.Info("redlite-api stopped")
 	})
 }
 
