@@ -1,12 +1,10 @@
 package daemon
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -195,8 +193,6 @@ func (c Config) Validate() error {
 		return bad("REDLITE_WEBHOOK_RETRY_DELAY", "must be > 0, got %v", c.WebhookRetryDelay)
 	case c.WebhookRetryFor < 0:
 		return bad("REDLITE_WEBHOOK_RETRY_FOR", "must be ≥ 0 (0: one attempt), got %v", c.WebhookRetryFor)
-	case c.WebhookSecret != "" && c.WebhookSecretFile != "":
-		return bad("REDLITE_WEBHOOK_SECRET_FILE", "set either it or REDLITE_WEBHOOK_SECRET, not both")
 	}
 	if _, err := c.webhookSecret(); err != nil {
 		return err
@@ -227,18 +223,7 @@ func (c Config) Validate() error {
 
 // webhookSecret is REDLITE_WEBHOOK_SECRET or the contents of REDLITE_WEBHOOK_SECRET_FILE.
 func (c Config) webhookSecret() ([]byte, error) {
-	if c.WebhookSecretFile == "" {
-		return []byte(c.WebhookSecret), nil
-	}
-	b, err := os.ReadFile(c.WebhookSecretFile)
-	if err != nil {
-		return nil, fmt.Errorf("REDLITE_WEBHOOK_SECRET_FILE: %w", err)
-	}
-	b = bytes.TrimRight(b, "\r\n")
-	if len(b) == 0 {
-		return nil, fmt.Errorf("REDLITE_WEBHOOK_SECRET_FILE: %s is empty", c.WebhookSecretFile)
-	}
-	return b, nil
+	return jobs.WebhookSecret(c.WebhookSecret, c.WebhookSecretFile)
 }
 
 // tlsFiles are the REDLITE_REDIS_*_FILE settings.

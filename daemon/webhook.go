@@ -155,7 +155,14 @@ func (s *webhookSender) deliver(id string) {
 	attempts++
 	first, _ := strconv.ParseInt(h["first"], 10, 64)
 	log := s.log.With("job", id, "attempt", attempts)
-	retryAfter, err := s.post(ctx, h["url"], id, attempts, []byte(h["body"]))
+	secret := s.secret
+	if len(secret) > 0 {
+		// A job submitted through redlite-api is signed with its token's secret.
+		if owner, err := s.rdb.Get(ctx, jobs.JobOwnerKey(id)).Result(); err == nil && owner != "" {
+			secret = jobs.TokenWebhookSecret(secret, owner)
+		}
+	}
+	retryAfter, err := s.post(ctx, h["url"], id, attempts, secret, []byte(h["body"]))
 	if err == nil {
 		s.m.webhooks.WithLabelValues("ok").Inc()
 		s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -190,7 +197,7 @@ func (s *webhookSender) deliver(id string) {
 
 // post makes one POST within REDLITE_WEBHOOK_TIMEOUT. On failure it returns the delay the
 // receiver asked for with Retry-After, if any.
-func (s *webhookSender) post(ctx context.Context, url, id string, attempt int, body []byte) (time.Duration, error) {
+func (s *webhookSender) post(ctx context.Context, url, id string, attempt int, secret, body []byte) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WebhookTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -201,10 +208,10 @@ func (s *webhookSender) post(ctx context.Context, url, id string, attempt int, b
 	req.Header.Set("User-Agent", "redlited")
 	req.Header.Set(jobs.WebhookHeaderJobID, id)
 	req.Header.Set(jobs.WebhookHeaderAttempt, strconv.Itoa(attempt))
-	if len(s.secret) > 0 {
+	if len(secret) > 0 {
 		now := time.Now()
 		req.Header.Set(jobs.WebhookHeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-		req.Header.Set(jobs.WebhookHeaderSignature, jobs.SignWebhook(s.secret, now, body))
+		req.Header.Set(jobs.WebhookHeaderSignature, jobs.SignWebhook(secret, now, body))
 	}
 	resp, err := webhookClient.Do(req)
 	if err != nil {

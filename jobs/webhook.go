@@ -1,11 +1,13 @@
 package jobs
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +29,41 @@ const (
 // own clock: long enough for clock skew and a slow network, short enough that a recorded
 // delivery cannot be replayed later.
 const DefaultWebhookWindow = 5 * time.Minute
+
+// WebhookSecret reads the signing secret the way workers and the API both do: value
+// (REDLITE_WEBHOOK_SECRET), or the contents of file (REDLITE_WEBHOOK_SECRET_FILE) without a
+// trailing newline; not both. Empty means unsigned webhooks.
+func WebhookSecret(value, file string) ([]byte, error) {
+	switch {
+	case file == "":
+		return []byte(value), nil
+	case value != "":
+		return nil, errors.New("REDLITE_WEBHOOK_SECRET_FILE: set either it or REDLITE_WEBHOOK_SECRET, not both")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("REDLITE_WEBHOOK_SECRET_FILE: %w", err)
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	if len(b) == 0 {
+		return nil, fmt.Errorf("REDLITE_WEBHOOK_SECRET_FILE: %s is empty", file)
+	}
+	return b, nil
+}
+
+// JobOwnerKey is the Redis key (a string) where redlite-api records which token submitted
+// a job: the first 16 hex digits of the token's SHA-256. Workers read it to sign the job's
+// webhook with that token's secret.
+func JobOwnerKey(id string) string { return "redlite:api:job:" + id + ":owner" }
+
+// TokenWebhookSecret is the secret that signs the webhooks of one token's jobs, derived
+// from the configured secret (REDLITE_WEBHOOK_SECRET), so that each token's holder can
+// verify its own deliveries and forge no one else's. It is hex text, to be copied as is.
+func TokenWebhookSecret(secret []byte, owner string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("redlite-webhook-token:" + owner))
+	return []byte(hex.EncodeToString(m.Sum(nil)))
+}
 
 // ErrWebhookSignature: a webhook's signature or timestamp does not check out.
 var ErrWebhookSignature = errors.New("webhook signature invalid")

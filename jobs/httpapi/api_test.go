@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,8 @@ type bundle struct {
 type setupOpts struct {
 	noDaemon bool
 	config   func(*httpapi.Config)
+	// webhookSecret is REDLITE_WEBHOOK_SECRET of the daemon and the API.
+	webhookSecret string
 }
 
 // setup starts a Redis, a real daemon on the tiny fixture model (unless noDaemon) and an API
@@ -59,7 +62,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	b.rdb = redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { b.rdb.Close() })
 	if !o.noDaemon {
-		b.startDaemon(t)
+		b.startDaemon(t, o.webhookSecret)
 	}
 	cfg, err := httpapi.ConfigFromEnv([]string{
 		"REDLITE_REDIS_URL=" + r.URL(0),
@@ -73,6 +76,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.WebhookSecret = o.webhookSecret
 	if o.config != nil {
 		o.config(&cfg)
 	}
@@ -81,7 +85,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	return b
 }
 
-func (b *bundle) startDaemon(t *testing.T) {
+func (b *bundle) startDaemon(t *testing.T, webhookSecret string) {
 	t.Helper()
 	cfg := daemon.DefaultConfig()
 	cfg.RedisURL = b.redis.URL(0)
@@ -95,6 +99,7 @@ func (b *bundle) startDaemon(t *testing.T) {
 	cfg.ProgressInterval = 10 * time.Millisecond
 	cfg.RetryDelay = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.WebhookSecret = webhookSecret
 	d, err := daemon.New(cfg, daemon.Options{Logger: testlog.New(t, slog.LevelInfo), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -589,4 +594,51 @@ func TestTokensFileAndCORS(t *testing.T) {
 	if resp.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("CORS headers without REDLITE_API_CORS_ORIGINS: %v", resp.Header)
 	}
+}
+
+// TestWebhookPerToken: a job submitted through the API has its webhook signed with its
+// token's secret (GET /v1/webhook_secret), which verifies it; the workers' own secret and
+// another token's do not.
+func TestWebhookPerToken(t *testing.T) {
+	const master = "master-secret"
+	b := setup(t, setupOpts{webhookSecret: master})
+	type delivery struct {
+		ts, sig string
+		body    []byte
+	}
+	got := make(chan delivery, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- delivery{r.Header.Get(jobs.WebhookHeaderTimestamp), r.Header.Get(jobs.WebhookHeaderSignature), body}
+	}))
+	defer srv.Close()
+	secretOf := func(token string) []byte {
+		code, data := b.call(t, token, "GET", "/v1/webhook_secret", nil)
+		var s httpapi.WebhookSecret
+		if code != http.StatusOK || json.Unmarshal(data, &s) != nil || len(s.Secret) != 64 {
+			t.Fatalf("webhook secret: %d %s", code, data)
+		}
+		return []byte(s.Secret)
+	}
+	a, other := secretOf(tokenA), secretOf(tokenB)
+	b.submit(t, tokenA, generate(2, "webhook_url", srv.URL), http.StatusCreated)
+	var d delivery
+	select {
+	case d = <-got:
+	case <-time.After(waitLimit):
+		t.Fatal("no webhook")
+	}
+	if err := jobs.VerifyWebhook(a, d.ts, d.sig, d.body, time.Now(), 0); err != nil {
+		t.Errorf("with the token's secret: %v", err)
+	}
+	for name, s := range map[string][]byte{"the workers' secret": []byte(master), "another token's secret": other} {
+		if err := jobs.VerifyWebhook(s, d.ts, d.sig, d.body, time.Now(), 0); err == nil {
+			t.Errorf("verified with %s", name)
+		}
+	}
+
+	// Without a secret there is none to tell.
+	u := setup(t, setupOpts{noDaemon: true})
+	code, data := u.call(t, tokenA, "GET", "/v1/webhook_secret", nil)
+	wantError(t, "unsigned", code, data, http.StatusNotFound, "webhooks_unsigned", "REDLITE_WEBHOOK_SECRET")
 }

@@ -59,6 +59,11 @@ type Config struct {
 	// looks at its job.
 	PollInterval time.Duration `env:"REDLITE_API_POLL_INTERVAL" envDefault:"250ms"`
 
+	// WebhookSecret (or WebhookSecretFile) is the workers' REDLITE_WEBHOOK_SECRET: with it,
+	// GET /v1/webhook_secret tells each token the secret its jobs' webhooks are signed with.
+	WebhookSecret     string `env:"REDLITE_WEBHOOK_SECRET"`
+	WebhookSecretFile string `env:"REDLITE_WEBHOOK_SECRET_FILE"`
+
 	// LogFormat is text or json; LogLevel is debug, info, warn or error.
 	LogFormat string `env:"REDLITE_LOG_FORMAT" envDefault:"text"`
 	LogLevel  string `env:"REDLITE_LOG_LEVEL" envDefault:"info"`
@@ -120,6 +125,9 @@ func (c Config) Validate() error {
 			return bad("REDLITE_API_CORS_ORIGINS", "want origins like https://app.example.com or *, got %q", o)
 		}
 	}
+	if _, err := c.webhookSecret(); err != nil {
+		return err
+	}
 	switch c.LogFormat {
 	case "text", "json":
 	default:
@@ -146,6 +154,11 @@ func (c Config) redisURL() (jobs.RedisURL, error) {
 // TLSFiles are the REDLITE_REDIS_*_FILE settings.
 func (c Config) TLSFiles() jobs.TLSFiles {
 	return jobs.TLSFiles{CA: c.RedisCAFile, Cert: c.RedisCertFile, Key: c.RedisKeyFile}
+}
+
+// webhookSecret is the workers' signing secret, read as they read it.
+func (c Config) webhookSecret() ([]byte, error) {
+	return jobs.WebhookSecret(c.WebhookSecret, c.WebhookSecretFile)
 }
 
 // HashToken is what a tokens file holds for token: "sha256:" and the hex SHA-256.

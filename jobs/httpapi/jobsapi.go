@@ -478,3 +478,20 @@ func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
+
+// WebhookSecret is the answer of GET /v1/webhook_secret.
+type WebhookSecret struct {
+	Object string `json:"object"` // "webhook_secret"
+	// Secret verifies the Redlite-Signature of webhooks of this token's jobs
+	// (jobs.VerifyWebhook); it is derived from the workers' REDLITE_WEBHOOK_SECRET.
+	Secret string `json:"secret"`
+}
+
+func (s *Server) getWebhookSecret(w http.ResponseWriter, r *http.Request) error {
+	if len(s.hookSecret) == 0 {
+		return &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "webhooks_unsigned",
+			msg: "webhooks are not signed here: REDLITE_WEBHOOK_SECRET is not set"}
+	}
+	writeJSON(w, http.StatusOK, WebhookSecret{Object: "webhook_secret", Secret: string(jobs.TokenWebhookSecret(s.hookSecret, caller(r)))})
+	return nil
+}

@@ -1,6 +1,10 @@
 package httpapi
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/redlite/batch/jobs"
+)
 
 // The API's own Redis keys, beside asynq's. Each names its type and lifetime; jobs/README
 // lists them for operators. "who" is the first 16 hex digits of the SHA-256 of a bearer
@@ -13,7 +17,7 @@ func keyRate(who string, sec int64) string {
 }
 
 // keyOwner (string, expires with the job's result): which token submitted a job.
-func keyOwner(jobID string) string { return keyPrefix + "job:" + jobID + ":owner" }
+func keyOwner(jobID string) string { return jobs.JobOwnerKey(jobID) }
 
 // keyOpen (set of job ids): the token's submitted jobs not yet seen finished.
 func keyOpen(who string) string { return keyPrefix + "token:" + who + ":open" }

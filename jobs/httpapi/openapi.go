@@ -80,6 +80,8 @@ func operations() []operation {
 		{method: "GET", path: "/v1/batches/{id}", summary: "A batch", responses: with(map[string]any{"200": jsonResp("batch", ref("Batch")), "404": errResp("no such batch")})},
 		{method: "POST", path: "/v1/batches/{id}/cancel", summary: "Cancel a batch", responses: with(map[string]any{
 			"200": jsonResp("cancelling", ref("Batch")), "409": errResp("already final"), "404": errResp("no such batch")})},
+		{method: "GET", path: "/v1/webhook_secret", summary: "The secret that signs the webhooks of this token's jobs", responses: with(map[string]any{
+			"200": jsonResp("the secret", ref("WebhookSecret")), "404": errResp("webhooks are not signed")})},
 		{method: "POST", path: "/v1/chat/completions", summary: "Run one chat as a job and wait (stream: true for SSE chunks)",
 			request: map[string]any{"type": "object", "required": []string{"messages"}, "description": "OpenAI's chat completion request; unsupported parameters are refused by name"},
 			responses: with(map[string]any{"200": map[string]any{"description": "chat.completion, or chat.completion.chunk events with stream",
@@ -102,6 +104,7 @@ var schemaTypes = map[string]reflect.Type{
 	"ChatCompletion": reflect.TypeFor[ChatCompletion](),
 	"ErrorBody":      reflect.TypeFor[errorBody](),
 	"BatchLine":      reflect.TypeFor[BatchOutputLine](),
+	"WebhookSecret":  reflect.TypeFor[WebhookSecret](),
 }
 
 // goSchema is the JSON Schema of what encoding/json writes for t.

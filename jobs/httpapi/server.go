@@ -48,15 +48,17 @@ type Options struct {
 
 // Server is one redlite-api instance.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	client  *jobs.Client
-	rdb     redis.UniversalClient
-	tokens  [][sha256.Size]byte
-	fleet   Fleet
-	m       *metrics
-	handler http.Handler
-	gather  prometheus.Gatherer
+	cfg    Config
+	log    *slog.Logger
+	client *jobs.Client
+	rdb    redis.UniversalClient
+	tokens [][sha256.Size]byte
+	// hookSecret is the workers' webhook secret, from which each token's is derived.
+	hookSecret []byte
+	fleet      Fleet
+	m          *metrics
+	handler    http.Handler
+	gather     prometheus.Gatherer
 
 	srv      *http.Server
 	ln       net.Listener
@@ -85,6 +87,10 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	hookSecret, err := cfg.webhookSecret()
+	if err != nil {
+		return nil, err
+	}
 	u, err := cfg.redisURL()
 	if err != nil {
 		return nil, err
@@ -98,7 +104,7 @@ func New(cfg Config, o Options) (*Server, error) {
 		client.Close()
 		return nil, errors.New("httpapi: unexpected redis client type")
 	}
-	s := &Server{cfg: cfg, log: log, client: client, rdb: rdb, tokens: tokens, fleet: o.Fleet,
+	s := &Server{cfg: cfg, log: log, client: client, rdb: rdb, tokens: tokens, hookSecret: hookSecret, fleet: o.Fleet,
 		m: newMetrics(reg), gather: reg, served: make(chan error, 1)}
 	s.batches = newBatchRunner(s)
 	s.handler = s.routes()
@@ -137,6 +143,7 @@ func (s *Server) routes() http.Handler {
 		"GET /v1/batches/{id}":         s.getBatch,
 		"POST /v1/batches/{id}/cancel": s.cancelBatch,
 		"POST /v1/chat/completions":    s.chatCompletions,
+		"GET /v1/webhook_secret":       s.getWebhookSecret,
 	}
 	// The OpenAPI document's operations are the routing table (openapi.go).
 	for _, op := range operations() {
