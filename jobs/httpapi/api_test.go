@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -35,6 +36,24 @@ const (
 	tokenA = "test-token-a"
 	tokenB = "test-token-b"
 )
+
+// TestMain lets the test binary run as redlite-api, configured by the environment, so that
+// a test can kill -9 a real API process.
+func TestMain(m *testing.M) {
+	if os.Getenv("REDLITE_TEST_AS_API") == "1" {
+		cfg, err := httpapi.ConfigFromEnv(os.Environ())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "redlite-api:", err)
+			os.Exit(2)
+		}
+		if err := httpapi.Run(context.Background(), cfg, httpapi.Options{}); err != nil {
+			fmt.Fprintln(os.Stderr, "redlite-api:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 type bundle struct {
 	redis  *redistest.Server

@@ -18,9 +18,10 @@ import (
 )
 
 const (
-	// batchLockTTL bounds how long a runner that died holds a batch; a live one renews it
-	// each chunk of work.
-	batchLockTTL = time.Minute
+	// minLockTTL is the shortest a batch lock lives: a runner that died (kill -9, a lost
+	// network) holds its batch for at most the lock's life, which is this or 20 batch
+	// intervals if longer. A live runner renews it a few times per life while it steps.
+	minLockTTL = time.Second
 	// enqueueChunk is how many lines one step enqueues, so that a 50,000-line batch starts
 	// running while the rest is still being enqueued, and each step is short.
 	enqueueChunk = 500
@@ -98,15 +99,48 @@ func (br *batchRunner) stepAll() {
 		if ctx.Err() != nil {
 			return
 		}
-		ok, err := br.s.rdb.SetNX(ctx, keyBatchLock(id), br.token, batchLockTTL).Result()
+		ok, err := br.s.rdb.SetNX(ctx, keyBatchLock(id), br.token, br.lockTTL()).Result()
 		if err != nil || !ok {
 			continue
 		}
-		if err := br.step(ctx, id); err != nil && ctx.Err() == nil {
+		if err := br.locked(ctx, id, br.step); err != nil && ctx.Err() == nil {
 			br.s.log.Warn("batch step", "batch", id, "err", err)
 		}
 		unlockScript.Run(context.WithoutCancel(ctx), br.s.rdb, []string{keyBatchLock(id)}, br.token)
 	}
+}
+
+func (br *batchRunner) lockTTL() time.Duration { return max(minLockTTL, 20*br.s.cfg.BatchInterval) }
+
+// locked runs f while renewing the batch's lock every third of its life; a renewal that
+// fails (another instance has the batch now) cancels f.
+func (br *batchRunner) locked(ctx context.Context, id string, f func(context.Context, string) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(br.lockTTL() / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := br.renew(ctx, id); err != nil {
+					if ctx.Err() == nil {
+						br.s.log.Warn("batch lock", "batch", id, "err", err)
+					}
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err := f(ctx, id)
+	cancel()
+	<-done
+	return err
 }
 
 var unlockScript = redis.NewScript(`
@@ -119,7 +153,7 @@ return 0`)
 
 // renew extends the lock; an error means another instance has taken the batch over.
 func (br *batchRunner) renew(ctx context.Context, id string) error {
-	n, err := renewScript.Run(ctx, br.s.rdb, []string{keyBatchLock(id)}, br.token, batchLockTTL.Milliseconds()).Int()
+	n, err := renewScript.Run(ctx, br.s.rdb, []string{keyBatchLock(id)}, br.token, br.lockTTL().Milliseconds()).Int()
 	if err != nil {
 		return err
 	}
@@ -230,9 +264,6 @@ func (br *batchRunner) validate(ctx context.Context, b *batchState) error {
 		if err != nil {
 			return err
 		}
-		if err := br.renew(ctx, b.ID); err != nil {
-			return err
-		}
 	}
 	b.Validated = true
 	b.Status, b.InProgressAt = statusInProgress, time.Now().Unix()
@@ -317,10 +348,7 @@ func (br *batchRunner) enqueue(ctx context.Context, b *batchState) error {
 		s.rdb.HDel(ctx, keyBatchPayloads(b.ID), strconv.Itoa(n))
 	}
 	b.Next = end
-	if err := br.save(ctx, b); err != nil {
-		return err
-	}
-	return br.renew(ctx, b.ID)
+	return br.save(ctx, b)
 }
 
 func (s *Server) lineReq(ctx context.Context, batchID string, n int) (batchReq, error) {
@@ -343,7 +371,7 @@ func (br *batchRunner) poll(ctx context.Context, b *batchState) (done bool, err 
 		return false, err
 	}
 	b.Cursor = cursor
-	for i, f := range pending {
+	for _, f := range pending {
 		n, err := strconv.Atoi(f)
 		if err != nil {
 			s.rdb.SRem(ctx, keyBatchPending(b.ID), f)
@@ -351,11 +379,6 @@ func (br *batchRunner) poll(ctx context.Context, b *batchState) (done bool, err 
 		}
 		if err := br.pollLine(ctx, b, n); err != nil {
 			return false, err
-		}
-		if i%enqueueChunk == enqueueChunk-1 {
-			if err := br.renew(ctx, b.ID); err != nil {
-				return false, err
-			}
 		}
 	}
 	counts, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -1,7 +1,12 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -75,4 +80,74 @@ func TestTwoInstances(t *testing.T) {
 	if code, data := b2.call(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/result?wait=60s", nil); code != 200 {
 		t.Errorf("a job of one instance through the other: %d %s", code, data)
 	}
+}
+
+// TestAPIKilledMidBatch runs the API as a process and kills it (SIGKILL) with the batch part
+// done, possibly in the middle of a step and holding the batch's lock; an instance started
+// afterwards finishes the batch once the lock has lapsed, with one output line per request.
+func TestAPIKilledMidBatch(t *testing.T) {
+	b := setup(t, setupOpts{})
+	model := b.modelName()
+	// The child listens on a port of its own and runs the batch; the in-process instance of
+	// setup is stopped first, so that only the child can step it.
+	b.api.Shutdown()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "REDLITE_TEST_AS_API=1", "REDLITE_REDIS_URL="+b.cfg.RedisURL, "REDLITE_API_ADDR="+addr,
+		"REDLITE_API_TOKENS="+tokenA, "REDLITE_API_BATCH_INTERVAL=50ms", "REDLITE_API_POLL_INTERVAL=20ms", "REDLITE_API_RATE_LIMIT=0")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	child := *b
+	child.base = "http://" + addr
+	waitFor(t, "the API process", func() bool {
+		resp, err := http.Get(child.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	c := sdk(&child, tokenA)
+	const n = 24
+	input := jsonl(t, n, func(i int) map[string]any {
+		if i == 0 {
+			return chatBody(model, 2, "Hi.")
+		}
+		return chatBody(model, 96, fmt.Sprintf("Tell story number %d.", i))
+	})
+	batch := runBatch(t, c, input)
+	mid := pollBatch(t, c, batch.ID, "partly done", func(b *openai.Batch) bool { return b.RequestCounts.Completed >= 1 })
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	killed = true
+	if finalStatus(mid) || mid.RequestCounts.Completed == n {
+		t.Fatalf("the batch was done before the kill: %+v", mid)
+	}
+
+	b.startAPI(t)
+	c = sdk(b, tokenA)
+	done := pollBatch(t, c, batch.ID, "final", finalStatus)
+	if done.Status != openai.BatchStatusCompleted || done.RequestCounts.Completed != n || done.RequestCounts.Failed != 0 {
+		t.Fatalf("batch: %+v\nkilled API's log:\n%s", done, out.String())
+	}
+	if lines := readLines(t, c, done.OutputFileID); len(lines) != n {
+		t.Fatalf("output: %d lines, want %d", len(lines), n)
+	}
+	t.Logf("killed at %d of %d requests done", mid.RequestCounts.Completed, n)
 }
