@@ -18,8 +18,9 @@ import (
 
 type operation struct {
 	method, path, summary string
-	request               any    // a Go value whose type is the JSON body, or a schema map
-	requestType           string // content type of the request; JSON when empty
+	request               any      // a Go value whose type is the JSON body, or a schema map
+	requestType           string   // content type of the request; JSON when empty
+	query                 []string // query parameters, all optional strings
 	responses             map[string]any
 }
 
@@ -55,7 +56,7 @@ func operations() []operation {
 			"400": errResp("invalid payload, naming the field"), "403": errResp("the idempotency key is another token's job"), "413": errResp("body too large")})},
 		{method: "GET", path: "/v1/jobs/{id}", summary: "A job's state, progress, last error and result", responses: with(map[string]any{
 			"200": jsonResp("the job", ref("Job")), "403": errResp("another token's job"), "404": errResp("no such job")})},
-		{method: "GET", path: "/v1/jobs/{id}/result", summary: "A job's result; ?wait=30s long-polls", responses: with(map[string]any{
+		{method: "GET", path: "/v1/jobs/{id}/result", summary: "A job's result; ?wait=30s long-polls", query: []string{"wait"}, responses: with(map[string]any{
 			"200": jsonResp("completed", ref("Result")), "202": jsonResp("not done yet", ref("Job")),
 			"409": errResp("failed or cancelled"), "404": errResp("no such job")})},
 		{method: "GET", path: "/v1/jobs/{id}/events", summary: "Server-Sent Events: progress, then result or error", responses: with(map[string]any{
@@ -68,7 +69,7 @@ func operations() []operation {
 			request: map[string]any{"type": "object", "required": []string{"purpose", "file"}, "properties": map[string]any{
 				"purpose": map[string]any{"const": purposeBatch}, "file": map[string]any{"type": "string", "contentMediaType": "application/octet-stream"}}},
 			responses: with(map[string]any{"200": jsonResp("stored", ref("File")), "400": errResp("bad form"), "413": errResp("file too large")})},
-		{method: "GET", path: "/v1/files", summary: "The token's files, newest first (after, limit)", responses: with(map[string]any{"200": jsonResp("files", listOf("File"))})},
+		{method: "GET", path: "/v1/files", summary: "The token's files, newest first (after, limit)", query: []string{"after", "limit"}, responses: with(map[string]any{"200": jsonResp("files", listOf("File"))})},
 		{method: "GET", path: "/v1/files/{id}", summary: "A file's metadata", responses: with(map[string]any{"200": jsonResp("file", ref("File")), "404": errResp("no such file")})},
 		{method: "GET", path: "/v1/files/{id}/content", summary: "A file's bytes", responses: with(map[string]any{
 			"200": map[string]any{"description": "the bytes", "content": map[string]any{"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
@@ -76,7 +77,7 @@ func operations() []operation {
 		{method: "DELETE", path: "/v1/files/{id}", summary: "Delete a file", responses: with(map[string]any{"200": jsonResp("deleted", map[string]any{"type": "object"}), "404": errResp("no such file")})},
 		{method: "POST", path: "/v1/batches", summary: "Create a batch from an uploaded file", request: BatchRequest{}, responses: with(map[string]any{
 			"200": jsonResp("created (validating)", ref("Batch")), "400": errResp("bad request"), "404": errResp("no such input file")})},
-		{method: "GET", path: "/v1/batches", summary: "The token's batches, newest first (after, limit)", responses: with(map[string]any{"200": jsonResp("batches", listOf("Batch"))})},
+		{method: "GET", path: "/v1/batches", summary: "The token's batches, newest first (after, limit)", query: []string{"after", "limit"}, responses: with(map[string]any{"200": jsonResp("batches", listOf("Batch"))})},
 		{method: "GET", path: "/v1/batches/{id}", summary: "A batch", responses: with(map[string]any{"200": jsonResp("batch", ref("Batch")), "404": errResp("no such batch")})},
 		{method: "POST", path: "/v1/batches/{id}/cancel", summary: "Cancel a batch", responses: with(map[string]any{
 			"200": jsonResp("cancelling", ref("Batch")), "409": errResp("already final"), "404": errResp("no such batch")})},
@@ -184,8 +185,15 @@ var openAPIDoc = sync.OnceValues(func() ([]byte, error) {
 	paths := map[string]map[string]any{}
 	for _, op := range operations() {
 		o := map[string]any{"summary": op.summary, "responses": op.responses, "security": []any{map[string]any{"bearer": []string{}}}}
+		var params []any
 		if strings.Contains(op.path, "{id}") {
-			o["parameters"] = []any{map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}}}
+			params = append(params, map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+		}
+		for _, q := range op.query {
+			params = append(params, map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "string"}})
+		}
+		if params != nil {
+			o["parameters"] = params
 		}
 		if op.request != nil {
 			schema, ok := op.request.(map[string]any)
