@@ -67,15 +67,22 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
 			for t0 := lo; t0 < hi; t0 += dotTileRows {
 				t1 := min(t0+dotTileRows, hi)
-				data := w.data[(r0+t0)*w.rowB : (r0+t1)*w.rowB]
-				i := 0
-				for ; i+4 <= n; i += 4 {
-					quant.DotRows4(w.typ, data, x[i*cols:(i+4)*cols], cols, out[i*rows+t0:], rows)
-				}
-				for ; i < n; i++ {
-					quant.DotRows(w.typ, data, x[i*cols:(i+1)*cols], out[i*rows+t0:i*rows+t1])
-				}
+				dotTile(w.typ, w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], x, cols, n, out[t0:], rows)
 			}
 		})
+	}
+}
+
+// dotTile dots rows (a tile small enough to stay in L1) with n tokens x[i·cols …], writing
+// token i's results at out[i·ldo …]: four tokens per kernel call where the type has a
+// four-token kernel, each token's numbers exactly those it gets alone.
+func dotTile(t quant.Type, rows []byte, x []float32, cols, n int, out []float32, ldo int) {
+	nr := len(rows) / t.RowBytes(cols)
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		quant.DotRows4(t, rows, x[i*cols:(i+4)*cols], cols, out[i*ldo:], ldo)
+	}
+	for ; i < n; i++ {
+		quant.DotRows(t, rows, x[i*cols:(i+1)*cols], out[i*ldo:i*ldo+nr])
 	}
 }

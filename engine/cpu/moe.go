@@ -122,6 +122,10 @@ func (c *context) matMulExperts(w *weight, xt, it, out *tensor) {
 	defer c.b.pool.scratch.put(xs)
 	ys := c.b.pool.scratch.get(n * k * rows)
 	defer c.b.pool.scratch.put(ys)
+	if c.fewPairsPerExpert(w, start) {
+		c.expertTiles(w, xt, shared, k, start, order, xs, ys, out)
+		return
+	}
 	for e := 0; e < experts; e++ {
 		pairs := order[start[e]:start[e+1]]
 		if len(pairs) == 0 {
@@ -141,6 +145,58 @@ func (c *context) matMulExperts(w *weight, xt, it, out *tensor) {
 		for r, p := range pairs {
 			copy(out.data[p*rows:(p+1)*rows], y[r*rows:(r+1)*rows])
 		}
+	}
+}
+
+// fewPairsPerExpert reports whether every expert of a decode step (one token, or a few
+// sequences' tokens) has few enough pairs to be dotted row by row, and every expert is
+// resident: then all the layer's experts run in one parallel pass over tiles of rows
+// (expertTiles) instead of one pass per expert, whose synchronisation would dominate.
+func (c *context) fewPairsPerExpert(w *weight, start []int) bool {
+	if w.f32 != nil || fusedMaxTokens(w.typ) == 1 || c.b.experts.capacity != 0 {
+		return false
+	}
+	for e := 0; e+1 < len(start); e++ {
+		if start[e+1]-start[e] > fusedMaxTokens(w.typ) {
+			return false
+		}
+	}
+	return true
+}
+
+// expertTiles is matMulExperts for few pairs per expert: the pairs' inputs are gathered by
+// expert, then one parallel pass dots every expert's tiles of rows with its pairs.
+func (c *context) expertTiles(w *weight, xt *tensor, shared bool, k int, start, order []int, xs, ys []float32, out *tensor) {
+	cols, rows, experts := w.dims[0], w.dims[1], w.dims[2]
+	for r, p := range order {
+		src := p * cols // x[i][j] with p = i·k + j
+		if shared {
+			src = p / k * cols
+		}
+		copy(xs[r*cols:(r+1)*cols], xt.data[src:src+cols])
+	}
+	type job struct{ e, t0, t1 int }
+	var jobs []job
+	data := make([][]byte, experts)
+	for e := 0; e < experts; e++ {
+		if start[e+1] == start[e] {
+			continue
+		}
+		var release func()
+		data[e], release = c.b.experts.get(w, e)
+		defer release()
+		for t0 := 0; t0 < rows; t0 += dotTileRows {
+			jobs = append(jobs, job{e, t0, min(t0+dotTileRows, rows)})
+		}
+	}
+	c.b.pool.parallel(len(jobs), 4, func(lo, hi int) {
+		for _, j := range jobs[lo:hi] {
+			p0, np := start[j.e], start[j.e+1]-start[j.e]
+			dotTile(w.typ, data[j.e][j.t0*w.rowB:j.t1*w.rowB], xs[p0*cols:(p0+np)*cols], cols, np, ys[p0*rows+j.t0:], rows)
+		}
+	})
+	for r, p := range order {
+		copy(out.data[p*rows:(p+1)*rows], ys[r*rows:(r+1)*rows])
 	}
 }
 
