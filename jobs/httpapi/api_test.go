@@ -311,7 +311,8 @@ func TestNativeJobs(t *testing.T) {
 
 	t.Run("SubmitWaitResult", func(t *testing.T) {
 		v := b.submit(t, tokenA, generate(4, "metadata", map[string]string{"req": "r1"}), http.StatusCreated)
-		if v.ID == "" || v.Queue != jobs.QueueDefault || v.Type != jobs.TypeGenerate {
+		// The fleet routes it to its model and capacity class: default@<model>@<class>.
+		if v.ID == "" || jobs.BaseQueue(v.Queue) != jobs.QueueDefault || v.Type != jobs.TypeGenerate {
 			t.Fatalf("POST /v1/jobs: %+v", v)
 		}
 		code, data := b.call(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/result?wait=60s", nil)
@@ -334,8 +335,8 @@ func TestNativeJobs(t *testing.T) {
 
 	t.Run("Summarize", func(t *testing.T) {
 		v := b.submit(t, tokenA, map[string]any{"type": "summarize", "version": 1, "input": "The cat sat on the mat. It was warm.", "max_tokens": 3, "priority": "high"}, http.StatusCreated)
-		if v.Queue != jobs.QueueCritical {
-			t.Errorf("queue %q, want %q", v.Queue, jobs.QueueCritical)
+		if jobs.BaseQueue(v.Queue) != jobs.QueueCritical {
+			t.Errorf("queue %q, want %q routed to the worker's class", v.Queue, jobs.QueueCritical)
 		}
 		code, data := b.call(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/result?wait=60", nil)
 		if code != http.StatusOK {
