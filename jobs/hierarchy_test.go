@@ -1,0 +1,76 @@
+package jobs
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestSummarizeStrategyValidation(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		json string
+		want string // "" when valid
+	}{
+		{"V1WithoutStrategy", `{"version":1,"input":"doc"}`, ""},
+		{"Hierarchical", `{"version":1,"input":"doc","strategy":"hierarchical","overlap":32}`, ""},
+		{"Child", `{"version":1,"input":"doc","strategy":"single","part":{"parent":"a-b","level":2,"index":1,"pieces":3}}`, ""},
+		{"UnknownStrategy", `{"version":1,"input":"doc","strategy":"fast"}`, "strategy: must be one of auto, single, hierarchical"},
+		{"Overlap", `{"version":1,"input":"doc","overlap":5000}`, "overlap: must be between 0 and 1024"},
+		{"ChildNotSingle", `{"version":1,"input":"doc","strategy":"auto","part":{"parent":"p","level":0,"index":0,"pieces":1}}`, "strategy: a part of a hierarchical summary runs in one pass"},
+		{"IndexBeyondPieces", `{"version":1,"input":"doc","part":{"parent":"p","level":0,"index":3,"pieces":3}}`, "part.index"},
+		{"BadParent", `{"version":1,"input":"doc","part":{"parent":"p q","level":0,"index":0,"pieces":1}}`, "part.parent"},
+		{"Level", `{"version":1,"input":"doc","part":{"parent":"p","level":32,"index":0,"pieces":1}}`, "part.level"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := DecodeSummarize([]byte(c.json))
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrBadPayload) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestChildID(t *testing.T) {
+	if got := ChildID("job-1", 0, 7); got != "job-1.l0.p7" {
+		t.Errorf("ChildID = %q", got)
+	}
+	long := strings.Repeat("k", MaxIdempotencyKeyLen)
+	id := ChildID(long, 31, MaxPieces-1)
+	if len(id) > MaxIdempotencyKeyLen || id == ChildID(long+"x", 31, MaxPieces-1) {
+		t.Errorf("ChildID of a long parent = %q: want ≤ %d bytes, distinct per parent", id, MaxIdempotencyKeyLen)
+	}
+	if err := (&Common{IdempotencyKey: id}).validate(); err != nil {
+		t.Errorf("child id is no valid key: %v", err)
+	}
+}
+
+func TestPartPrompts(t *testing.T) {
+	ins := &Instructions{Style: StyleBullets, Language: "German", Focus: "costs"}
+	mapJob := SummarizeMessages(&Summarize{Version: 1, Input: "text", Instructions: ins, Part: &Part{Parent: "p", Level: 0, Index: 1, Pieces: 4}})
+	for _, want := range []string{"Summarize part 2 of 4 of a longer document", "every name, number, date and quantity", "concerns: costs"} {
+		if !strings.Contains(mapJob[1].Content, want) {
+			t.Errorf("map prompt lacks %q:\n%s", want, mapJob[1].Content)
+		}
+	}
+	if strings.Contains(mapJob[1].Content, "German") || strings.Contains(mapJob[1].Content, "bulleted") {
+		t.Errorf("map prompt applies the final instructions:\n%s", mapJob[1].Content)
+	}
+	final := SummarizeMessages(&Summarize{Version: 1, Input: JoinPartials([]string{"a", "b"}), Instructions: ins, Part: &Part{Parent: "p", Level: 1, Index: 0, Pieces: 1, Final: true}})
+	for _, want := range []string{"summaries of consecutive parts", "## Part 2", "bulleted list", "in German", "Focus on: costs"} {
+		if !strings.Contains(final[1].Content, want) {
+			t.Errorf("final prompt lacks %q:\n%s", want, final[1].Content)
+		}
+	}
+	// A hierarchical summary of one piece is an ordinary summary.
+	one := SummarizeMessages(&Summarize{Version: 1, Input: "text", Instructions: ins, Part: &Part{Parent: "p", Pieces: 1, Final: true}})
+	if plain := SummarizeMessages(&Summarize{Version: 1, Input: "text", Instructions: ins}); one[1] != plain[1] || one[0] != plain[0] {
+		t.Errorf("a final level-0 part's prompt differs from the plain one")
+	}
+}
