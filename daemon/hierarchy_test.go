@@ -1,0 +1,256 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
+)
+
+// hierarchyWait bounds the waits of the hierarchical tests: a document of tens of thousands
+// of tokens goes through the tiny model in pieces, on a CPU shared with other tests.
+const hierarchyWait = 5 * time.Minute
+
+// hierarchyDoc is a report of about tokens tokens of the tiny model: sections with headings,
+// paragraphs of numbered sentences.
+func hierarchyDoc(tokens int) string {
+	var b strings.Builder
+	for s := 1; b.Len() < 2*tokens; s++ { // two bytes a token: the tiny model splits digits
+		fmt.Fprintf(&b, "# Section %d\n\n", s)
+		for p := 1; p <= 4; p++ {
+			for i := 1; i <= 5; i++ {
+				fmt.Fprintf(&b, "In quarter %d the team of Ana Berg shipped %d units to site %d-%d. ", p, s*100+i, s, i)
+			}
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String()
+}
+
+// TestHierarchicalSummary is issue 14's check: two workers whose GPU limit holds about 1,500
+// positions of the tiny model summarize a document of many times that as a tree of child
+// jobs, and the same document in one pass is refused with the planner's explanation.
+func TestHierarchicalSummary(t *testing.T) {
+	b := setup(t)
+	lm, err := loadModel(b.model, "", engine.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	// The limit: the need of a job of 1,500 prompt tokens and 16 generated ones.
+	job := planner.Job{PromptTokens: 1500, MaxTokens: 16, Slots: 1, Policy: planner.Policy{MaxChunk: b.cfg.MaxChunk}}
+	p, err := planner.Choose(job, lm.profile, planner.CPUPlaceholder(), planner.Budget{LimitMiB: 1 << 20, Source: planner.SourceOverride})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.cfg
+	cfg.GPULimitMiB = p.NeedMiB
+	cfg.HierarchyPoll = 20 * time.Millisecond
+	cfg.LogLevel = "info"
+
+	// Children of the parents named in hold wait in their first prefill chunk until the
+	// hold is released or the child is cancelled: the test acts mid-map without timing.
+	var mu sync.Mutex
+	hold := map[string]chan struct{}{}
+	started := map[string]map[string]bool{} // parent → children that began prefill
+	obs := Observer{PrefillChunk: func(ctx context.Context, id string, done, total int) {
+		parent, _, ok := strings.Cut(id, ".l")
+		if !ok {
+			return
+		}
+		mu.Lock()
+		ch := hold[parent]
+		if started[parent] == nil {
+			started[parent] = map[string]bool{}
+		}
+		started[parent][id] = true
+		mu.Unlock()
+		if ch != nil {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+		}
+	}}
+	for _, name := range []string{"mac-a", "mac-b"} {
+		c := cfg
+		c.WorkerName = name
+		startDaemon(t, c, obs)
+	}
+	// Beyond what one pass holds at this limit, within the model's trained context (40,960):
+	// the planner refuses a single pass for want of memory.
+	const docTokens = 30000
+	doc := hierarchyDoc(docTokens)
+	ctx, cancel := context.WithTimeout(context.Background(), hierarchyWait)
+	defer cancel()
+
+	t.Run("Summarized", func(t *testing.T) {
+		start := time.Now()
+		job := enqueue(t, b.client, &jobs.Summarize{Version: 1, Input: doc, MaxTokens: ptr(16), Common: jobs.Common{IdempotencyKey: "report"}})
+		var maxDone int
+		res, err := b.client.Wait(ctx, job.ID, func(p jobs.Progress) {
+			if p.Phase == jobs.PhaseMap {
+				maxDone = max(maxDone, p.PiecesDone)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d bytes, %d pieces summarized in %v; tree:\n%s", len(doc), len(res.Pieces), time.Since(start).Round(time.Millisecond), res.Tree)
+		if res.Strategy != jobs.StrategyHierarchical || res.Tree == nil || len(res.Tree.Levels) < 2 {
+			t.Fatalf("strategy %q tree %+v: want a hierarchical summary of at least two levels", res.Strategy, res.Tree)
+		}
+		levels := res.Tree.Levels
+		if levels[0].Pieces != len(res.Pieces) || levels[len(levels)-1].Pieces != 1 || len(res.Pieces) < 10 {
+			t.Errorf("tree %+v over %d pieces: want a map over every piece (at least 10) narrowing to one", levels, len(res.Pieces))
+		}
+		for i := 1; i < len(levels); i++ {
+			if levels[i].Pieces >= levels[i-1].Pieces {
+				t.Errorf("level %d has %d pieces, level %d %d: the tree must narrow", i, levels[i].Pieces, i-1, levels[i-1].Pieces)
+			}
+		}
+		at := 0
+		for i, sp := range res.Pieces {
+			if sp.Start != at || sp.End <= sp.Start {
+				t.Fatalf("piece %d %+v does not follow byte %d", i, sp, at)
+			}
+			at = sp.End
+		}
+		if at != len(doc) {
+			t.Errorf("pieces end at byte %d of %d", at, len(doc))
+		}
+		if res.Text == "" || res.Usage.PromptTokens < docTokens {
+			t.Errorf("text %q, usage %+v: want a text and every piece read", res.Text, res.Usage)
+		}
+		if strings.Join(res.Workers, ",") != "mac-a,mac-b" {
+			t.Errorf("workers %v: want the children run on both", res.Workers)
+		}
+		// Every child is a real job, with its parent in its payload, and each level's
+		// children exist once: the parent's many checks enqueued none twice.
+		total := 0
+		for level, l := range levels {
+			for i := 0; i < l.Pieces; i++ {
+				total++
+				id := jobs.ChildID(job.ID, level, i)
+				info, err := b.insp.GetTaskInfo(jobs.QueueDefault, id)
+				if err != nil {
+					t.Fatalf("child %s: %v", id, err)
+				}
+				s, err := jobs.DecodeSummarize(info.Payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Part == nil || s.Part.Parent != job.ID || s.Part.Level != level || s.Part.Index != i {
+					t.Errorf("child %s payload part %+v", id, s.Part)
+				}
+				cr, err := b.client.Result(ctx, id)
+				if err != nil {
+					t.Fatalf("child %s: %v", id, err)
+				}
+				if level == 0 && (cr.Plan.Context < cr.Usage.TotalTokens || cr.Plan.NeedMiB > cr.Plan.LimitMiB) {
+					t.Errorf("piece %d: plan %+v does not hold its %d tokens", i, cr.Plan, cr.Usage.TotalTokens)
+				}
+			}
+		}
+		if n := countChildren(t, b, job.ID); n != total {
+			t.Errorf("%d child tasks in Redis, the tree has %d", n, total)
+		}
+	})
+
+	t.Run("SingleIsRefused", func(t *testing.T) {
+		job := enqueue(t, b.client, &jobs.Summarize{Version: 1, Input: doc, MaxTokens: ptr(16), Strategy: jobs.StrategySingle})
+		st := waitFor(t, b.client, job.ID, "archive", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
+		if !strings.Contains(st.LastError, "does not fit on worker") || !strings.Contains(st.LastError, "but the limit is") {
+			t.Errorf("last error %q: want the planner's explanation", st.LastError)
+		}
+	})
+
+	// mapOf enqueues a hierarchical summary whose children are held and waits until n of
+	// them are running.
+	mapOf := func(t *testing.T, key string) (jobs.Job, chan struct{}) {
+		release := make(chan struct{})
+		mu.Lock()
+		hold[key] = release
+		mu.Unlock()
+		job := enqueue(t, b.client, &jobs.Summarize{Version: 1, Input: doc[:len(doc)/4], MaxTokens: ptr(16),
+			Strategy: jobs.StrategyHierarchical, Common: jobs.Common{IdempotencyKey: key}})
+		waitUntil(t, "two children running", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(started[key]) >= 2
+		})
+		return job, release
+	}
+
+	t.Run("CancelStopsEveryChild", func(t *testing.T) {
+		job, release := mapOf(t, "cancelled-report")
+		defer close(release)
+		if err := b.client.Cancel(ctx, job.ID); err != nil {
+			t.Fatal(err)
+		}
+		h, _, _, err := b.client.LoadHierarchy(ctx, jobs.QueueDefault, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range h.Levels[0].Children {
+			st, err := b.client.Status(ctx, id)
+			if errors.Is(err, jobs.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.State.Done() {
+				t.Errorf("child %s is %s after its parent was cancelled", id, st.State)
+			}
+		}
+	})
+
+	t.Run("FailedChildFailsParent", func(t *testing.T) {
+		job, release := mapOf(t, "failing-report")
+		victim := jobs.ChildID(job.ID, 0, 0)
+		if err := b.client.Cancel(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		// The held children fill both workers: let them go, so that the parent's next
+		// check finds a free handler.
+		close(release)
+		st := waitFor(t, b.client, job.ID, "archive", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
+		if !strings.Contains(st.LastError, victim) || !strings.Contains(st.LastError, "cancelled") {
+			t.Errorf("parent's last error %q: want the child and its reason", st.LastError)
+		}
+	})
+}
+
+// countChildren counts the tasks of every state whose id marks them a child of parent.
+func countChildren(t *testing.T, b *testBundle, parent string) int {
+	t.Helper()
+	n := 0
+	for _, q := range jobs.QueueNames() {
+		lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
+			b.insp.ListPendingTasks, b.insp.ListActiveTasks, b.insp.ListScheduledTasks,
+			b.insp.ListRetryTasks, b.insp.ListArchivedTasks, b.insp.ListCompletedTasks,
+		}
+		for _, list := range lists {
+			tasks, err := list(q, asynq.PageSize(10000))
+			if err != nil && !strings.Contains(err.Error(), "not found") {
+				t.Fatal(err)
+			}
+			for _, ti := range tasks {
+				if strings.HasPrefix(ti.ID, parent+".l") {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
