@@ -334,28 +334,41 @@ func (r *run) nextLevel(h jobs.Hierarchy, results []*jobs.Result) (jobs.Hierarch
 		return jobs.HierarchyLevel{}, fmt.Errorf("the summary tree would need more than %d levels", jobs.MaxLevels)
 	}
 	tokens := make([]int, len(results))
-	sum := 0
 	for i, res := range results {
 		tokens[i] = r.w.countTokens(res.Text) + partHeaderTokens
-		sum += tokens[i]
 	}
-	if sum <= h.FinalTokens {
-		return jobs.HierarchyLevel{Children: childIDs(r.id, level, 1), Groups: [][2]int{{0, len(results)}}, Final: true}, nil
+	groups, final, err := groupPartials(tokens, h.GroupTokens, h.FinalTokens)
+	if err != nil {
+		return jobs.HierarchyLevel{}, fmt.Errorf("level %d: %w", level, err)
+	}
+	return jobs.HierarchyLevel{Children: childIDs(r.id, level, len(groups)), Groups: groups, Final: final}, nil
+}
+
+// groupPartials groups consecutive partial summaries of the given token counts: all in one
+// final group when they fit in final tokens, else in groups of as many as fit in group
+// tokens. A level that would not narrow is an error.
+func groupPartials(tokens []int, group, final int) ([][2]int, bool, error) {
+	sum := 0
+	for _, n := range tokens {
+		sum += n
+	}
+	if sum <= final {
+		return [][2]int{{0, len(tokens)}}, true, nil
 	}
 	var groups [][2]int
-	for from := 0; from < len(results); {
+	for from := 0; from < len(tokens); {
 		to, n := from, 0
-		for to < len(results) && (to == from || n+tokens[to] <= h.GroupTokens) {
+		for to < len(tokens) && (to == from || n+tokens[to] <= group) {
 			n += tokens[to]
 			to++
 		}
 		groups = append(groups, [2]int{from, to})
 		from = to
 	}
-	if len(groups) >= len(results) {
-		return jobs.HierarchyLevel{}, fmt.Errorf("level %d: no two partial summaries fit in one reduce job of %d tokens", level, h.GroupTokens)
+	if len(groups) >= len(tokens) {
+		return nil, false, fmt.Errorf("no two partial summaries fit in one reduce job of %d tokens", group)
 	}
-	return jobs.HierarchyLevel{Children: childIDs(r.id, level, len(groups)), Groups: groups}, nil
+	return groups, false, nil
 }
 
 // finishHierarchy writes the parent's result: the final job's text, plan and worker, usage

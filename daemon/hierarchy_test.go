@@ -254,3 +254,51 @@ func countChildren(t *testing.T, b *testBundle, parent string) int {
 	}
 	return n
 }
+
+func TestGroupPartials(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		tokens        []int
+		group, final  int
+		want          [][2]int
+		wantFinal     bool
+		wantErrSubstr string
+	}{
+		{"AllFitTheFinal", []int{10, 10, 10}, 25, 30, [][2]int{{0, 3}}, true, ""},
+		{"GroupsAsManyAsFit", []int{10, 10, 10, 10, 10}, 25, 40, [][2]int{{0, 2}, {2, 4}, {4, 5}}, false, ""},
+		{"DoesNotNarrow", []int{20, 20, 20}, 30, 50, nil, false, "no two partial summaries fit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, final, err := groupPartials(c.tokens, c.group, c.final)
+			if c.wantErrSubstr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErrSubstr) {
+					t.Fatalf("error %v, want %q", err, c.wantErrSubstr)
+				}
+				return
+			}
+			if err != nil || final != c.wantFinal || fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("groupPartials = %v, %v, %v; want %v, %v", got, final, err, c.want, c.wantFinal)
+			}
+		})
+	}
+	// Levels narrow until one remains: 100 partials of 10 tokens, groups of 35, final 40.
+	tokens := make([]int, 100)
+	for i := range tokens {
+		tokens[i] = 10
+	}
+	levels := 0
+	for {
+		groups, final, err := groupPartials(tokens, 35, 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		levels++
+		if final {
+			break
+		}
+		tokens = tokens[:len(groups)]
+	}
+	if levels != 4 { // 100 → 34 → 12 → 4 → final
+		t.Errorf("%d reduce levels, want 4", levels)
+	}
+}
