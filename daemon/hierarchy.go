@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -183,6 +184,7 @@ func (r *run) hierarchical(ctx context.Context, s *jobs.Summarize) error {
 		return err
 	}
 	if !ok {
+		split := time.Now()
 		if h, err = w.newHierarchy(s, r.id); err != nil {
 			r.outcome = outcomeDoesNotFit
 			return permanent(fmt.Errorf("hierarchical summary on worker %s: %w", w.name, err))
@@ -190,7 +192,8 @@ func (r *run) hierarchical(ctx context.Context, s *jobs.Summarize) error {
 		if err := w.client.SaveHierarchy(ctx, r.queue, r.id, "", h); err != nil {
 			return err // another attempt saved first (ErrTreeChanged): the retry reads it
 		}
-		r.log.Info("hierarchical summary", "pieces", len(h.Pieces), "piece_tokens", h.PieceTokens, "partial_max_tokens", h.PartialMaxTokens)
+		r.log.Info("hierarchical summary", "pieces", len(h.Pieces), "piece_tokens", h.PieceTokens, "partial_max_tokens", h.PartialMaxTokens,
+			"input_bytes", len(s.Input), "split", time.Since(split).Round(time.Millisecond))
 		if h, raw, _, err = w.client.LoadHierarchy(ctx, r.queue, r.id); err != nil {
 			return err
 		}

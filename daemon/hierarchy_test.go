@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,19 +42,8 @@ func hierarchyDoc(tokens int) string {
 // jobs, and the same document in one pass is refused with the planner's explanation.
 func TestHierarchicalSummary(t *testing.T) {
 	b := setup(t)
-	lm, err := loadModel(b.model, "", engine.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lm.close()
-	// The limit: the need of a job of 1,500 prompt tokens and 16 generated ones.
-	job := planner.Job{PromptTokens: 1500, MaxTokens: 16, Slots: 1, Policy: planner.Policy{MaxChunk: b.cfg.MaxChunk}}
-	p, err := planner.Choose(job, lm.profile, planner.CPUPlaceholder(), planner.Budget{LimitMiB: 1 << 20, Source: planner.SourceOverride})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := b.cfg
-	cfg.GPULimitMiB = p.NeedMiB
+	cfg.GPULimitMiB = hierarchyLimit(t, b)
 	cfg.HierarchyPoll = 20 * time.Millisecond
 	cfg.LogLevel = "info"
 
@@ -229,6 +219,94 @@ func TestHierarchicalSummary(t *testing.T) {
 			t.Errorf("parent's last error %q: want the child and its reason", st.LastError)
 		}
 	})
+}
+
+// TestHierarchicalKill9: a worker killed with SIGKILL in the middle of a hierarchical
+// summary's map, and started again, loses nothing: the summary completes, the pieces
+// completed before the kill keep their results (the parent reads them, nothing runs them
+// again), and the tree's child jobs exist once each. The workers batch (REDLITE_CONCURRENCY
+// 4, the default), so pieces are planned against the batch pool.
+func TestHierarchicalKill9(t *testing.T) {
+	b := setup(t)
+	cfg := b.cfg
+	cfg.GPULimitMiB = hierarchyLimit(t, b)
+	cfg.HierarchyPoll = 20 * time.Millisecond
+	cfg.WorkerName = "mac-a"
+	p := startDaemonProcess(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), hierarchyWait)
+	defer cancel()
+	job := enqueue(t, b.client, &jobs.Summarize{Version: 1, Input: hierarchyDoc(20000), MaxTokens: ptr(16), Common: jobs.Common{IdempotencyKey: "killed-report"}})
+	total := 0
+	waitUntil(t, "two pieces done", func() bool {
+		h, _, ok, err := b.client.LoadHierarchy(ctx, jobs.QueueDefault, job.ID)
+		if err != nil || !ok {
+			return false
+		}
+		total = len(h.Pieces)
+		done := 0
+		for _, id := range h.Levels[0].Children {
+			if st, err := b.client.Status(ctx, id); err == nil && st.State == jobs.StateCompleted {
+				done++
+			}
+		}
+		return done >= 2
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	before := map[string]jobs.Status{}
+	for i := 0; i < total; i++ {
+		id := jobs.ChildID(job.ID, 0, i)
+		if cst, err := b.client.Status(ctx, id); err == nil && cst.State == jobs.StateCompleted {
+			before[id] = cst
+		}
+	}
+	if len(before) < 2 || len(before) == total {
+		t.Fatalf("%d of %d pieces completed at the kill: want the kill mid-map", len(before), total)
+	}
+	startDaemonProcess(t, cfg) // launchd starts it again
+	res, err := b.client.Wait(ctx, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Strategy != jobs.StrategyHierarchical || len(res.Pieces) != total || res.Text == "" {
+		t.Fatalf("result: strategy %q, %d pieces (want %d), text %q", res.Strategy, len(res.Pieces), total, res.Text)
+	}
+	for id, was := range before {
+		now, err := b.client.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.State != jobs.StateCompleted || !now.CompletedAt.Equal(was.CompletedAt) || now.Result.Text != was.Result.Text || now.Retried != 0 {
+			t.Errorf("piece %s ran again after the kill: before %+v, after %+v", id, was, now)
+		}
+	}
+	n := 0
+	for _, l := range res.Tree.Levels {
+		n += l.Pieces
+	}
+	if got := countChildren(t, b, job.ID); got != n {
+		t.Errorf("%d child tasks in Redis, the tree has %d", got, n)
+	}
+	t.Logf("%d of %d pieces were done at the kill; tree:\n%s", len(before), total, res.Tree)
+}
+
+// hierarchyLimit is the GPU limit at which the tiny model holds a job of about 1,500 prompt
+// tokens and 16 generated ones alone: a few thousand positions.
+func hierarchyLimit(t *testing.T, b *testBundle) int64 {
+	t.Helper()
+	lm, err := loadModel(b.model, "", engine.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	job := planner.Job{PromptTokens: 1500, MaxTokens: 16, Slots: 1, Policy: planner.Policy{MaxChunk: b.cfg.MaxChunk}}
+	p, err := planner.Choose(job, lm.profile, planner.CPUPlaceholder(), planner.Budget{LimitMiB: 1 << 20, Source: planner.SourceOverride})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.NeedMiB
 }
 
 // countChildren counts the tasks of every state whose id marks them a child of parent.
