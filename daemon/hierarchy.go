@@ -154,18 +154,26 @@ func (r *run) wantsHierarchy(ctx context.Context, s *jobs.Summarize) (bool, erro
 	return ok, err
 }
 
-// checkParent refuses a child whose parent will never read it (cancelled, failed, gone).
+// checkParent refuses a child whose parent will never read it: cancelled, completed or
+// gone. A parent that failed (another child failed) may be replayed once that child is
+// fixed, so its other children still run.
 func (r *run) checkParent(ctx context.Context, part *jobs.Part) error {
 	st, err := r.w.client.Status(ctx, part.Parent)
-	if errors.Is(err, jobs.ErrNotFound) || err == nil && st.State.Done() {
-		state := "gone"
-		if err == nil {
-			state = string(st.State)
-		}
-		r.outcome = outcomeCancelled
-		return permanent(fmt.Errorf("parent job %s is %s: this piece is not needed", part.Parent, state))
+	var why string
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		why = "gone"
+	case err != nil:
+		return nil // a Redis error: run the piece anyway, the parent will read it
+	case st.State == jobs.StateCompleted:
+		why = "completed"
+	case st.State == jobs.StateArchived && st.Result != nil && st.Result.FinishReason == jobs.FinishCancelled:
+		why = "cancelled"
+	default:
+		return nil
 	}
-	return nil // a Redis error: run the piece anyway, the parent will read it
+	r.outcome = outcomeCancelled
+	return permanent(fmt.Errorf("parent job %s is %s: this piece is not needed", part.Parent, why))
 }
 
 // hierarchical is one check of a hierarchical parent: start the tree, or look at its current

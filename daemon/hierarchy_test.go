@@ -218,6 +218,27 @@ func TestHierarchicalSummary(t *testing.T) {
 		if !strings.Contains(st.LastError, victim) || !strings.Contains(st.LastError, "cancelled") {
 			t.Errorf("parent's last error %q: want the child and its reason", st.LastError)
 		}
+		// The runbook's replay: the child, then, once it completed, the parent, which
+		// finishes from its tree.
+		if err := b.insp.RunTask(jobs.QueueDefault, victim); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, b.client, victim, "the replayed child to complete", func(st jobs.Status) bool { return st.State == jobs.StateCompleted })
+		if err := b.insp.RunTask(jobs.QueueDefault, job.ID); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.client.Wait(ctx, job.ID, nil)
+		if err != nil || res.Strategy != jobs.StrategyHierarchical || res.Tree.Levels[0].Pieces != 4 {
+			t.Errorf("replayed parent: %+v, %v", res, err)
+		}
+	})
+
+	t.Run("AutoFitsOnePass", func(t *testing.T) {
+		job := enqueue(t, b.client, &jobs.Summarize{Version: 1, Input: doc[:2000], MaxTokens: ptr(8)})
+		res, err := b.client.Wait(ctx, job.ID, nil)
+		if err != nil || res.Strategy != jobs.StrategySingle || res.Tree != nil {
+			t.Errorf("result %+v, %v: want one pass", res, err)
+		}
 	})
 }
 
