@@ -20,12 +20,29 @@ import (
 // REDLITE_CONCURRENCY 1 a job runs alone in a session of its own, planned per job (MTP,
 // chunk, KV precision and expert residency chosen for it).
 
-// startBatching sizes the pool and starts the scheduler.
-func (w *worker) startBatching() error {
-	pool, err := planner.PlanPool(w.lm.profile, w.cal, w.budget, w.policy, w.cfg.Concurrency, engine.DefaultStepTokens, engine.DefaultBlockSize)
-	if err != nil {
-		return fmt.Errorf("batch of %d slots: %w", w.cfg.Concurrency, err)
+// planPool sizes the KV pool of a batching worker (nil for REDLITE_CONCURRENCY 1). It runs
+// before the worker's capabilities are published: the pool bounds the longest job.
+func planPool(cfg Config, lm *loadedModel, cal planner.Calibration, budget planner.Budget, policy planner.Policy) (*planner.Pool, error) {
+	if cfg.Concurrency <= 1 {
+		return nil, nil
 	}
+	pool, err := planner.PlanPool(lm.profile, cal, budget, policy, cfg.Concurrency, engine.DefaultStepTokens, engine.DefaultBlockSize)
+	if err != nil {
+		return nil, fmt.Errorf("batch of %d slots: %w", cfg.Concurrency, err)
+	}
+	return &pool, nil
+}
+
+// batchPolicy is the policy a job of the pool is planned with: alone on the worker, in the
+// pool's precision, without MTP, every expert resident.
+func batchPolicy(policy planner.Policy, pool *planner.Pool) planner.Policy {
+	policy.KV, policy.DisableMTP, policy.ExpertCache = pool.KV, true, planner.CacheNever
+	return policy
+}
+
+// startBatching starts the scheduler on the planned pool.
+func (w *worker) startBatching() error {
+	pool := *w.pool
 	kv := ml.F32
 	if pool.KV == planner.F16 {
 		kv = ml.F16
@@ -45,7 +62,7 @@ func (w *worker) startBatching() error {
 	}
 	w.m.kvBlocks.WithLabelValues("free").Set(float64(pool.Blocks))
 	w.m.kvBlocks.WithLabelValues("used").Set(0)
-	w.sched, w.pool = sched, pool
+	w.sched = sched
 	w.log.Info("batching", "slots", pool.Slots, "kv", pool.KV, "block_size", pool.BlockSize, "blocks", pool.Blocks,
 		"positions_per_slot", pool.SlotContext, "step_tokens", pool.StepTokens, "need_mib", pool.NeedMiB, "limit_mib", pool.LimitMiB)
 	return nil
@@ -54,16 +71,14 @@ func (w *worker) startBatching() error {
 // planBatched plans a job for the pool: alone on this worker with the pool's precision (the
 // planner explains a job that could never fit), and within the pool's blocks.
 func (w *worker) planBatched(promptTokens, maxTokens int) (planner.Plan, error) {
-	pol := w.policy
-	pol.KV, pol.DisableMTP, pol.ExpertCache = w.pool.KV, true, planner.CacheNever
-	plan, err := planner.Choose(planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Policy: pol}, w.lm.profile, w.cal, w.budget)
+	plan, err := planner.Choose(planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Policy: batchPolicy(w.policy, w.pool)}, w.lm.profile, w.cal, w.budget)
 	if err != nil {
 		return plan, err
 	}
 	if need := ml.BlocksFor(plan.Context, w.pool.BlockSize); need > w.pool.Blocks {
 		return plan, fmt.Errorf("%w: %s positions of prompt + max_tokens need %d KV blocks of %d, and this worker's pool (%d slots) holds %d: it takes at most %s",
 			planner.ErrDoesNotFit, planner.Commas(int64(plan.Context)), need, w.pool.BlockSize, w.pool.Slots, w.pool.Blocks,
-			planner.Commas(int64(w.pool.Blocks*w.pool.BlockSize)))
+			planner.Commas(int64(w.pool.Positions())))
 	}
 	plan.Slots, plan.Chunk, plan.NeedMiB = w.pool.Slots, w.pool.StepTokens, w.pool.NeedMiB
 	return plan, nil

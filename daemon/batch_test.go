@@ -3,10 +3,14 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -89,4 +93,22 @@ func TestBatchedWorker(t *testing.T) {
 		t.Errorf("no job ran beside another (largest batch %d)", most)
 	}
 	t.Logf("8 jobs: %v batched on 4 slots, %v one at a time (%.2f×)", batchWall.Round(time.Millisecond), aloneWall.Round(time.Millisecond), aloneWall.Seconds()/batchWall.Seconds())
+}
+
+// TestBatchedWorkerTooSmall: a worker whose limit cannot hold one KV block per slot refuses
+// to start, naming the setting to change, and its Shutdown returns.
+func TestBatchedWorkerTooSmall(t *testing.T) {
+	b := setup(t)
+	cfg := b.cfg
+	cfg.Concurrency = 4
+	cfg.GPULimitMiB = 1
+	d, err := New(cfg, Options{Logger: testlog.New(t, slog.LevelDebug), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Start(context.Background())
+	d.Shutdown()
+	if err == nil || !strings.Contains(err.Error(), "REDLITE_CONCURRENCY") {
+		t.Errorf("start: %v, want a refusal naming REDLITE_CONCURRENCY", err)
+	}
 }

@@ -102,6 +102,9 @@ type Config struct {
 	WebhookTimeout time.Duration `env:"REDLITE_WEBHOOK_TIMEOUT" envDefault:"10s"`
 	// WorkerName is what results report as "worker"; empty means the host name.
 	WorkerName string `env:"REDLITE_WORKER_NAME"`
+	// CapabilityTTL is how long the worker's capability document outlives its last refresh
+	// (refreshed every TTL/6): a worker that dies stops being routed to within it.
+	CapabilityTTL time.Duration `env:"REDLITE_CAPABILITY_TTL" envDefault:"30s"`
 
 	// LogFormat is text or json; LogLevel is debug, info, warn or error.
 	LogFormat string `env:"REDLITE_LOG_FORMAT" envDefault:"text"`
@@ -156,6 +159,9 @@ func (c Config) Validate() error {
 		if q == "" || w < 1 {
 			return bad("REDLITE_QUEUES", "queue %q has weight %d; want a name and a weight ≥ 1", q, w)
 		}
+	}
+	if c.CapabilityTTL < time.Second {
+		return bad("REDLITE_CAPABILITY_TTL", "must be at least 1s, got %v", c.CapabilityTTL)
 	}
 	switch {
 	case c.Concurrency < 1 || c.Concurrency > planner.MaxSlots:

@@ -65,7 +65,10 @@ type Daemon struct {
 	lm *loadedModel
 	w  *worker
 	hb *heartbeat    // the worker's name beside asynq's heartbeat (heartbeat.go)
-	of *orphanFinder // jobs of dead workers (orphans.go)
+	cp *capabilities // what the worker serves and holds, for routing (capabilities.go)
+	// refused exports the jobs clients refused at submit (fleetmetrics.go).
+	refused *refusedCollector
+	of      *orphanFinder // jobs of dead workers (orphans.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -107,6 +110,13 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err := reg.Register(asynqmetrics.NewQueueMetricsCollector(d.insp)); err != nil {
 		d.closeClients()
 		return nil, fmt.Errorf("register asynq queue metrics: %w", err)
+	}
+	if rc, ok := newRefusedCollector(ru); ok {
+		d.refused = rc
+		if err := reg.Register(rc); err != nil {
+			d.closeClients()
+			return nil, fmt.Errorf("register refused-jobs metrics: %w", err)
+		}
 	}
 	if cfg.HTTPAddr != "off" {
 		if d.http, err = newHTTPServer(cfg.HTTPAddr, log, client, reg); err != nil {
@@ -200,8 +210,15 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backend, Build: build}, d.log); err != nil {
 		return err
 	}
+	pool, err := planPool(d.cfg, lm, cal, budget, policy)
+	if err != nil {
+		return err
+	}
+	if err := d.startCapabilities(name, lm, budget, cal, policy, pool); err != nil {
+		return err
+	}
 	d.w = newWorker(&worker{hb: d.hb, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
-		budget: budget, cal: cal, policy: policy, observer: d.obs}, d.redis)
+		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs}, d.redis)
 	// Before the asynq server starts: its recoverer runs at start and takes the jobs of a
 	// predecessor on this host that the finder proves dead (orphans.go).
 	if d.of, err = newOrphanFinder(d.redis, d.insp, d.cfg.Queues, d.log); err != nil {
@@ -310,12 +327,18 @@ func (d *Daemon) shutdown() {
 	if d.http != nil {
 		d.http.ready.Store(false)
 	}
+	if d.cp != nil {
+		d.cp.drain() // before the worker stops: clients route elsewhere at once
+	}
 	if d.w != nil {
 		d.log.Info("shutting down: no new jobs; waiting for running jobs", "timeout", d.cfg.ShutdownTimeout)
 		d.w.terminate()
 	}
 	if d.hb != nil {
 		d.hb.terminate() // after the worker: its name stays listed while it drains
+	}
+	if d.cp != nil {
+		d.cp.terminate()
 	}
 	if d.of != nil {
 		d.of.terminate()
@@ -336,6 +359,9 @@ func (d *Daemon) shutdown() {
 }
 
 func (d *Daemon) closeClients() {
+	if d.refused != nil {
+		d.refused.close()
+	}
 	if err := d.insp.Close(); err != nil {
 		d.log.Debug("close inspector", "err", err)
 	}

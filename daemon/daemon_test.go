@@ -152,6 +152,8 @@ func startDaemonProcessOn(t *testing.T, cfg Config, host string) *daemonProcess 
 		"REDLITE_RETRY_DELAY="+cfg.RetryDelay.String(),
 		"REDLITE_SHUTDOWN_TIMEOUT="+cfg.ShutdownTimeout.String(),
 		"REDLITE_HIERARCHY_POLL="+cfg.HierarchyPoll.String(),
+		"REDLITE_CAPABILITY_TTL="+cfg.CapabilityTTL.String(),
+		"REDLITE_CALIBRATION="+cfg.Calibration,
 	)
 	p := &daemonProcess{cmd: cmd, out: &testlog.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out

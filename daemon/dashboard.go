@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"unicode/utf8"
 
+	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 
 	"github.com/redlite/batch/jobs"
@@ -19,7 +21,9 @@ const dashboardTextLimit = 2000
 // ("" or "/…"), with formatters that show our payloads and result envelopes as indented
 // JSON with long texts shortened. Close releases its Redis connections.
 type Dashboard struct {
-	h *asynqmon.HTTPHandler
+	h     *asynqmon.HTTPHandler
+	fleet *fleetPage
+	root  string
 }
 
 // NewDashboard makes the handler; readOnly hides the buttons that change tasks.
@@ -38,13 +42,35 @@ func NewDashboard(redisURL string, tlsFiles jobs.TLSFiles, rootPath string, read
 		ResultFormatter:  asynqmon.ResultFormatterFunc(func(_ string, b []byte) string { return FormatForDashboard(b) }),
 		ReadOnly:         readOnly,
 	})
-	return &Dashboard{h: h}, nil
+	client, err := jobs.NewClient(redisURL, jobs.WithTLSFiles(tlsFiles))
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	fp := &fleetPage{u: u, client: client, insp: asynq.NewInspector(u.AsynqOpt())}
+	return &Dashboard{h: h, fleet: fp, root: strings.TrimSuffix(rootPath, "/")}, nil
 }
 
-func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.h.ServeHTTP(w, r) }
+// ServeHTTP serves the fleet page at FleetPath below the root and asynqmon elsewhere.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case d.root + FleetPath:
+		d.fleet.servePage(w, r)
+	case d.root + FleetPath + "/":
+		// The page's links are relative to FleetPath without the slash.
+		http.Redirect(w, r, d.root+FleetPath, http.StatusMovedPermanently)
+	case d.root + FleetPath + "/data":
+		d.fleet.serveData(w, r)
+	default:
+		d.h.ServeHTTP(w, r)
+	}
+}
 
 // Close closes the dashboard's Redis clients.
-func (d *Dashboard) Close() error { return d.h.Close() }
+func (d *Dashboard) Close() error {
+	d.fleet.close()
+	return d.h.Close()
+}
 
 // FormatForDashboard indents a JSON document and shortens its long strings; anything that is
 // not JSON is shown as asynqmon shows it by default.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -32,6 +33,12 @@ type WorkerServer struct {
 	Started     time.Time      `json:"started"`
 	Status      string         `json:"status"` // asynq's: active, stopped, closed
 	Active      []ActiveJob    `json:"active"`
+	// From the worker's capability document (capabilities.go); empty when it publishes none.
+	Class         string    `json:"class,omitempty"`
+	GPULimitMiB   int64     `json:"gpu_limit_mib,omitempty"`
+	MaxContext    int       `json:"max_context,omitempty"`
+	Draining      bool      `json:"draining"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
 }
 
 // ActiveJob is a job a worker is running.
@@ -41,9 +48,12 @@ type ActiveJob struct {
 	Queue    string    `json:"queue"`
 	Started  time.Time `json:"started"`
 	Deadline time.Time `json:"deadline"`
+	// Progress is what the worker last published (nil before its first write).
+	Progress *jobs.Progress `json:"progress,omitempty"`
 }
 
-// Workers lists the worker servers registered in the Redis at redisURL, by host and PID.
+// Workers lists the worker servers registered in the Redis at redisURL, by name, host and
+// PID, with their capabilities and the progress of their running jobs.
 func Workers(redisURL string, tlsFiles jobs.TLSFiles) ([]WorkerServer, error) {
 	u, err := jobs.ParseRedisURL(redisURL)
 	if err != nil {
@@ -52,9 +62,22 @@ func Workers(redisURL string, tlsFiles jobs.TLSFiles) ([]WorkerServer, error) {
 	if u, err = u.WithTLSFiles(tlsFiles); err != nil {
 		return nil, err
 	}
+	client, err := jobs.NewClient(redisURL, jobs.WithTLSFiles(tlsFiles))
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
 	insp := asynq.NewInspector(u.AsynqOpt())
 	defer insp.Close()
+	return workers(context.Background(), u, client, insp)
+}
+
+func workers(ctx context.Context, u jobs.RedisURL, client *jobs.Client, insp *asynq.Inspector) ([]WorkerServer, error) {
 	servers, err := insp.Servers()
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	caps, err := client.Capabilities(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
@@ -68,7 +91,7 @@ func Workers(redisURL string, tlsFiles jobs.TLSFiles) ([]WorkerServer, error) {
 		w := WorkerServer{ID: s.ID, Host: s.Host, PID: s.PID, Concurrency: s.Concurrency, Queues: s.Queues,
 			Strict: s.StrictPriority, Started: s.Started, Status: s.Status, Active: []ActiveJob{}}
 		// The identity heartbeat.go publishes beside asynq's heartbeat.
-		if b, err := rdb.Get(context.Background(), identityKey(s.Host, s.PID)).Bytes(); err == nil {
+		if b, err := rdb.Get(ctx, identityKey(s.Host, s.PID)).Bytes(); err == nil {
 			var id identity
 			if json.Unmarshal(b, &id) == nil {
 				w.Name, w.Version, w.Model, w.Backend = id.Name, id.Build.Version, id.Model, id.Backend
@@ -76,8 +99,19 @@ func Workers(redisURL string, tlsFiles jobs.TLSFiles) ([]WorkerServer, error) {
 		} else if !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("list workers: %w", err)
 		}
+		for _, c := range caps {
+			// Several daemons in one process (tests) share host and PID; the queues tell them apart.
+			if c.Host == s.Host && c.PID == s.PID && sameQueues(c.Queues, s.Queues) {
+				w.Name, w.Model, w.Backend, w.Class, w.GPULimitMiB, w.MaxContext, w.Draining, w.LastHeartbeat =
+					c.Worker, c.Model, c.Backend, c.Class, c.GPULimitMiB, c.MaxContext, c.Draining, c.Updated
+			}
+		}
 		for _, a := range s.ActiveWorkers {
-			w.Active = append(w.Active, ActiveJob{ID: a.TaskID, Type: a.TaskType, Queue: a.Queue, Started: a.Started, Deadline: a.Deadline})
+			j := ActiveJob{ID: a.TaskID, Type: a.TaskType, Queue: a.Queue, Started: a.Started, Deadline: a.Deadline}
+			if st, err := client.Status(ctx, a.TaskID); err == nil && st.State == jobs.StateActive {
+				j.Progress = st.Progress
+			}
+			w.Active = append(w.Active, j)
 		}
 		slices.SortFunc(w.Active, func(a, b ActiveJob) int { return a.Started.Compare(b.Started) })
 		out = append(out, w)
@@ -86,4 +120,120 @@ func Workers(redisURL string, tlsFiles jobs.TLSFiles) ([]WorkerServer, error) {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Host, b.Host), cmp.Compare(a.PID, b.PID), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil
+}
+
+func sameQueues(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for q, w := range a {
+		if b[q] != w {
+			return false
+		}
+	}
+	return true
+}
+
+// FleetClass is one capacity class of one model: its live workers, the longest job each of
+// them takes, and its queues.
+type FleetClass struct {
+	Model    string   `json:"model"`
+	ModelKey string   `json:"model_key"`
+	Class    string   `json:"class"`
+	Workers  []string `json:"workers"`
+	// MaxContext is the longest prompt + max_tokens every worker of the class takes;
+	// Largest, the longest prompt per KV precision and max_tokens of its smallest worker.
+	MaxContext int                  `json:"max_context"`
+	Largest    []jobs.LargestPrompt `json:"largest"`
+	Queues     []QueueDepth         `json:"queues"`
+}
+
+// QueueDepth counts one queue's jobs by state.
+type QueueDepth struct {
+	Queue     string `json:"queue"`
+	Pending   int    `json:"pending"`
+	Active    int    `json:"active"`
+	Scheduled int    `json:"scheduled"`
+	Retry     int    `json:"retry"`
+	Archived  int    `json:"archived"`
+	Completed int    `json:"completed"`
+}
+
+// Fleet is the fleet by model and capacity class, and the queues no class owns (the plain
+// priority queues and a model's unrouted queue).
+type Fleet struct {
+	Classes []FleetClass `json:"classes"`
+	Other   []QueueDepth `json:"other_queues"`
+}
+
+// FleetView reads the fleet from the Redis at redisURL.
+func FleetView(redisURL string, tlsFiles jobs.TLSFiles) (Fleet, error) {
+	u, err := jobs.ParseRedisURL(redisURL)
+	if err != nil {
+		return Fleet{}, err
+	}
+	if u, err = u.WithTLSFiles(tlsFiles); err != nil {
+		return Fleet{}, err
+	}
+	client, err := jobs.NewClient(redisURL, jobs.WithTLSFiles(tlsFiles))
+	if err != nil {
+		return Fleet{}, err
+	}
+	defer client.Close()
+	insp := asynq.NewInspector(u.AsynqOpt())
+	defer insp.Close()
+	return fleetView(context.Background(), client, insp)
+}
+
+func fleetView(ctx context.Context, client *jobs.Client, insp *asynq.Inspector) (Fleet, error) {
+	caps, err := client.Capabilities(ctx)
+	if err != nil {
+		return Fleet{}, err
+	}
+	byKey := map[string]*FleetClass{}
+	for _, c := range caps {
+		k := c.ModelKey + "@" + c.Class
+		fc := byKey[k]
+		if fc == nil {
+			fc = &FleetClass{Model: c.Model, ModelKey: c.ModelKey, Class: c.Class, MaxContext: c.MaxContext, Largest: c.Largest, Queues: []QueueDepth{}}
+			byKey[k] = fc
+		}
+		fc.Workers = append(fc.Workers, c.Worker)
+		if c.MaxContext < fc.MaxContext {
+			fc.MaxContext, fc.Largest = c.MaxContext, c.Largest
+		}
+	}
+	names, err := insp.Queues()
+	if err != nil {
+		return Fleet{}, fmt.Errorf("list queues: %w", err)
+	}
+	slices.Sort(names)
+	var f Fleet
+	for _, q := range names {
+		info, err := insp.GetQueueInfo(q)
+		if err != nil {
+			continue // removed in between
+		}
+		d := QueueDepth{Queue: q, Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry, Archived: info.Archived, Completed: info.Completed}
+		parts := strings.Split(q, "@")
+		if len(parts) == 3 {
+			k := parts[1] + "@" + parts[2]
+			fc := byKey[k]
+			if fc == nil {
+				// Jobs wait for a class with no live worker.
+				fc = &FleetClass{ModelKey: parts[1], Class: parts[2], Workers: []string{}, Queues: []QueueDepth{}}
+				byKey[k] = fc
+			}
+			fc.Queues = append(fc.Queues, d)
+			continue
+		}
+		f.Other = append(f.Other, d)
+	}
+	for _, fc := range byKey {
+		f.Classes = append(f.Classes, *fc)
+	}
+	slices.SortFunc(f.Classes, func(a, b FleetClass) int {
+		return cmp.Or(cmp.Compare(a.ModelKey, b.ModelKey), cmp.Compare(jobs.ClassMiB(a.Class), jobs.ClassMiB(b.Class)))
+	})
+	return f, nil
 }

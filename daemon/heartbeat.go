@@ -50,6 +50,8 @@ type heartbeat struct {
 	log  *slog.Logger
 	stop chan struct{}
 	done chan struct{}
+	// started is set by start.
+	started bool
 }
 
 func newHeartbeat(ru jobs.RedisURL, id identity, log *slog.Logger) (*heartbeat, error) {
@@ -70,6 +72,7 @@ func newHeartbeat(ru jobs.RedisURL, id identity, log *slog.Logger) (*heartbeat, 
 }
 
 func (h *heartbeat) start() {
+	h.started = true
 	go func() {
 		defer close(h.done)
 		tick := time.NewTicker(identityInterval)
@@ -113,7 +116,9 @@ func (h *heartbeat) release(id string) {
 // terminate stops publishing and removes the key (a worker that dies lets it expire).
 func (h *heartbeat) terminate() {
 	close(h.stop)
-	<-h.done
+	if h.started { // a daemon whose start failed never started it
+		<-h.done
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = h.rdb.Del(ctx, h.key, h.jobs).Err()

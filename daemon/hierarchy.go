@@ -67,8 +67,10 @@ func (w *worker) maxPrompt(maxTokens int) int {
 // countTokens is the model's token count of text without special tokens.
 func (w *worker) countTokens(text string) int { return len(w.lm.tok.Encode(text, false)) }
 
-// newHierarchy cuts s's document into pieces for this worker and sizes the levels.
-func (w *worker) newHierarchy(s *jobs.Summarize, id string) (jobs.Hierarchy, error) {
+// newHierarchy cuts s's document into pieces and sizes the levels for the smallest live
+// worker of this model (fleetPositions), so that every worker of the fleet can take every
+// piece: a worker serves the queues of the classes below its own.
+func (w *worker) newHierarchy(ctx context.Context, s *jobs.Summarize, id string) (jobs.Hierarchy, error) {
 	// The prompt around a piece, at its longest: the map prompt with the largest piece
 	// numbers, or the final prompt with the payload's instructions.
 	overhead := 0
@@ -83,22 +85,22 @@ func (w *worker) newHierarchy(s *jobs.Summarize, id string) (jobs.Hierarchy, err
 		overhead = max(overhead, len(pr.ids)+promptMargin)
 	}
 	final := s.Sampling().MaxTokens
-	positions := w.maxPrompt(1) + 1
+	positions, who := w.fleetPositions(ctx)
 	// An intermediate summary may take a fifth of what a job can hold, so that a reduce job
 	// combines at least three of them and the tree narrows at every level.
 	partial := min(final, (positions-overhead)/5)
 	if partial < 1 {
-		return jobs.Hierarchy{}, fmt.Errorf("%w: this worker plans at most %d positions, and the summary prompt alone takes %d", planner.ErrDoesNotFit, positions, overhead)
+		return jobs.Hierarchy{}, fmt.Errorf("%w: %s holds at most %d positions, and the summary prompt alone takes %d", planner.ErrDoesNotFit, who, positions, overhead)
 	}
 	h := jobs.Hierarchy{
 		PartialMaxTokens: partial,
-		PieceTokens:      w.maxPrompt(partial) - overhead,
-		FinalTokens:      w.maxPrompt(final) - overhead,
+		PieceTokens:      positions - partial - overhead,
+		FinalTokens:      positions - final - overhead,
 	}
 	h.GroupTokens = h.PieceTokens
-	if h.FinalTokens < 2*(partial+partHeaderTokens) {
-		return h, fmt.Errorf("%w: with max_tokens %d the final summary could read fewer than two partial summaries of %d tokens on this worker (it plans at most %d positions); lower max_tokens to at most %d",
-			planner.ErrDoesNotFit, final, partial, positions, max(w.maxPromptFree(overhead+2*(partial+partHeaderTokens)), 0))
+	if need := 2 * (partial + partHeaderTokens); h.FinalTokens < need {
+		return h, fmt.Errorf("%w: with max_tokens %d the final summary could read fewer than two partial summaries of %d tokens on %s (%d positions); lower max_tokens to at most %d",
+			planner.ErrDoesNotFit, final, partial, who, positions, max(positions-overhead-need, 1))
 	}
 	overlap := 0
 	if s.Overlap != nil {
@@ -118,18 +120,23 @@ func (w *worker) newHierarchy(s *jobs.Summarize, id string) (jobs.Hierarchy, err
 	return h, nil
 }
 
-// maxPromptFree is the largest max_tokens with which a prompt of promptTokens still plans.
-func (w *worker) maxPromptFree(promptTokens int) int {
-	lo, hi := 0, jobs.MaxMaxTokens+1
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if _, err := w.planFor(promptTokens, mid); err == nil {
-			lo = mid
-		} else {
-			hi = mid
+// fleetPositions is the longest prompt + max_tokens that every live worker of this model
+// holds (their published MaxContext), and which worker that is; this worker's own when the
+// fleet's capabilities cannot be read.
+func (w *worker) fleetPositions(ctx context.Context) (int, string) {
+	positions, who := w.maxPrompt(1)+1, "worker "+w.name
+	caps, err := w.client.Capabilities(ctx)
+	if err != nil {
+		w.log.Warn("hierarchical summary: the fleet's capabilities cannot be read; pieces are sized for this worker", "err", err)
+		return positions, who
+	}
+	key := jobs.ModelKey(w.lm.name)
+	for _, c := range caps {
+		if !c.Draining && c.ModelKey == key && c.MaxContext > 0 && c.MaxContext < positions {
+			positions, who = c.MaxContext, "worker "+c.Worker+", the smallest of the fleet,"
 		}
 	}
-	return lo
+	return positions, who
 }
 
 func childIDs(parent string, level, n int) []string {
@@ -193,7 +200,7 @@ func (r *run) hierarchical(ctx context.Context, s *jobs.Summarize) error {
 	}
 	if !ok {
 		split := time.Now()
-		if h, err = w.newHierarchy(s, r.id); err != nil {
+		if h, err = w.newHierarchy(ctx, s, r.id); err != nil {
 			r.outcome = outcomeDoesNotFit
 			return permanent(fmt.Errorf("hierarchical summary on worker %s: %w", w.name, err))
 		}
@@ -422,4 +429,10 @@ func (r *run) finishHierarchy(ctx context.Context, s *jobs.Summarize, h jobs.Hie
 		w.postWebhook(ctx, r.log, u, r.id, env)
 	}
 	return nil
+}
+
+// autoSummary is p as a summarize job that decides its own strategy (auto, not a child).
+func autoSummary(p jobs.Payload) (*jobs.Summarize, bool) {
+	s, ok := p.(*jobs.Summarize)
+	return s, ok && s.Part == nil && s.StrategyOf() == jobs.StrategyAuto
 }

@@ -37,15 +37,20 @@ func hierarchyDoc(tokens int) string {
 	return b.String()
 }
 
-// TestHierarchicalSummary is issue 14's check: two workers whose GPU limit holds about 1,500
-// positions of the tiny model summarize a document of many times that as a tree of child
-// jobs, and the same document in one pass is refused with the planner's explanation.
+// TestHierarchicalSummary is issue 14's check: two workers holding a few thousand positions
+// of the tiny model summarize a document of ~40K tokens as a tree of child jobs sized for
+// the smaller one, so that both run pieces; the same document in one pass is refused with
+// the planner's explanation.
 func TestHierarchicalSummary(t *testing.T) {
 	b := setup(t)
 	cfg := b.cfg
-	cfg.GPULimitMiB = hierarchyLimit(t, b)
 	cfg.HierarchyPoll = 20 * time.Millisecond
 	cfg.LogLevel = "info"
+	// Two Macs of one capacity class (512m), mac-b holding about five times what mac-a does.
+	// (A worker serves the queues of smaller classes only where the class's least limit
+	// holds the model, which for the tiny model's 582 MiB at 512 MiB it does not: two
+	// classes would keep the big worker off the small one's pieces.)
+	limits := map[string]int64{"mac-a": hierarchyLimit(t, b, 1500), "mac-b": hierarchyLimit(t, b, 8000)}
 
 	// Children of the parents named in hold wait in their first prefill chunk until the
 	// hold is released or the child is cancelled: the test acts mid-map without timing.
@@ -73,11 +78,11 @@ func TestHierarchicalSummary(t *testing.T) {
 	}}
 	for _, name := range []string{"mac-a", "mac-b"} {
 		c := cfg
-		c.WorkerName = name
+		c.WorkerName, c.GPULimitMiB = name, limits[name]
 		startDaemon(t, c, obs)
 	}
-	// Beyond what one pass holds at this limit, within the model's trained context (40,960):
-	// the planner refuses a single pass for want of memory.
+	// About 40K tokens: within the model's trained context (40,960), beyond what either
+	// worker holds, so the planner refuses a single pass for want of memory.
 	const docTokens = 30000
 	doc := hierarchyDoc(docTokens)
 	ctx, cancel := context.WithTimeout(context.Background(), hierarchyWait)
@@ -131,7 +136,11 @@ func TestHierarchicalSummary(t *testing.T) {
 			for i := 0; i < l.Pieces; i++ {
 				total++
 				id := jobs.ChildID(job.ID, level, i)
-				info, err := b.insp.GetTaskInfo(jobs.QueueDefault, id)
+				cst, err := b.client.Status(ctx, id)
+				if err != nil {
+					t.Fatalf("child %s: %v", id, err)
+				}
+				info, err := b.insp.GetTaskInfo(cst.Queue, id)
 				if err != nil {
 					t.Fatalf("child %s: %v", id, err)
 				}
@@ -157,9 +166,15 @@ func TestHierarchicalSummary(t *testing.T) {
 	})
 
 	t.Run("SingleIsRefused", func(t *testing.T) {
-		job := enqueue(t, b.client, &jobs.Summarize{Version: 1, Input: doc, MaxTokens: ptr(16), Strategy: jobs.StrategySingle})
+		single := &jobs.Summarize{Version: 1, Input: doc, MaxTokens: ptr(16), Strategy: jobs.StrategySingle}
+		_, err := b.client.Enqueue(ctx, single)
+		if !errors.Is(err, jobs.ErrNoCapacity) || !strings.Contains(err.Error(), "the largest job the fleet takes is") {
+			t.Errorf("enqueue: %v, want a refusal naming the fleet's largest job", err)
+		}
+		// Past the client's check, the worker's planner explains it.
+		job := enqueue(t, b.client, single, jobs.EnqueueAnyway())
 		st := waitFor(t, b.client, job.ID, "archive", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
-		if !strings.Contains(st.LastError, "does not fit on worker") || !strings.Contains(st.LastError, "but the limit is") {
+		if !strings.Contains(st.LastError, "does not fit on any live worker") || !strings.Contains(st.LastError, "but the limit is") {
 			t.Errorf("last error %q: want the planner's explanation", st.LastError)
 		}
 	})
@@ -187,7 +202,7 @@ func TestHierarchicalSummary(t *testing.T) {
 		if err := b.client.Cancel(ctx, job.ID); err != nil {
 			t.Fatal(err)
 		}
-		h, _, _, err := b.client.LoadHierarchy(ctx, jobs.QueueDefault, job.ID)
+		h, _, _, err := b.client.LoadHierarchy(ctx, job.Queue, job.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,11 +235,15 @@ func TestHierarchicalSummary(t *testing.T) {
 		}
 		// The runbook's replay: the child, then, once it completed, the parent, which
 		// finishes from its tree.
-		if err := b.insp.RunTask(jobs.QueueDefault, victim); err != nil {
+		vst, err := b.client.Status(ctx, victim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.insp.RunTask(vst.Queue, victim); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, b.client, victim, "the replayed child to complete", func(st jobs.Status) bool { return st.State == jobs.StateCompleted })
-		if err := b.insp.RunTask(jobs.QueueDefault, job.ID); err != nil {
+		if err := b.insp.RunTask(job.Queue, job.ID); err != nil {
 			t.Fatal(err)
 		}
 		res, err := b.client.Wait(ctx, job.ID, nil)
@@ -250,7 +269,7 @@ func TestHierarchicalSummary(t *testing.T) {
 func TestHierarchicalKill9(t *testing.T) {
 	b := setup(t)
 	cfg := b.cfg
-	cfg.GPULimitMiB = hierarchyLimit(t, b)
+	cfg.GPULimitMiB = hierarchyLimit(t, b, 1500)
 	cfg.HierarchyPoll = 20 * time.Millisecond
 	cfg.WorkerName = "mac-a"
 	p := startDaemonProcess(t, cfg)
@@ -259,7 +278,7 @@ func TestHierarchicalKill9(t *testing.T) {
 	job := enqueue(t, b.client, &jobs.Summarize{Version: 1, Input: hierarchyDoc(20000), MaxTokens: ptr(16), Common: jobs.Common{IdempotencyKey: "killed-report"}})
 	total := 0
 	waitUntil(t, "two pieces done", func() bool {
-		h, _, ok, err := b.client.LoadHierarchy(ctx, jobs.QueueDefault, job.ID)
+		h, _, ok, err := b.client.LoadHierarchy(ctx, job.Queue, job.ID)
 		if err != nil || !ok {
 			return false
 		}
@@ -313,16 +332,16 @@ func TestHierarchicalKill9(t *testing.T) {
 	t.Logf("%d of %d pieces were done at the kill; tree:\n%s", len(before), total, res.Tree)
 }
 
-// hierarchyLimit is the GPU limit at which the tiny model holds a job of about 1,500 prompt
-// tokens and 16 generated ones alone: a few thousand positions.
-func hierarchyLimit(t *testing.T, b *testBundle) int64 {
+// hierarchyLimit is the GPU limit at which the tiny model holds a job of promptTokens prompt
+// tokens and 16 generated ones alone (f16 KV gives it about twice that).
+func hierarchyLimit(t *testing.T, b *testBundle, promptTokens int) int64 {
 	t.Helper()
 	lm, err := loadModel(b.model, "", engine.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lm.close()
-	job := planner.Job{PromptTokens: 1500, MaxTokens: 16, Slots: 1, Policy: planner.Policy{MaxChunk: b.cfg.MaxChunk}}
+	job := planner.Job{PromptTokens: promptTokens, MaxTokens: 16, Slots: 1, Policy: planner.Policy{MaxChunk: b.cfg.MaxChunk}}
 	p, err := planner.Choose(job, lm.profile, planner.CPUPlaceholder(), planner.Budget{LimitMiB: 1 << 20, Source: planner.SourceOverride})
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +353,11 @@ func hierarchyLimit(t *testing.T, b *testBundle) int64 {
 func countChildren(t *testing.T, b *testBundle, parent string) int {
 	t.Helper()
 	n := 0
-	for _, q := range jobs.QueueNames() {
+	queues, err := b.insp.Queues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queues {
 		lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
 			b.insp.ListPendingTasks, b.insp.ListActiveTasks, b.insp.ListScheduledTasks,
 			b.insp.ListRetryTasks, b.insp.ListArchivedTasks, b.insp.ListCompletedTasks,

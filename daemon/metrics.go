@@ -44,6 +44,8 @@ type metrics struct {
 	webhooks       *prometheus.CounterVec
 	progressWrites *prometheus.CounterVec
 	expertLookups  *prometheus.CounterVec
+	rerouted       *prometheus.CounterVec
+	maxContext     *prometheus.GaugeVec
 	// Continuous batching (REDLITE_CONCURRENCY > 1).
 	batchSize     prometheus.Histogram
 	stepSeconds   prometheus.Histogram
@@ -58,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	rates := prometheus.ExponentialBuckets(1, 2, 18) // 1 … 131,072 tokens/s
 	m := &metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redlite_jobs_total", Help: "Job attempts finished, by task type and outcome (completed, cancelled, invalid, does_not_fit, engine_fault, requeued).",
+			Name: "redlite_jobs_total", Help: "Job attempts finished, by task type and outcome (completed, cancelled, invalid, does_not_fit, rerouted, engine_fault, requeued).",
 		}, []string{"type", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "redlite_job_duration_seconds", Help: "Time from the start of an attempt to its end, by task type and outcome.", Buckets: durations,
@@ -114,6 +116,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		expertLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlite_expert_cache_lookups_total", Help: "Routed-expert slices looked up in the bounded expert cache, by result (hit, miss); all hits when every expert is resident.",
 		}, []string{"result"}),
+		rerouted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_jobs_rerouted_total", Help: "Jobs this worker took but could not run and moved to the queue of workers that can, by reason (does_not_fit, model).",
+		}, []string{"reason"}),
+		maxContext: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redlite_worker_max_context_tokens", Help: "The longest job (prompt + max_tokens per slot) this worker's planner takes, with its model and capacity class.",
+		}, []string{"model", "class"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "redlite_batch_sequences", Help: "Sequences in each forward step of the batch scheduler.",
 			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 32, 64},
@@ -130,7 +138,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12), // 1 ms … 70 min
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.batchSize, m.stepSeconds, m.kvBlocks, m.admissionWait, m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
+	for _, c := range []prometheus.Collector{m.maxContext, m.rerouted, m.batchSize, m.stepSeconds, m.kvBlocks, m.admissionWait, m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
 		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.buildInfo, m.plans, m.plannedBytes,
 		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites, m.expertLookups} {
 		if err := reg.Register(c); err != nil {
@@ -143,6 +151,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.promptTokens.WithLabelValues(typ)
 		m.genTokens.WithLabelValues(typ)
 	}
+	m.rerouted.WithLabelValues("does_not_fit")
+	m.rerouted.WithLabelValues("model")
 	m.expertLookups.WithLabelValues("hit")
 	m.expertLookups.WithLabelValues("miss")
 	for _, p := range []jobs.Phase{jobs.PhaseTokenizing, jobs.PhasePlanning, jobs.PhasePrefill, jobs.PhaseDecode} {

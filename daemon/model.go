@@ -102,14 +102,9 @@ func modelName(m *engine.Model, path string) string {
 	return strings.TrimSuffix(filepath.Base(path), ".gguf")
 }
 
-// serves reports whether a payload's "model" names this model: its name, its file name,
-// or the file name without .gguf.
+// serves reports whether a payload's "model" names this model (jobs.Capability.Serves).
 func (lm *loadedModel) serves(want string) bool {
-	if want == "" {
-		return true
-	}
-	base := filepath.Base(lm.path)
-	return strings.EqualFold(want, lm.name) || want == base || want == strings.TrimSuffix(base, ".gguf")
+	return jobs.Capability{Model: lm.name, ModelFile: filepath.Base(lm.path)}.Serves(want)
 }
 
 // engineFacts is the engine's model.Facts method set, declared here so that the daemon uses

@@ -148,8 +148,15 @@ func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
 	}
 	now := time.Now()
 	stale := float64(now.Add(leaseDuration - orphanLeaseAge).Unix())
+	// Every queue, not only this worker's: a dead worker of this host may have served other
+	// classes' queues, and its record of running jobs is deleted below once read; the
+	// recoverer of whichever worker serves a queue takes the job.
+	queues := f.queues
+	if all, err := f.rdb.SMembers(ctx, "asynq:queues").Result(); err == nil {
+		queues = all
+	}
 	n := 0
-	for _, q := range f.queues {
+	for _, q := range queues {
 		key := "asynq:{" + q + "}:lease"
 		leases, err := f.rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result()
 		if err != nil {

@@ -165,8 +165,7 @@ func (r *run) do(ctx context.Context) error {
 	}
 	opts := p.Options()
 	if !w.lm.serves(opts.Model) {
-		r.outcome = outcomeInvalid
-		return permanent(fmt.Errorf("model: this worker serves %q, not %q", w.lm.name, opts.Model))
+		return r.rerouteModel(ctx, p) // reroute.go
 	}
 	// asynq enforces the task message's timeout and deadline; a raw client may have put
 	// them only in the payload, so they are applied here too.
@@ -219,10 +218,13 @@ func (r *run) do(ctx context.Context) error {
 	r.setPhase(jobs.PhasePlanning)
 	plan, err := w.planFor(len(ids), sampling.MaxTokens)
 	if err != nil {
-		if s, ok := p.(*jobs.Summarize); ok && s.Part == nil && s.StrategyOf() == jobs.StrategyAuto {
-			return r.hierarchical(ctx, s) // the document does not fit one pass here
+		if errors.Is(err, planner.ErrDoesNotFit) {
+			return r.reroute(ctx, p, len(ids), sampling.MaxTokens, err) // reroute.go
 		}
-		if errors.Is(err, planner.ErrDoesNotFit) || errors.Is(err, planner.ErrBadJob) {
+		if s, ok := autoSummary(p); ok {
+			return r.hierarchical(ctx, s) // longer than the model's trained context: no worker holds it
+		}
+		if errors.Is(err, planner.ErrBadJob) {
 			r.outcome = outcomeDoesNotFit
 			return permanent(fmt.Errorf("does not fit on worker %s: %w", w.name, err))
 		}

@@ -188,7 +188,7 @@ func TestJobs(t *testing.T) {
 			{jobs.TypeSummarize, `{"version":1,"input":"x","max_tokens":0}`, "max_tokens: must be between 1 and 32768, got 0"},
 			{jobs.TypeGenerate, `{"version":1,"prompt":"x","colour":"red"}`, "colour: unknown field"},
 			{"translate", `{"version":1}`, "type: must be summarize or generate"},
-			{jobs.TypeGenerate, `{"version":1,"prompt":"x","model":"qwen3-235b"}`, `model: this worker serves`},
+			{jobs.TypeGenerate, `{"version":1,"prompt":"x","model":"qwen3-235b"}`, `model: no live worker serves "qwen3-235b" (served: tiny-qwen3)`},
 		} {
 			info, err := c.Enqueue(asynq.NewTask(tc.typ, []byte(tc.payload)), asynq.Queue(jobs.QueueDefault), asynq.MaxRetry(3))
 			if err != nil {
@@ -360,9 +360,13 @@ func TestPlanning(t *testing.T) {
 	})
 
 	t.Run("TooLargeIsArchivedWithExplanation", func(t *testing.T) {
-		job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(jobs.MaxMaxTokens)})
+		big := &jobs.Generate{Prompt: prompt, MaxTokens: ptr(jobs.MaxMaxTokens)}
+		if _, err := b.client.Enqueue(context.Background(), big); !errors.Is(err, jobs.ErrNoCapacity) {
+			t.Fatalf("enqueue: %v, want it refused (jobs.ErrNoCapacity)", err)
+		}
+		job := enqueue(t, b.client, big, jobs.EnqueueAnyway())
 		st := waitFor(t, b.client, job.ID, "archive", func(st jobs.Status) bool { return st.State == jobs.StateArchived })
-		for _, want := range []string{"does not fit on worker test-worker", "but the limit is", "fits with max_tokens ≤"} {
+		for _, want := range []string{"does not fit on any live worker", "the fleet's largest is worker test-worker", "but the limit is", "fits with max_tokens ≤"} {
 			if !strings.Contains(st.LastError, want) {
 				t.Errorf("last error %q lacks %q", st.LastError, want)
 			}

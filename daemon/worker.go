@@ -29,9 +29,10 @@ type worker struct {
 	cal      planner.Calibration
 	policy   planner.Policy
 	observer Observer
-	// sched runs the jobs together when REDLITE_CONCURRENCY > 1 (batch.go); nil otherwise.
+	// pool and sched run the jobs together when REDLITE_CONCURRENCY > 1 (batch.go); nil
+	// otherwise.
+	pool  *planner.Pool
 	sched *engine.Scheduler
-	pool  planner.Pool
 
 	srv *asynq.Server
 	// base is the parent of every handler's context. It is cancelled only after asynq has
@@ -66,12 +67,15 @@ func newWorker(w *worker, redis jobs.RedisURL) *worker {
 }
 
 func (w *worker) start() error {
-	if w.cfg.Concurrency > 1 {
+	if w.pool != nil {
 		if err := w.startBatching(); err != nil {
 			return err
 		}
 	}
 	if err := w.srv.Start(asynq.HandlerFunc(w.process)); err != nil {
+		if w.sched != nil {
+			w.sched.Close()
+		}
 		return fmt.Errorf("start asynq server: %w", err)
 	}
 	return nil

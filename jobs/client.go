@@ -32,6 +32,7 @@ type clientConfig struct {
 	poll      time.Duration
 	retention time.Duration
 	maxRetry  int
+	anyway    bool // EnqueueAnyway
 }
 
 // ClientOption configures NewClient.
@@ -65,6 +66,10 @@ func Retention(d time.Duration) EnqueueOption { return func(c *clientConfig) { c
 
 // MaxRetry overrides the retry count for one job.
 func MaxRetry(n int) EnqueueOption { return func(c *clientConfig) { c.maxRetry = n } }
+
+// EnqueueAnyway enqueues a job that no live worker can take (RouteJob) instead of refusing
+// it: for workers not started yet.
+func EnqueueAnyway() EnqueueOption { return func(c *clientConfig) { c.anyway = true } }
 
 // NewClient connects lazily to the Redis at redisURL (see ParseRedisURL); use Ping to check.
 func NewClient(redisURL string, opts ...ClientOption) (*Client, error) {
@@ -174,7 +179,16 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 		return Job{}, err
 	}
 	o := p.Options()
-	queue := QueueFor(o.Priority)
+	caps, err := c.Capabilities(ctx)
+	if err != nil {
+		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), err)
+	}
+	route, err := RouteJob(caps, p, cfg.anyway)
+	if err != nil {
+		_ = c.rdb.HIncrBy(ctx, RefusedKey, RefusedReason(err), 1).Err() // best effort: a count for dashboards
+		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), err)
+	}
+	queue := route.Queue
 	aopts := []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(cfg.maxRetry), asynq.Retention(cfg.retention)}
 	if o.Deadline != nil {
 		if !o.Deadline.After(time.Now()) {
@@ -471,24 +485,34 @@ func (c *Client) Finished(ctx context.Context, queue, id string) (bool, error) {
 // taskKey is asynq's Redis hash of one task (internal/base.TaskKey in asynq v0.26).
 func taskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 
-// find looks for id in each of our queues, highest priority first.
+// findScript returns the queue whose task hash holds the id's message (asynq's internal/base
+// key layout), searching every queue asynq knows: routing spreads jobs over many queues. A
+// hash without a message is what a move leaves behind (MoveActive).
+var findScript = redis.NewScript(`
+for _, q in ipairs(redis.call("SMEMBERS", KEYS[1])) do
+  if redis.call("HEXISTS", "asynq:{" .. q .. "}:t:" .. ARGV[1], "msg") == 1 then return q end
+end
+return false`)
+
+// find looks for id in every queue.
 func (c *Client) find(ctx context.Context, id string) (*asynq.TaskInfo, error) {
 	if id == "" {
 		return nil, fmt.Errorf("job id is empty: %w", ErrNotFound)
 	}
-	for _, q := range QueueNames() {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		info, err := c.insp.GetTaskInfo(q, id)
-		switch {
-		case err == nil:
-			return info, nil
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-			continue
-		default:
-			return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, classifyRedis(err))
-		}
+	q, err := findScript.Run(ctx, c.rdb, []string{"asynq:queues"}, id).Text()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
-	return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	if err != nil {
+		return nil, fmt.Errorf("look up job %s: %w", id, classifyRedis(err))
+	}
+	info, err := c.insp.GetTaskInfo(q, id)
+	switch {
+	case err == nil:
+		return info, nil
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		// Deleted or moved in between.
+		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, classifyRedis(err))
 }

@@ -88,6 +88,12 @@ func (s *Summarize) StrategyOf() Strategy {
 	return s.Strategy
 }
 
+// splitsItself says whether p is a summary of strategy st that may split itself (not a child).
+func splitsItself(p Payload, st Strategy) bool {
+	s, ok := p.(*Summarize)
+	return ok && s.Part == nil && s.StrategyOf() == st
+}
+
 // ChildID is the job id of piece index of level in the tree of parent: derived, so that
 // enqueueing a child twice gives one job. A long parent id is replaced by a hash of it to
 // keep the id within the idempotency key's limit.

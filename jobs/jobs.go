@@ -46,7 +46,8 @@ func QueueWeights() map[string]int {
 	return map[string]int{QueueCritical: 6, QueueDefault: 3, QueueLow: 1}
 }
 
-// QueueNames lists the queues a client searches for a job id, highest priority first.
+// QueueNames lists the priority queues, highest priority first (routed queues are named
+// after them: ClassQueue).
 func QueueNames() []string { return []string{QueueCritical, QueueDefault, QueueLow} }
 
 // QueueFor maps a priority to its queue; the empty priority is normal.

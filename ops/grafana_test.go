@@ -183,7 +183,8 @@ func dashboardMetrics(t *testing.T, d *dashboard) map[string][]string {
 
 // dashboardMustShow are the metrics behind what issue 6 asks the dashboard to show: queue
 // depth and age, jobs by type and outcome, job duration and queue wait, prefill and decode
-// speed, planned memory against the limit, plan choices, worker up/down.
+// speed, planned memory against the limit, plan choices, worker up/down; and what issue 12
+// adds: jobs re-routed and refused at submit, the largest job per worker and class.
 var dashboardMustShow = []string{
 	"asynq_tasks_enqueued_total", "asynq_queue_latency_seconds",
 	"redlite_jobs_total",
@@ -191,6 +192,7 @@ var dashboardMustShow = []string{
 	"redlite_prefill_tokens_per_second_sum", "redlite_decode_tokens_per_second_sum",
 	"redlite_planned_memory_bytes", "redlite_memory_limit_bytes",
 	"redlite_plans_total",
+	"redlite_jobs_rerouted_total", "redlite_jobs_refused_total", "redlite_worker_max_context_tokens",
 	"up",
 }
 

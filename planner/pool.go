@@ -28,6 +28,9 @@ type Pool struct {
 	Breakdown Breakdown `json:"breakdown"`
 }
 
+// Positions is the pool's blocks in positions: the longest job it holds, alone.
+func (p Pool) Positions() int { return p.Blocks * p.BlockSize }
+
 // PlanPool sizes the KV pool of a worker running slots sequences with steps of stepTokens
 // tokens: the largest pool of blockSize-position blocks that fits the budget with every
 // expert resident. The precision is the policy's, else f32 when it leaves every slot at

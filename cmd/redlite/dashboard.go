@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(command{name: "dashboard", summary: "serve asynqmon (queues, jobs, payloads, results) in-process", run: runDashboard})
+	register(command{name: "dashboard", summary: "serve asynqmon (queues, jobs, payloads, results) and the fleet page (workers, classes, running jobs' progress) in-process", run: runDashboard})
 }
 
 func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -37,7 +37,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("--addr: %w", err)
 	}
 	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(stdout, "asynqmon at http://%s/ (Ctrl-C stops it)\n", ln.Addr())
+	fmt.Fprintf(stdout, "asynqmon at http://%s/, the fleet at http://%s%s (Ctrl-C stops it)\n", ln.Addr(), ln.Addr(), daemon.FleetPath)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -112,6 +112,7 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&metadata, "metadata", "", "JSON object echoed back in the result")
 	fs.StringVar(&webhook, "webhook-url", "", "URL that receives the result by POST")
 	fs.StringVar(&model, "model", "", "model the job wants (default: the worker's)")
+	anyway := fs.Bool("anyway", false, "enqueue even when no live worker serves the model or can hold the job (for workers not started yet)")
 	wait := fs.Bool("wait", false, "wait for the job and print its result")
 	asJSON := fs.Bool("json", false, "print JSON (the job on enqueue, the result with --wait)")
 	waitFor := fs.Duration("wait-timeout", 0, "give up waiting after this long (0: no limit)")
@@ -255,7 +256,11 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer c.Close()
-	job, err := c.Enqueue(ctx, p)
+	var eopts []jobs.EnqueueOption
+	if *anyway {
+		eopts = append(eopts, jobs.EnqueueAnyway())
+	}
+	job, err := c.Enqueue(ctx, p, eopts...)
 	if errors.Is(err, jobs.ErrDuplicate) {
 		fmt.Fprintf(stderr, "redlite enqueue: %v; following the existing job\n", err)
 	} else if err != nil {

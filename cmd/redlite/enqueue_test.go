@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,33 @@ func TestJobCommands(t *testing.T) {
 			t.Errorf("stderr %q", errs)
 		}
 		id = "cli-1"
+	})
+
+	t.Run("RoutingAndFleet", func(t *testing.T) {
+		code, _, errs := runCmd(t, "enqueue", "generate", "--redis", url, "--prompt", "x", "--model", "no-such-model")
+		if code != 1 || !strings.Contains(errs, `no live worker serves "no-such-model" (served: tiny-qwen3)`) {
+			t.Errorf("unknown model: exit %d, %q", code, errs)
+		}
+		code, out, errs := runCmd(t, "enqueue", "generate", "--redis", url, "--prompt", "x", "--model", "no-such-model", "--anyway", "--json")
+		var job jobs.Job
+		if code != 0 || json.Unmarshal([]byte(out), &job) != nil || job.Queue != "default@no-such-model" {
+			t.Errorf("--anyway: exit %d, %s %s", code, out, errs)
+		}
+		code, out, errs = runCmd(t, "fleet", "--redis", url, "--json")
+		var f daemon.Fleet
+		if code != 0 || json.Unmarshal([]byte(out), &f) != nil {
+			t.Fatalf("fleet --json: exit %d, %s %s", code, out, errs)
+		}
+		found := false
+		for _, c := range f.Classes {
+			found = found || (c.Model == "tiny-qwen3" && slices.Contains(c.Workers, "cli-test-worker") && c.MaxContext > 0)
+		}
+		if !found {
+			t.Errorf("fleet: %+v", f)
+		}
+		if code, out, _ := runCmd(t, "fleet", "--redis", url); code != 0 || !strings.Contains(out, "cli-test-worker") || !strings.Contains(out, "default@no-such-model") {
+			t.Errorf("fleet: exit %d\n%s", code, out)
+		}
 	})
 
 	t.Run("EnqueueSummarizeFromFile", func(t *testing.T) {
@@ -186,7 +214,7 @@ func TestJobCommands(t *testing.T) {
 			ws[0].Name != "cli-test-worker" || ws[0].Version == "" || ws[0].Backend != "cpu" {
 			t.Errorf("workers --json: %+v", ws)
 		}
-		if code, out, _ := runCmd(t, "workers", "--redis", url); code != 0 || !strings.Contains(out, "critical=6,default=3,low=1") ||
+		if code, out, _ := runCmd(t, "workers", "--redis", url); code != 0 || !strings.Contains(out, "tiny-qwen3") ||
 			!strings.Contains(out, "generate long-1") || !strings.Contains(out, "cli-test-worker") {
 			t.Errorf("workers: exit %d\n%s", code, out)
 		}

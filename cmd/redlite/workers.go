@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,7 +12,7 @@ import (
 )
 
 func init() {
-	register(command{name: "workers", summary: "list the workers asynq knows, with their queues and running jobs", run: runWorkers})
+	register(command{name: "workers", summary: "the fleet's workers: model, backend, limit, class, slots, running jobs with their progress", run: runWorkers})
 }
 
 func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -38,35 +37,42 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOST\tPID\tVERSION\tSTATUS\tUP\tQUEUES\tBUSY\tJOBS")
+	fmt.Fprintln(tw, "NAME\tHOST\tMODEL\tBACKEND\tLIMIT\tCLASS\tSLOTS\tSTATUS\tHEARTBEAT\tJOBS")
 	now := time.Now()
 	for _, w := range ws {
 		var jobs []string
 		for _, a := range w.Active {
-			jobs = append(jobs, fmt.Sprintf("%s %s (%s)", a.Type, a.ID, now.Sub(a.Started).Round(time.Second)))
+			jobs = append(jobs, fmt.Sprintf("%s %s %s (%s)", a.Type, a.ID, progressText(a), now.Sub(a.Started).Round(time.Second)))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", orDash(w.Name), w.Host, w.PID, orDash(w.Version), w.Status, now.Sub(w.Started).Round(time.Second),
-			queueList(w.Queues), len(w.Active), w.Concurrency, strings.Join(jobs, ", "))
+		status := w.Status
+		if w.Draining {
+			status = "draining"
+		}
+		limit, beat := "-", "-"
+		if w.GPULimitMiB > 0 {
+			limit = fmt.Sprintf("%d MiB", w.GPULimitMiB)
+		}
+		if !w.LastHeartbeat.IsZero() {
+			beat = now.Sub(w.LastHeartbeat).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", orDash(w.Name), w.Host, orDash(w.Model), orDash(w.Backend), limit, orDash(w.Class),
+			len(w.Active), w.Concurrency, status, beat, orDash(strings.Join(jobs, ", ")))
 	}
 	return tw.Flush()
 }
 
-// queueList writes queues as name=weight, heaviest first.
-func queueList(q map[string]int) string {
-	names := make([]string, 0, len(q))
-	for n := range q {
-		names = append(names, n)
+// progressText is a running job's phase and progress: "prefill 512/2048" or "decode 17/64".
+func progressText(a daemon.ActiveJob) string {
+	p := a.Progress
+	switch {
+	case p == nil:
+		return "starting"
+	case p.Phase == "prefill":
+		return fmt.Sprintf("prefill %d/%d", p.Prefilled, p.PromptTokens)
+	case p.Phase == "decode":
+		return fmt.Sprintf("decode %d/%d", p.Generated, p.MaxTokens)
 	}
-	sort.Slice(names, func(i, j int) bool {
-		if q[names[i]] != q[names[j]] {
-			return q[names[i]] > q[names[j]]
-		}
-		return names[i] < names[j]
-	})
-	for i, n := range names {
-		names[i] = fmt.Sprintf("%s=%d", n, q[n])
-	}
-	return strings.Join(names, ",")
+	return string(p.Phase)
 }
 
 func orDash(s string) string {

@@ -22,6 +22,9 @@ func fusedMaxTokens(t quant.Type) int {
 	return 1
 }
 
+// dotTileRows is the rows dotted with every token of a small batch before the next rows.
+const dotTileRows = 16
+
 func (c *context) MatMul(wt ml.Weight, x ml.Tensor) ml.Tensor {
 	w := wt.(*weight)
 	t := x.(*tensor)
@@ -54,9 +57,19 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 		})
 	default:
 		c.b.pool.parallel(rows, 8, func(lo, hi int) {
-			data := w.data[(r0+lo)*w.rowB : (r0+hi)*w.rowB]
-			for i := 0; i < n; i++ {
-				quant.DotRows(w.typ, data, x[i*cols:(i+1)*cols], out[i*rows+lo:i*rows+hi])
+			// Tiles of rows small enough to stay in L1 while every token is dotted with
+			// them: a few tokens (a decode step of several sequences) read the weights from
+			// memory once, as one token does.
+			tile := dotTileRows
+			if n == 1 {
+				tile = hi - lo
+			}
+			for t0 := lo; t0 < hi; t0 += tile {
+				t1 := min(t0+tile, hi)
+				data := w.data[(r0+t0)*w.rowB : (r0+t1)*w.rowB]
+				for i := 0; i < n; i++ {
+					quant.DotRows(w.typ, data, x[i*cols:(i+1)*cols], out[i*rows+t0:i*rows+t1])
+				}
 			}
 		})
 	}

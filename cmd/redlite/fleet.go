@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/redlite/batch/daemon"
+)
+
+func init() {
+	register(command{name: "fleet", summary: "the fleet per model and capacity class: workers, queue depths, the largest job that fits", run: runFleet})
+}
+
+func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("fleet", stderr)
+	jf := addJobsFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if jf.envErr != nil {
+		return fmt.Errorf("environment: %w", jf.envErr)
+	}
+	f, err := daemon.FleetView(jf.redisURL(), jf.tlsFiles())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, f)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tCLASS\tWORKERS\tLARGEST JOB\tLARGEST PROMPT\tPENDING\tACTIVE\tRETRY\tARCHIVED")
+	for _, c := range f.Classes {
+		var largest []string
+		for _, l := range c.Largest {
+			largest = append(largest, fmt.Sprintf("%s/%d: %d", l.KV, l.MaxTokens, l.PromptTokens))
+		}
+		var d daemon.QueueDepth
+		for _, q := range c.Queues {
+			d.Pending, d.Active, d.Retry, d.Archived = d.Pending+q.Pending, d.Active+q.Active, d.Retry+q.Retry, d.Archived+q.Archived
+		}
+		model := c.Model
+		if model == "" {
+			model = c.ModelKey
+		}
+		workers := strings.Join(c.Workers, ",")
+		if len(c.Workers) == 0 {
+			workers = "(none live)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d tokens\t%s\t%d\t%d\t%d\t%d\n", model, c.Class, workers, c.MaxContext, orDash(strings.Join(largest, ", ")),
+			d.Pending, d.Active, d.Retry, d.Archived)
+	}
+	for _, q := range f.Other {
+		fmt.Fprintf(tw, "(queue %s)\t-\t-\t-\t-\t%d\t%d\t%d\t%d\n", q.Queue, q.Pending, q.Active, q.Retry, q.Archived)
+	}
+	return tw.Flush()
+}

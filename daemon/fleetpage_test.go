@@ -1,0 +1,125 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/redlite/batch/jobs"
+)
+
+// chromium finds Debian's chromium. Missing, the test fails under CI (.ci/run installs it)
+// and is skipped elsewhere.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "chromium not found on PATH (apt-get install chromium)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// TestFleetPage starts Redis, a daemon and the dashboard, runs a slow job and reads its
+// progress off the fleet page as a headless Chromium renders it: the worker with its class,
+// and the job's phase and token counts moving while it runs.
+func TestFleetPage(t *testing.T) {
+	browser := chromium(t)
+	b := setup(t)
+	startDaemon(t, b.cfg, Observer{})
+	dash, err := NewDashboard(b.cfg.RedisURL, jobs.TLSFiles{}, "/monitor", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dash.Close()
+	srv := httptest.NewServer(dash)
+	defer srv.Close()
+
+	job := enqueue(t, b.client, longGenerate())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		_ = b.client.Cancel(ctx, job.ID)
+	}()
+
+	actx, cancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser),
+		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-first-run", true),
+		chromedp.UserDataDir(t.TempDir()))
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+
+	row := fmt.Sprintf(`#jobs tr[data-job=%q]`, job.ID)
+	generated := func() int {
+		t.Helper()
+		text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+" td.generated")))
+		if err != nil {
+			t.Fatalf("read the job's generated tokens: %v", err)
+		}
+		n, err := strconv.Atoi(strings.Split(text, "/")[0])
+		if err != nil {
+			t.Fatalf("generated %q: %v", text, err)
+		}
+		return n
+	}
+	workerRow := chromedp.CSS(`#workers tr[data-worker="test-worker"]`)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/monitor"+FleetPath),
+		chromedp.WaitVisible(workerRow),
+		chromedp.WaitVisible(chromedp.CSS(row)),
+	); err != nil {
+		t.Fatalf("the fleet page never showed the worker and the job: %v", err)
+	}
+	worker, err := chromedp.Run(ctx, chromedp.Text(workerRow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"tiny-qwen3", "cpu", "4096 MiB", jobs.ClassOf(4096)} {
+		if !strings.Contains(worker, want) {
+			t.Errorf("worker row %q lacks %q", worker, want)
+		}
+	}
+	// The page refreshes every second; the job decodes thousands of tokens meanwhile.
+	first := generated()
+	start := time.Now()
+	for {
+		phase, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+" td.phase")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := generated(); phase == "decode" && n > first && n > 0 {
+			t.Logf("progress on the page: %d → %d tokens generated in %v", first, n, time.Since(start).Round(time.Millisecond))
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the page's progress never moved past %d tokens (phase %q)", first, phase)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	classes, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#classes tbody`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(classes, job.Queue) {
+		t.Errorf("queues per class %q lack the job's queue %s", classes, job.Queue)
+	}
+}
