@@ -255,7 +255,7 @@ func (r *run) hierarchical(ctx context.Context, s *jobs.Summarize) error {
 
 // writeProgress publishes a parent's progress; a failed write only delays the display.
 func (r *run) writeProgress(ctx context.Context, p jobs.Progress) {
-	p.UpdatedAt = r.start.UTC()
+	p.UpdatedAt = time.Now().UTC()
 	if _, err := r.out.Write(jobs.EncodeProgress(p)); err != nil {
 		r.log.Debug("progress write failed", "err", err)
 	}
