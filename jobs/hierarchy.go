@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Strategy is a summarize payload's "strategy".
@@ -33,6 +34,8 @@ const (
 	// MaxPieces bounds the pieces of one level: 2 MiB of input cut into pieces of at
 	// least 64 bytes.
 	MaxPieces = MaxInputBytes / 64
+	// MaxParentIDBytes bounds part.parent: asynq takes any id, a raw client's too.
+	MaxParentIDBytes = 1024
 )
 
 // Part marks a child job of a hierarchical summary: which parent it belongs to and where it
@@ -63,19 +66,14 @@ func (s *Summarize) validateStrategy() error {
 	switch {
 	case s.Strategy != "" && s.Strategy != StrategySingle:
 		return invalid("strategy", "a part of a hierarchical summary runs in one pass: must be single or absent, got %q", s.Strategy)
-	case p.Parent == "" || len(p.Parent) > MaxIdempotencyKeyLen:
-		return invalid("part.parent", "must be a job id of 1…%d bytes, got %d bytes", MaxIdempotencyKeyLen, len(p.Parent))
+	case p.Parent == "" || len(p.Parent) > MaxParentIDBytes || !printable(p.Parent):
+		return invalid("part.parent", "must be a job id of 1…%d printable bytes, got %d bytes", MaxParentIDBytes, len(p.Parent))
 	case p.Level < 0 || p.Level >= MaxLevels:
 		return invalid("part.level", "must be between 0 and %d, got %d", MaxLevels-1, p.Level)
 	case p.Pieces < 1 || p.Pieces > MaxPieces:
 		return invalid("part.pieces", "must be between 1 and %d, got %d", MaxPieces, p.Pieces)
 	case p.Index < 0 || p.Index >= p.Pieces:
 		return invalid("part.index", "must be between 0 and pieces-1 (%d), got %d", p.Pieces-1, p.Index)
-	}
-	for i := 0; i < len(p.Parent); i++ {
-		if !idKeyByte(p.Parent[i]) {
-			return invalid("part.parent", "may contain only A-Z a-z 0-9 and . _ : -, got %q at byte %d", p.Parent[i], i)
-		}
 	}
 	return nil
 }
@@ -95,11 +93,11 @@ func splitsItself(p Payload, st Strategy) bool {
 }
 
 // ChildID is the job id of piece index of level in the tree of parent: derived, so that
-// enqueueing a child twice gives one job. A long parent id is replaced by a hash of it to
-// keep the id within the idempotency key's limit.
+// enqueueing a child twice gives one job. A parent id that is long, or holds bytes an
+// idempotency key may not (a raw client's), is replaced by a hash of it.
 func ChildID(parent string, level, index int) string {
 	prefix := parent
-	if len(prefix) > MaxIdempotencyKeyLen-24 {
+	if len(prefix) > MaxIdempotencyKeyLen-24 || strings.ContainsFunc(prefix, func(r rune) bool { return r >= utf8.RuneSelf || !idKeyByte(byte(r)) }) {
 		sum := sha256.Sum256([]byte(parent))
 		prefix = "h-" + hex.EncodeToString(sum[:16])
 	}

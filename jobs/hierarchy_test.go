@@ -19,7 +19,7 @@ func TestSummarizeStrategyValidation(t *testing.T) {
 		{"Overlap", `{"version":1,"input":"doc","overlap":5000}`, "overlap: must be between 0 and 1024"},
 		{"ChildNotSingle", `{"version":1,"input":"doc","strategy":"auto","part":{"parent":"p","level":0,"index":0,"pieces":1}}`, "strategy: a part of a hierarchical summary runs in one pass"},
 		{"IndexBeyondPieces", `{"version":1,"input":"doc","part":{"parent":"p","level":0,"index":3,"pieces":3}}`, "part.index"},
-		{"BadParent", `{"version":1,"input":"doc","part":{"parent":"p q","level":0,"index":0,"pieces":1}}`, "part.parent"},
+		{"BadParent", `{"version":1,"input":"doc","part":{"parent":"p\u0000","level":0,"index":0,"pieces":1}}`, "part.parent"},
 		{"Level", `{"version":1,"input":"doc","part":{"parent":"p","level":32,"index":0,"pieces":1}}`, "part.level"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -46,8 +46,10 @@ func TestChildID(t *testing.T) {
 	if len(id) > MaxIdempotencyKeyLen || id == ChildID(long+"x", 31, MaxPieces-1) {
 		t.Errorf("ChildID of a long parent = %q: want ≤ %d bytes, distinct per parent", id, MaxIdempotencyKeyLen)
 	}
-	if err := (&Common{IdempotencyKey: id}).validate(); err != nil {
-		t.Errorf("child id is no valid key: %v", err)
+	for _, parent := range []string{long, "raw client id/with spaces", "ünïcode"} {
+		if err := (&Common{IdempotencyKey: ChildID(parent, 3, 9)}).validate(); err != nil {
+			t.Errorf("child id of %q is no valid key: %v", parent, err)
+		}
 	}
 }
 

@@ -245,7 +245,7 @@ func TestSchemaLimits(t *testing.T) {
 		{SchemaSummarize, "properties/overlap", "maximum", MaxOverlap},
 		{SchemaSummarize, "properties/part/properties/level", "maximum", MaxLevels - 1},
 		{SchemaSummarize, "properties/part/properties/pieces", "maximum", MaxPieces},
-		{SchemaSummarize, "properties/part/properties/parent", "maxLength", MaxIdempotencyKeyLen},
+		{SchemaSummarize, "properties/part/properties/parent", "maxLength", MaxParentIDBytes},
 	} {
 		if got := at(c.file, c.pointer, c.key); num(got) != num(c.want) {
 			t.Errorf("%s %s %s = %v, want %v", c.file, c.pointer, c.key, got, c.want)
