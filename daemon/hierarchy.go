@@ -204,9 +204,9 @@ func (r *run) hierarchical(ctx context.Context, s *jobs.Summarize) error {
 			r.outcome = outcomeDoesNotFit
 			return permanent(fmt.Errorf("hierarchical summary on worker %s: %w", w.name, err))
 		}
-		if err := w.client.SaveHierarchy(ctx, r.queue, r.id, "", h); err != nil {
-			return err // another attempt saved first (ErrTreeChanged): the retry reads it
-		}
+		if err := w.client.SaveHierarchy(ctx, r.queue, r.id, "", h); err != nil && !errors.Is(err, jobs.ErrTreeChanged) {
+			return err
+		} // else another attempt saved its tree first: the same, read below
 		r.log.Info("hierarchical summary", "pieces", len(h.Pieces), "piece_tokens", h.PieceTokens, "partial_max_tokens", h.PartialMaxTokens,
 			"input_bytes", len(s.Input), "split", time.Since(split).Round(time.Millisecond))
 		if h, raw, _, err = w.client.LoadHierarchy(ctx, r.queue, r.id); err != nil {
@@ -244,9 +244,9 @@ func (r *run) hierarchical(ctx context.Context, s *jobs.Summarize) error {
 			return permanent(err)
 		}
 		h.Levels = append(h.Levels, next)
-		if err := w.client.SaveHierarchy(ctx, r.queue, r.id, raw, h); err != nil {
+		if err := w.client.SaveHierarchy(ctx, r.queue, r.id, raw, h); err != nil && !errors.Is(err, jobs.ErrTreeChanged) {
 			return err
-		}
+		} // else another attempt added the level first: read it
 		if h, raw, _, err = w.client.LoadHierarchy(ctx, r.queue, r.id); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -74,5 +75,49 @@ func TestPartPrompts(t *testing.T) {
 	one := SummarizeMessages(&Summarize{Version: 1, Input: "text", Instructions: ins, Part: &Part{Parent: "p", Pieces: 1, Final: true}})
 	if plain := SummarizeMessages(&Summarize{Version: 1, Input: "text", Instructions: ins}); one[1] != plain[1] || one[0] != plain[0] {
 		t.Errorf("a final level-0 part's prompt differs from the plain one")
+	}
+}
+
+// TestHierarchyState: the tree is saved with a compare-and-set in the parent's task hash, and
+// cancelling the parent cancels every child it lists.
+func TestHierarchyState(t *testing.T) {
+	c, _ := setup(t)
+	ctx := context.Background()
+	parent, err := c.Enqueue(ctx, &Summarize{Version: 1, Input: "doc", Strategy: StrategyHierarchical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := Hierarchy{Pieces: []Span{{Start: 0, End: 3}}, Levels: []HierarchyLevel{{Children: []string{ChildID(parent.ID, 0, 0), ChildID(parent.ID, 0, 1)}}}}
+	if err := c.SaveHierarchy(ctx, parent.Queue, parent.ID, "", h); err != nil {
+		t.Fatal(err)
+	}
+	got, raw, ok, err := c.LoadHierarchy(ctx, parent.Queue, parent.ID)
+	if err != nil || !ok || len(got.Levels) != 1 || got.Levels[0].Children[1] != h.Levels[0].Children[1] {
+		t.Fatalf("load: %+v %v %v", got, ok, err)
+	}
+	if err := c.SaveHierarchy(ctx, parent.Queue, parent.ID, "", h); !errors.Is(err, ErrTreeChanged) {
+		t.Errorf("a second first save: %v, want ErrTreeChanged", err)
+	}
+	if err := c.SaveHierarchy(ctx, parent.Queue, "nope", "", h); !errors.Is(err, ErrNotFound) {
+		t.Errorf("save on a missing job: %v, want ErrNotFound", err)
+	}
+	h.Levels = append(h.Levels, HierarchyLevel{Children: []string{ChildID(parent.ID, 1, 0)}, Final: true})
+	if err := c.SaveHierarchy(ctx, parent.Queue, parent.ID, raw, h); err != nil {
+		t.Fatalf("save over the state read: %v", err)
+	}
+	for i := range 2 {
+		part := &Part{Parent: parent.ID, Index: i, Pieces: 2}
+		if _, err := c.Enqueue(ctx, &Summarize{Version: 1, Input: "piece", Part: part, Common: Common{IdempotencyKey: ChildID(parent.ID, 0, i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Cancel(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		st, err := c.Status(ctx, ChildID(parent.ID, 0, i))
+		if err != nil || st.State != StateArchived || st.Result == nil || st.Result.FinishReason != FinishCancelled {
+			t.Errorf("child %d after the parent's cancel: %+v %v", i, st, err)
+		}
 	}
 }
