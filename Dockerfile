@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# Red Lite Batch worker image: redlited (the daemon) and redlite (the CLI; its `dashboard`
-# command is the asynqmon of docker-compose.yml). Linux, CPU backend. Models are never baked
+# Red Lite Batch worker image: redlited (the daemon), redlite (the CLI; its `dashboard`
+# command is the asynqmon of docker-compose.yml) and redlite-api (the HTTP API). Linux, CPU backend. Models are never baked
 # in: mount them read-only at /models. Docker cannot run where this file was written; see
 # ops/README.md for what was checked instead (ops/ops_test.go builds the binaries exactly as
 # the build stage does, from the context .dockerignore leaves).
@@ -19,7 +19,7 @@ COPY . .
 # redlite_build_info report VERSION and COMMIT (docker build --build-arg COMMIT=$(git rev-parse HEAD)).
 ARG VERSION=devel
 ARG COMMIT=unknown
-RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X github.com/redlite/batch/internal/buildinfo.Version=${VERSION} -X github.com/redlite/batch/internal/buildinfo.Commit=${COMMIT}" -o /out/ ./cmd/redlited ./cmd/redlite
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X github.com/redlite/batch/internal/buildinfo.Version=${VERSION} -X github.com/redlite/batch/internal/buildinfo.Commit=${COMMIT}" -o /out/ ./cmd/redlited ./cmd/redlite ./cmd/redlite-api
 
 # --- runtime: slim Debian, no toolchain, no sources ---
 FROM debian:bookworm-20260824-slim
@@ -34,7 +34,7 @@ RUN groupadd --system --gid 10001 redlite \
       --shell /usr/sbin/nologin redlite \
  && mkdir -p /var/cache/redlite /models \
  && chown redlite:redlite /var/cache/redlite
-COPY --from=build /out/redlited /out/redlite /usr/local/bin/
+COPY --from=build /out/redlited /out/redlite /out/redlite-api /usr/local/bin/
 ENV REDLITE_HTTP_ADDR=:9464 \
     REDLITE_CACHE_DIR=/var/cache/redlite \
     REDLITE_LOG_FORMAT=json

@@ -100,6 +100,16 @@ type Config struct {
 	HierarchyPoll time.Duration `env:"REDLITE_HIERARCHY_POLL" envDefault:"2s"`
 	// WebhookTimeout bounds one POST of a result to a payload's webhook_url.
 	WebhookTimeout time.Duration `env:"REDLITE_WEBHOOK_TIMEOUT" envDefault:"10s"`
+	// WebhookSecret signs webhook POSTs (HMAC-SHA256, see jobs.VerifyWebhook);
+	// WebhookSecretFile reads it from a file instead (trailing newline dropped). With
+	// neither, webhooks are sent unsigned.
+	WebhookSecret     string `env:"REDLITE_WEBHOOK_SECRET"`
+	WebhookSecretFile string `env:"REDLITE_WEBHOOK_SECRET_FILE"`
+	// WebhookRetryDelay is the first back-off after a failed delivery; it doubles per
+	// attempt up to 5m, or is what the receiver's Retry-After asks if that is longer.
+	WebhookRetryDelay time.Duration `env:"REDLITE_WEBHOOK_RETRY_DELAY" envDefault:"2s"`
+	// WebhookRetryFor is how long after the first attempt a delivery is retried.
+	WebhookRetryFor time.Duration `env:"REDLITE_WEBHOOK_RETRY_FOR" envDefault:"1h"`
 	// WorkerName is what results report as "worker"; empty means the host name.
 	WorkerName string `env:"REDLITE_WORKER_NAME"`
 	// CapabilityTTL is how long the worker's capability document outlives its last refresh
@@ -198,6 +208,13 @@ func (c Config) Validate() error {
 		return bad("REDLITE_ADMISSION_TIMEOUT", "must be > 0, got %v", c.AdmissionTimeout)
 	case c.HierarchyPoll <= 0:
 		return bad("REDLITE_HIERARCHY_POLL", "must be > 0, got %v", c.HierarchyPoll)
+	case c.WebhookRetryDelay <= 0:
+		return bad("REDLITE_WEBHOOK_RETRY_DELAY", "must be > 0, got %v", c.WebhookRetryDelay)
+	case c.WebhookRetryFor < 0:
+		return bad("REDLITE_WEBHOOK_RETRY_FOR", "must be ≥ 0 (0: one attempt), got %v", c.WebhookRetryFor)
+	}
+	if _, err := c.webhookSecret(); err != nil {
+		return err
 	}
 	if _, err := c.policy(); err != nil {
 		return err
@@ -221,6 +238,11 @@ func (c Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// webhookSecret is REDLITE_WEBHOOK_SECRET or the contents of REDLITE_WEBHOOK_SECRET_FILE.
+func (c Config) webhookSecret() ([]byte, error) {
+	return jobs.WebhookSecret(c.WebhookSecret, c.WebhookSecretFile)
 }
 
 // tlsFiles are the REDLITE_REDIS_*_FILE settings.

@@ -62,10 +62,11 @@ type Daemon struct {
 	// backend is Options.Backend.
 	backend ml.Backend
 
-	lm *loadedModel
-	w  *worker
-	hb *heartbeat    // the worker's name beside asynq's heartbeat (heartbeat.go)
-	cp *capabilities // what the worker serves and holds, for routing (capabilities.go)
+	lm    *loadedModel
+	w     *worker
+	hb    *heartbeat     // the worker's name beside asynq's heartbeat (heartbeat.go)
+	cp    *capabilities  // what the worker serves and holds, for routing (capabilities.go)
+	hooks *webhookSender // webhook deliveries (webhook.go)
 	// refused exports the jobs clients refused at submit (fleetmetrics.go).
 	refused *refusedCollector
 	of      *orphanFinder // jobs of dead workers (orphans.go)
@@ -217,7 +218,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err := d.startCapabilities(name, lm, budget, cal, policy, pool); err != nil {
 		return err
 	}
-	d.w = newWorker(&worker{hb: d.hb, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
+	if d.hooks, err = newWebhookSender(d.redis, d.cfg, d.log, d.m); err != nil {
+		return err
+	}
+	d.hooks.start()
+	d.w = newWorker(&worker{hb: d.hb, hooks: d.hooks, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
 		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs}, d.redis)
 	// Before the asynq server starts: its recoverer runs at start and takes the jobs of a
 	// predecessor on this host that the finder proves dead (orphans.go).
@@ -339,6 +344,9 @@ func (d *Daemon) shutdown() {
 	}
 	if d.cp != nil {
 		d.cp.terminate()
+	}
+	if d.hooks != nil {
+		d.hooks.terminate() // after the worker, which queues deliveries until it stops
 	}
 	if d.of != nil {
 		d.of.terminate()

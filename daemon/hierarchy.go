@@ -341,7 +341,8 @@ func (r *run) enqueueChild(ctx context.Context, s *jobs.Summarize, h jobs.Hierar
 		}
 		return err
 	}
-	return nil
+	// The child holds a piece of the document: the API shows it only to the parent's token.
+	return r.w.client.InheritOwner(ctx, r.id, l.Children[i])
 }
 
 // nextLevel groups a finished level's summaries into the reduce jobs of the next level: one

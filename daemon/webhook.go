@@ -3,44 +3,250 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlite/batch/jobs"
 )
 
-// postWebhook POSTs a completed job's result envelope to the payload's webhook_url, once,
-// within REDLITE_WEBHOOK_TIMEOUT. A failed delivery is logged and counted but does not fail
-// the job: the result is in Redis either way, and a retry of the whole job to repeat a POST
-// would run the model again.
-func (w *worker) postWebhook(ctx context.Context, log *slog.Logger, url, id string, env []byte) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WebhookTimeout)
-	defer cancel()
-	err := func() error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(env))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("User-Agent", "redlited")
-		req.Header.Set("Redlite-Job-Id", id)
-		resp, err := webhookClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("status %s", resp.Status)
-		}
-		return nil
-	}()
+// Webhook deliveries wait in Redis, not in memory, so that one survives the worker that
+// queued it: a sorted set of delivery ids by when they are due, and a hash per delivery.
+// Every daemon's sender takes due deliveries from the set, so a delivery whose worker is
+// gone is made by another. Delivery is at least once: a sender that dies between the POST
+// and recording it leaves the delivery to be made again after its lease.
+const (
+	keyWebhooksDue = "redlite:webhooks:due"
+	// webhookClaim is how many due deliveries one sender takes at a time, and how many
+	// POSTs it has in flight.
+	webhookClaim = 8
+	// webhookMaxDelay caps the back-off between two attempts (a Retry-After may ask more,
+	// within REDLITE_WEBHOOK_RETRY_FOR).
+	webhookMaxDelay = 5 * time.Minute
+	// webhookTick is how often a sender looks for due deliveries it was not told of: a
+	// retry that comes due, or another worker's.
+	webhookTick = time.Second
+)
+
+func keyWebhook(id string) string { return "redlite:webhook:" + id }
+
+// webhookSender delivers results to webhook_url: signed, retried with back-off (or after
+// the receiver's Retry-After) for REDLITE_WEBHOOK_RETRY_FOR, each attempt counted.
+type webhookSender struct {
+	rdb    redis.UniversalClient
+	cfg    Config
+	secret []byte
+	log    *slog.Logger
+	m      *metrics
+	kickc  chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newWebhookSender(ru jobs.RedisURL, cfg Config, log *slog.Logger, m *metrics) (*webhookSender, error) {
+	secret, err := cfg.webhookSecret()
 	if err != nil {
-		w.m.webhooks.WithLabelValues("error").Inc()
-		// The URL may carry a token; log only that a delivery failed.
-		log.Warn("webhook delivery failed", "err", redactURLError(err))
+		return nil, configErr(err)
+	}
+	rdb, ok := ru.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, errors.New("webhooks: unexpected redis client type")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &webhookSender{rdb: rdb, cfg: cfg, secret: secret, log: log, m: m, kickc: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
+}
+
+// add queues the delivery of a finished job's result envelope and wakes the sender.
+func (s *webhookSender) add(ctx context.Context, url, id string, env []byte) error {
+	now := time.Now()
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, keyWebhook(id), "url", url, "body", env, "attempts", 0, "first", now.UnixMilli())
+		p.ZAdd(ctx, keyWebhooksDue, redis.Z{Score: float64(now.UnixMilli()), Member: id})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queue webhook of job %s: %w", id, err)
+	}
+	select {
+	case s.kickc <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (s *webhookSender) start() {
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(webhookTick)
+		defer tick.Stop()
+		for {
+			for s.round() == webhookClaim && s.ctx.Err() == nil {
+			}
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-tick.C:
+			case <-s.kickc:
+			}
+		}
+	}()
+}
+
+// terminate stops the sender after the POSTs in flight (each bounded by
+// REDLITE_WEBHOOK_TIMEOUT); what is left waits in Redis for another sender or the next start.
+func (s *webhookSender) terminate() {
+	s.cancel()
+	<-s.done
+	s.rdb.Close()
+}
+
+// claimScript takes up to ARGV[3] deliveries due by ARGV[1] (ms) and leases them until
+// ARGV[2]: another sender sees them again only if this one dies before it records them.
+var claimScript = redis.NewScript(`
+local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", ARGV[1], "LIMIT", 0, tonumber(ARGV[3]))
+for _, id in ipairs(ids) do redis.call("ZADD", KEYS[1], ARGV[2], id) end
+return ids`)
+
+// round makes one claim's deliveries and returns how many it claimed.
+func (s *webhookSender) round() int {
+	now := time.Now()
+	lease := now.Add(s.cfg.WebhookTimeout + 10*time.Second)
+	ids, err := claimScript.Run(s.ctx, s.rdb, []string{keyWebhooksDue}, now.UnixMilli(), lease.UnixMilli(), webhookClaim).StringSlice()
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.log.Warn("claim webhook deliveries", "err", err)
+		}
+		return 0
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.deliver(id)
+		}()
+	}
+	wg.Wait()
+	return len(ids)
+}
+
+// deliver makes one attempt and records its outcome. It uses a context apart from the
+// sender's: a POST under way when the daemon stops is finished and recorded.
+func (s *webhookSender) deliver(id string) {
+	ctx := context.WithoutCancel(s.ctx)
+	h, err := s.rdb.HGetAll(ctx, keyWebhook(id)).Result()
+	if err != nil {
+		s.log.Warn("read webhook delivery", "job", id, "err", err)
+		return // leased: tried again later
+	}
+	if len(h) == 0 {
+		s.rdb.ZRem(ctx, keyWebhooksDue, id)
 		return
 	}
-	w.m.webhooks.WithLabelValues("ok").Inc()
+	attempts, _ := strconv.Atoi(h["attempts"])
+	attempts++
+	first, _ := strconv.ParseInt(h["first"], 10, 64)
+	log := s.log.With("job", id, "attempt", attempts)
+	secret := s.secret
+	if len(secret) > 0 {
+		// A job submitted through redlite-api is signed with its token's secret.
+		if owner, err := s.rdb.Get(ctx, jobs.JobOwnerKey(id)).Result(); err == nil && owner != "" {
+			secret = jobs.TokenWebhookSecret(secret, owner)
+		}
+	}
+	retryAfter, err := s.post(ctx, h["url"], id, attempts, secret, []byte(h["body"]))
+	if err == nil {
+		s.m.webhooks.WithLabelValues("ok").Inc()
+		s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, keyWebhooksDue, id)
+			p.Del(ctx, keyWebhook(id))
+			return nil
+		})
+		return
+	}
+	s.m.webhooks.WithLabelValues("error").Inc()
+	// The URL may carry a token; log only that a delivery failed.
+	delay := min(s.cfg.WebhookRetryDelay<<min(attempts-1, 20), webhookMaxDelay)
+	delay = max(delay, retryAfter)
+	next := time.Now().Add(delay)
+	if next.Sub(time.UnixMilli(first)) > s.cfg.WebhookRetryFor {
+		s.m.webhooks.WithLabelValues("expired").Inc()
+		log.Warn("webhook delivery failed; giving up (REDLITE_WEBHOOK_RETRY_FOR)", "err", redactURLError(err), "retry_for", s.cfg.WebhookRetryFor)
+		s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, keyWebhooksDue, id)
+			p.Del(ctx, keyWebhook(id))
+			return nil
+		})
+		return
+	}
+	log.Warn("webhook delivery failed; will retry", "err", redactURLError(err), "in", delay.Round(time.Millisecond))
+	s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, keyWebhook(id), "attempts", attempts)
+		p.ZAdd(ctx, keyWebhooksDue, redis.Z{Score: float64(next.UnixMilli()), Member: id})
+		return nil
+	})
+}
+
+// post makes one POST within REDLITE_WEBHOOK_TIMEOUT. On failure it returns the delay the
+// receiver asked for with Retry-After, if any.
+func (s *webhookSender) post(ctx context.Context, url, id string, attempt int, secret, body []byte) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WebhookTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "redlited")
+	req.Header.Set(jobs.WebhookHeaderJobID, id)
+	req.Header.Set(jobs.WebhookHeaderAttempt, strconv.Itoa(attempt))
+	if len(secret) > 0 {
+		now := time.Now()
+		req.Header.Set(jobs.WebhookHeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+		req.Header.Set(jobs.WebhookHeaderSignature, jobs.SignWebhook(secret, now, body))
+	}
+	resp, err := webhookClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return retryAfter(resp.Header.Get("Retry-After"), time.Now()), fmt.Errorf("status %s", resp.Status)
+	}
+	return 0, nil
+}
+
+// retryAfter reads a Retry-After header: seconds or an HTTP date.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// postWebhook queues the delivery of a completed job's result to the payload's
+// webhook_url. A delivery that cannot be queued is logged and counted but does not fail the
+// job: the result is in Redis either way, and a retry of the whole job to repeat a POST
+// would run the model again.
+func (w *worker) postWebhook(ctx context.Context, log *slog.Logger, url, id string, env []byte) {
+	if err := w.hooks.add(context.WithoutCancel(ctx), url, id, env); err != nil {
+		w.m.webhooks.WithLabelValues("error").Inc()
+		log.Warn("webhook delivery not queued", "err", err)
+	}
 }
 
 // webhookClient does not follow redirects: a result goes where the client said, nowhere else.

@@ -24,6 +24,7 @@ type worker struct {
 	client   *jobs.Client // writes results once a task's context has ended
 	insp     *asynq.Inspector
 	hb       *heartbeat // records the running jobs (nil in none of the daemon's paths)
+	hooks    *webhookSender
 	name     string
 	budget   planner.Budget
 	cal      planner.Calibration

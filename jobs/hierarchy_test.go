@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSummarizeStrategyValidation(t *testing.T) {
@@ -110,6 +111,18 @@ func TestHierarchyState(t *testing.T) {
 		if _, err := c.Enqueue(ctx, &Summarize{Version: 1, Input: "piece", Part: part, Common: Common{IdempotencyKey: ChildID(parent.ID, 0, i)}}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A parent submitted through redlite-api has an owner; its children get it.
+	c.rdb.Set(ctx, JobOwnerKey(parent.ID), "token-a", time.Hour)
+	child := ChildID(parent.ID, 0, 0)
+	if err := c.InheritOwner(ctx, parent.ID, child); err != nil {
+		t.Fatal(err)
+	}
+	if owner, _ := c.rdb.Get(ctx, JobOwnerKey(child)).Result(); owner != "token-a" {
+		t.Errorf("child's owner %q, want the parent's", owner)
+	}
+	if err := c.InheritOwner(ctx, "ownerless", ChildID("ownerless", 0, 0)); err != nil || c.rdb.Exists(ctx, JobOwnerKey(ChildID("ownerless", 0, 0))).Val() != 0 {
+		t.Errorf("a parent without an owner gave its child one (%v)", err)
 	}
 	if err := c.Cancel(ctx, parent.ID); err != nil {
 		t.Fatal(err)

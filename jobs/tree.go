@@ -126,3 +126,20 @@ func (c *Client) cancelled(ctx context.Context, info *asynq.TaskInfo) error {
 	}
 	return nil
 }
+
+var inheritOwnerScript = redis.NewScript(`
+local owner = redis.call("GET", KEYS[1])
+if not owner then return 0 end
+local ttl = redis.call("PTTL", KEYS[1])
+if ttl > 0 then redis.call("SET", KEYS[2], owner, "PX", ttl) else redis.call("SET", KEYS[2], owner) end
+return 1`)
+
+// InheritOwner gives a child job the owner its parent has through redlite-api
+// (JobOwnerKey), so that only the parent's token reads the pieces of its document; a parent
+// without one (a Go or CLI client's) leaves the child open, as it is.
+func (c *Client) InheritOwner(ctx context.Context, parent, child string) error {
+	if err := inheritOwnerScript.Run(ctx, c.rdb, []string{JobOwnerKey(parent), JobOwnerKey(child)}).Err(); err != nil {
+		return fmt.Errorf("give job %s the owner of %s: %w", child, parent, classifyRedis(err))
+	}
+	return nil
+}

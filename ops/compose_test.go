@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/jobs/httpapi"
 )
 
 // composeFile is the part of the Compose specification docker-compose.yml uses. Decoding
@@ -270,7 +271,7 @@ func healthURL(t *testing.T, name string, h *composeHealth) *url.URL {
 	return nil
 }
 
-var wantServices = []string{"dashboard", "grafana", "prometheus", "redis", "redis-exporter", "worker"}
+var wantServices = []string{"api", "dashboard", "grafana", "prometheus", "redis", "redis-exporter", "worker"}
 
 func TestCompose(t *testing.T) {
 	raw := string(readFile(t, "docker-compose.yml"))
@@ -322,7 +323,7 @@ func TestCompose(t *testing.T) {
 			}
 		}
 		if len(built) != 1 {
-			t.Errorf("the services built from this repository name %d images (%v); want one image for worker and dashboard", len(built), built)
+			t.Errorf("the services built from this repository name %d images (%v); want one image for worker, dashboard and api", len(built), built)
 		}
 	})
 
@@ -458,6 +459,7 @@ func TestCompose(t *testing.T) {
 		want := map[string][]string{
 			"redis": {"ops/redis.env"}, "redis-exporter": {"ops/redis.env"}, "dashboard": {"ops/redis.env"},
 			"worker": {"ops/redis.env", "ops/worker.env"}, "grafana": {"ops/grafana.env"}, "prometheus": nil,
+			"api": {"ops/redis.env", "ops/api.env"},
 		}
 		for name, files := range want {
 			if got := c.service(t, name).EnvFiles; !slices.Equal([]string(got), files) {
@@ -479,7 +481,7 @@ func TestCompose(t *testing.T) {
 			}
 		}
 		ignore := string(readFile(t, "ops", ".gitignore"))
-		for _, f := range []string{"/redis.env\n", "/grafana.env\n", "/worker.env\n"} {
+		for _, f := range []string{"/redis.env\n", "/grafana.env\n", "/worker.env\n", "/api.env\n"} {
 			if !strings.Contains(ignore, f) {
 				t.Errorf("ops/.gitignore does not ignore %s", strings.TrimSpace(f))
 			}
@@ -552,6 +554,32 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
+	t.Run("API", func(t *testing.T) {
+		a := c.service(t, "api")
+		got, program, err := execEnv(t, "api", a, containerEnv(t, a))
+		if err != nil {
+			t.Fatalf("the API's command fails in sh: %v", err)
+		}
+		if !slices.Equal(program, []string{"redlite-api"}) {
+			t.Errorf("the api service runs %q, want redlite-api", program)
+		}
+		// The configuration the API reads from that environment is valid.
+		var environ []string
+		for k, v := range got {
+			environ = append(environ, k+"="+v)
+		}
+		if _, err := httpapi.ConfigFromEnv(environ); err != nil {
+			t.Errorf("the api service's environment: %v", err)
+		}
+		port := portOf(t, got["REDLITE_API_ADDR"])
+		if !slices.ContainsFunc(a.Ports, func(p string) bool { return strings.HasSuffix(p, ":"+port) }) {
+			t.Errorf("ports %q do not publish the API's port %s", a.Ports, port)
+		}
+		if hu := healthURL(t, "api", a.Healthcheck); hu.Port() != port || hu.Path != "/readyz" {
+			t.Errorf("api health check %s is not /readyz on its port %s", hu, port)
+		}
+	})
+
 	t.Run("Dashboard", func(t *testing.T) {
 		d := c.service(t, "dashboard")
 		got, program, err := execEnv(t, "dashboard", d, containerEnv(t, d))
@@ -603,6 +631,12 @@ func TestCompose(t *testing.T) {
 		}
 		if len(job.FileSD) == 0 {
 			t.Error("job redlited has no file_sd_configs for workers outside compose")
+		}
+		apiPort := portOf(t, containerEnv(t, c.service(t, "api"))["REDLITE_API_ADDR"])
+		if !slices.ContainsFunc(cfg.job(t, "redlite-api").DNSSD, func(d dnsSD) bool {
+			return slices.Contains(d.Names, "api") && strconv.Itoa(d.Port) == apiPort
+		}) {
+			t.Errorf("job redlite-api does not discover service api on port %s by DNS", apiPort)
 		}
 	})
 

@@ -155,7 +155,8 @@ func (d *dockerignore) ignored(rel string) bool {
 func TestDockerignore(t *testing.T) {
 	ig := parseDockerignore(t, readFile(t, ".dockerignore"))
 	for _, p := range []string{".git/HEAD", "models/x.gguf", "engine/testdata/tiny.gguf", "x.gguf",
-		"redlite", "quant.test", "engine/cpu/cpu.test", "ops/redis.env", "ops/grafana.env", ".ci/run"} {
+		"redlite", "quant.test", "engine/cpu/cpu.test", "ops/redis.env", "ops/grafana.env", "ops/api.env", ".ci/run",
+		"jobs/httpapi/testdata/node/node_modules/openai/package.json"} {
 		if !ig.ignored(p) {
 			t.Errorf("%s goes into the build context", p)
 		}
@@ -175,7 +176,7 @@ func TestDockerignore(t *testing.T) {
 	}
 }
 
-var goBuildPackages = regexp.MustCompile(`(?:^|\s)(\./cmd/[a-z0-9_/]+)`)
+var goBuildPackages = regexp.MustCompile(`(?:^|\s)(\./cmd/[a-z0-9_/-]+)`)
 
 func TestDockerfile(t *testing.T) {
 	ins := parseDockerfile(t, readFile(t, "Dockerfile"))
@@ -252,14 +253,14 @@ func TestDockerfile(t *testing.T) {
 	for _, m := range goBuildPackages.FindAllStringSubmatch(buildRun, -1) {
 		pkgs = append(pkgs, m[1])
 	}
-	for _, want := range []string{"./cmd/redlited", "./cmd/redlite"} {
+	for _, want := range []string{"./cmd/redlited", "./cmd/redlite", "./cmd/redlite-api"} {
 		if !strings.Contains(" "+strings.Join(pkgs, " ")+" ", " "+want+" ") {
 			t.Errorf("the build step %q does not build %s", buildRun, want)
 		}
 	}
 	t.Run("BuildsFromContext", func(t *testing.T) {
 		if testing.Short() {
-			t.Skip("builds two binaries; skipped with -short")
+			t.Skip("builds the image's binaries; skipped with -short")
 		}
 		ig := parseDockerignore(t, readFile(t, ".dockerignore"))
 		ctx := t.TempDir()

@@ -8,15 +8,13 @@ import (
 )
 
 // fusedMaxTokens is the batch size up to which each row is dotted straight from its
-// quantized bytes; beyond it, expanding rows to float32 once and running the GEMM is
-// cheaper. It depends on the type: the types with fast dot and fast expansion kernels cross
-// over at 3 tokens; Q5_K, whose expansion is plain Go, later; the types without a fused dot
-// kernel expand every block for every token anyway, so the GEMM wins from 2 tokens.
+// quantized bytes, a tile of rows with every token in turn (see matmul); beyond it expanding
+// rows to float32 once and running the GEMM is cheaper, below it the GEMM would fill few of
+// its micro-kernel's 12 rows. The types without a fused dot kernel expand every block for
+// every token anyway, so the GEMM wins from 2 tokens.
 func fusedMaxTokens(t quant.Type) int {
 	switch t {
-	case quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q6_K, quant.IQ2_XXS:
-		return 2
-	case quant.Q5_K:
+	case quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ2_XXS:
 		return 8
 	}
 	return 1
@@ -55,19 +53,26 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 				}
 			}
 		})
-	default:
+	case n == 1:
 		c.b.pool.parallel(rows, 8, func(lo, hi int) {
-			// Tiles of rows small enough to stay in L1 while every token is dotted with
-			// them: a few tokens (a decode step of several sequences) read the weights from
-			// memory once, as one token does.
-			tile := dotTileRows
-			if n == 1 {
-				tile = hi - lo
-			}
-			for t0 := lo; t0 < hi; t0 += tile {
-				t1 := min(t0+tile, hi)
+			data := w.data[(r0+lo)*w.rowB : (r0+hi)*w.rowB]
+			quant.DotRows(w.typ, data, x, out[lo:hi])
+		})
+	default:
+		// A few tokens (a decode step of several sequences): each tile of rows, small enough
+		// to stay in L1, is dotted with every token before the next tile — four tokens per
+		// kernel call where the type has a four-token kernel, which converts each block
+		// once for the four — so the weights are read from memory once. Every token's
+		// numbers are exactly those it gets alone.
+		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
+			for t0 := lo; t0 < hi; t0 += dotTileRows {
+				t1 := min(t0+dotTileRows, hi)
 				data := w.data[(r0+t0)*w.rowB : (r0+t1)*w.rowB]
-				for i := 0; i < n; i++ {
+				i := 0
+				for ; i+4 <= n; i += 4 {
+					quant.DotRows4(w.typ, data, x[i*cols:(i+4)*cols], cols, out[i*rows+t0:], rows)
+				}
+				for ; i < n; i++ {
 					quant.DotRows(w.typ, data, x[i*cols:(i+1)*cols], out[i*rows+t0:i*rows+t1])
 				}
 			}

@@ -110,6 +110,23 @@ func dotGeneric(t Type, row []byte, x []float32) float32 {
 	return sum
 }
 
+// DotRows4 is DotRows for four tokens at once: x holds them at x[i·cols …] and
+// out[i·ldo + r] receives row r's dot product with token i, each exactly as DotRows computes
+// it alone. With a four-token kernel for t (Q8_0 with AVX-512) each block is read and
+// converted once for the four; otherwise it makes four DotRows calls.
+func DotRows4(t Type, rows []byte, x []float32, cols int, out []float32, ldo int) {
+	n := len(rows) / max(t.RowBytes(cols), 1)
+	if len(rows) != n*t.RowBytes(cols) || len(x) < 3*cols+cols || len(out) < 3*ldo+n {
+		panic(fmt.Sprintf("quant: DotRows4 %v: %d bytes of rows of %d, %d x values, %d outputs of stride %d", t, len(rows), cols, len(x), len(out), ldo))
+	}
+	if cols%t.BlockSize() == 0 && dotRows4Fast(t, rows, x, cols, out, ldo) {
+		return
+	}
+	for i := 0; i < 4; i++ {
+		DotRows(t, rows, x[i*cols:(i+1)*cols], out[i*ldo:i*ldo+n])
+	}
+}
+
 // Dot returns the float32 dot product of a and b, which must have the same length.
 func Dot(a, b []float32) float32 {
 	if len(a) != len(b) {

@@ -23,6 +23,9 @@ func hasAVX512F() bool {
 func dotQ8_0RowsAVX512(rows *byte, x *float32, nblocks, nrows int, out *float32)
 
 //go:noescape
+func dotQ8_0Rows4AVX512(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int)
+
+//go:noescape
 func dotQ4_KRowsAVX512(rows *byte, x *float32, nblocks, nrows, group int, out *float32)
 
 // q4kGroup is the number of blocks of a row the Q4_K kernel unpacks scales for at a time: at
@@ -187,4 +190,13 @@ func dotQ5_K(row []byte, x []float32) float32 {
 		return dotQ5_KGo(row, x)
 	}
 	return dotQ5_KAVX2(&row[0], &x[0], len(x)/QK_K)
+}
+
+// dotRows4Fast is DotRows4 with one assembly call, where there is a four-token kernel.
+func dotRows4Fast(t Type, rows []byte, x []float32, cols int, out []float32, ldo int) bool {
+	if !useAVX512 || t != Q8_0 || cols == 0 || len(rows) == 0 {
+		return false
+	}
+	dotQ8_0Rows4AVX512(&rows[0], &x[0], cols, cols/32, len(rows)/t.RowBytes(cols), &out[0], ldo)
+	return true
 }

@@ -426,3 +426,107 @@ next:
 empty:
 	VZEROUPPER
 	RET
+
+// Q8TOK adds d·Σ q·x for one token: the block's q are in Z4 (low 16) and Z5 (high 16), d in
+// Z8, the token's x at XLO and XHI; T is scratch. It is Q8BLOCK512's arithmetic exactly.
+#define Q8TOK(XLO, XHI, T, ACC) \
+	VMULPS      XLO, Z4, T; \
+	VFMADD231PS XHI, Z5, T; \
+	VFMADD231PS Z8, T, ACC
+
+// Q8BLOCKX4 converts the block at OFF(SI) once and adds it, against x at XOFF of each of four
+// tokens (DI, DI+R13, DI+2·R13, DI+R14), to A0..A3.
+#define Q8BLOCKX4(OFF, XOFF, A0, A1, A2, A3) \
+	VPBROADCASTW OFF(SI), Y8; \
+	VCVTPH2PS    Y8, Z8; \
+	VPMOVSXBD    (OFF+2)(SI), Z4; \
+	VPMOVSXBD    (OFF+18)(SI), Z5; \
+	VCVTDQ2PS    Z4, Z4; \
+	VCVTDQ2PS    Z5, Z5; \
+	Q8TOK(XOFF(DI), (XOFF+64)(DI), Z6, A0); \
+	Q8TOK(XOFF(DI)(R13*1), (XOFF+64)(DI)(R13*1), Z7, A1); \
+	Q8TOK(XOFF(DI)(R13*2), (XOFF+64)(DI)(R13*2), Z9, A2); \
+	Q8TOK(XOFF(DI)(R14*1), (XOFF+64)(DI)(R14*1), Z10, A3)
+
+// Q8SUM sums a token's four accumulators as dotQ8_0RowsAVX512 does its Z0..Z3, and stores
+// the float at DST.
+#define Q8SUM(A0, A1, A2, A3, DST) \
+	VADDPS A1, A0, A0; \
+	VADDPS A3, A2, A2; \
+	VADDPS A2, A0, Z0; \
+	HSUM512; \
+	VMOVSS X0, DST
+
+// func dotQ8_0Rows4AVX512(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int)
+//
+// Four tokens at once: out[i·ostride + r] = row r · x[i·xstride …] for i < 4 (strides in
+// floats). Each block is converted once for the four; every token's sum is computed exactly
+// as dotQ8_0RowsAVX512 computes it alone, so a decode step of several sequences gives each
+// the numbers it gets alone.
+TEXT ·dotQ8_0Rows4AVX512(SB), NOSPLIT, $0-56
+	MOVQ rows+0(FP), SI
+	MOVQ x+8(FP), R10
+	MOVQ xstride+16(FP), R13
+	SHLQ $2, R13
+	LEAQ (R13)(R13*2), R14
+	MOVQ nblocks+24(FP), DX
+	MOVQ nrows+32(FP), R11
+	MOVQ out+40(FP), BX
+	MOVQ ostride+48(FP), R12
+	SHLQ $2, R12
+	LEAQ (R12)(R12*2), R8
+
+row4:
+	MOVQ   R10, DI
+	MOVQ   DX, CX
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	CMPQ   CX, $4
+	JLT    tail4
+
+loop4x4:
+	Q8BLOCKX4(0, 0, Z16, Z20, Z24, Z28)
+	Q8BLOCKX4(34, 128, Z17, Z21, Z25, Z29)
+	Q8BLOCKX4(68, 256, Z18, Z22, Z26, Z30)
+	Q8BLOCKX4(102, 384, Z19, Z23, Z27, Z31)
+	ADDQ $136, SI
+	ADDQ $512, DI
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE  loop4x4
+
+tail4:
+	TESTQ CX, CX
+	JZ    done4
+
+loop1x4:
+	Q8BLOCKX4(0, 0, Z16, Z20, Z24, Z28)
+	ADDQ $34, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  loop1x4
+
+done4:
+	Q8SUM(Z16, Z17, Z18, Z19, (BX))
+	Q8SUM(Z20, Z21, Z22, Z23, (BX)(R12*1))
+	Q8SUM(Z24, Z25, Z26, Z27, (BX)(R12*2))
+	Q8SUM(Z28, Z29, Z30, Z31, (BX)(R8*1))
+	ADDQ   $4, BX
+	DECQ   R11
+	JNZ    row4
+	VZEROUPPER
+	RET

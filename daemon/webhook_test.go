@@ -1,0 +1,174 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlite/batch/internal/testlog"
+	"github.com/redlite/batch/jobs"
+)
+
+type hookCall struct {
+	at      time.Time
+	attempt int
+	ts, sig string
+	body    []byte
+}
+
+// hookReceiver answers the i-th POST (from 0) with replies[i], 200 after them, and
+// reports every call.
+func hookReceiver(t *testing.T, replies ...func(w http.ResponseWriter)) (*httptest.Server, chan hookCall) {
+	calls := make(chan hookCall, 64)
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		attempt, _ := strconv.Atoi(r.Header.Get(jobs.WebhookHeaderAttempt))
+		calls <- hookCall{at: time.Now(), attempt: attempt, ts: r.Header.Get(jobs.WebhookHeaderTimestamp), sig: r.Header.Get(jobs.WebhookHeaderSignature), body: body}
+		if n < len(replies) {
+			replies[n](w)
+		}
+		n++
+	}))
+	t.Cleanup(srv.Close)
+	return srv, calls
+}
+
+func nextCall(t *testing.T, calls chan hookCall) hookCall {
+	t.Helper()
+	select {
+	case c := <-calls:
+		return c
+	case <-time.After(waitLimit):
+		t.Fatal("no webhook POST")
+		return hookCall{}
+	}
+}
+
+func status(code int, retryAfter string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.WriteHeader(code)
+	}
+}
+
+// waitOutboxEmpty waits until no delivery is queued.
+func waitOutboxEmpty(t *testing.T, redisURL string) {
+	t.Helper()
+	u, _ := jobs.ParseRedisURL(redisURL)
+	rdb := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
+	defer rdb.Close()
+	waitUntil(t, "the webhook outbox is empty", func() bool {
+		n, err := rdb.ZCard(context.Background(), keyWebhooksDue).Result()
+		return err == nil && n == 0
+	})
+}
+
+func TestWebhooks(t *testing.T) {
+	const secret = "hook-secret"
+	t.Run("SignedAndRetried", func(t *testing.T) {
+		b := setup(t)
+		b.cfg.WebhookSecret = secret
+		b.cfg.WebhookRetryDelay = 20 * time.Millisecond
+		reg := prometheus.NewRegistry()
+		d, err := New(b.cfg, Options{Logger: testlog.New(t, 0), Registry: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(context.Background()); err != nil {
+			d.Shutdown()
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Shutdown)
+		srv, calls := hookReceiver(t, status(503, "1"), status(500, ""))
+		enqueue(t, b.client, &jobs.Generate{Prompt: "hook", MaxTokens: ptr(2), Common: jobs.Common{IdempotencyKey: "hook-retry", WebhookURL: srv.URL}})
+		var got []hookCall
+		for i := range 3 {
+			c := nextCall(t, calls)
+			if c.attempt != i+1 {
+				t.Errorf("call %d: attempt header %d", i, c.attempt)
+			}
+			if err := jobs.VerifyWebhook([]byte(secret), c.ts, c.sig, c.body, time.Now(), 0); err != nil {
+				t.Errorf("call %d: %v", i, err)
+			}
+			got = append(got, c)
+		}
+		if string(got[0].body) != string(got[2].body) {
+			t.Error("a retry sent another body")
+		}
+		if env, err := jobs.DecodeEnvelope(got[2].body); err != nil || env.Result == nil {
+			t.Errorf("body %s: %v", got[2].body, err)
+		}
+		// Retry-After: 1 holds the second attempt back at least a second (a lower bound the
+		// sender guarantees, not a measurement of speed).
+		if gap := got[1].at.Sub(got[0].at); gap < time.Second {
+			t.Errorf("second attempt %v after the first, Retry-After asked 1s", gap)
+		}
+		waitOutboxEmpty(t, b.cfg.RedisURL)
+		_, metrics := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
+		for _, want := range []string{`redlite_webhook_deliveries_total{outcome="error"} 2`, `redlite_webhook_deliveries_total{outcome="ok"} 1`} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+		// A receiver refuses a forged or replayed delivery.
+		if err := jobs.VerifyWebhook([]byte("other"), got[2].ts, got[2].sig, got[2].body, time.Now(), 0); err == nil {
+			t.Error("verified with the wrong secret")
+		}
+		if err := jobs.VerifyWebhook([]byte(secret), got[2].ts, got[2].sig, got[2].body, time.Now().Add(time.Hour), 0); err == nil {
+			t.Error("verified an hour-old delivery")
+		}
+	})
+
+	t.Run("GivesUp", func(t *testing.T) {
+		b := setup(t)
+		b.cfg.WebhookRetryDelay = 10 * time.Millisecond
+		b.cfg.WebhookRetryFor = 100 * time.Millisecond
+		startDaemon(t, b.cfg, Observer{})
+		fail := func(w http.ResponseWriter) { w.WriteHeader(500) }
+		srv, calls := hookReceiver(t, fail, fail, fail, fail, fail, fail, fail, fail, fail, fail, fail, fail, fail, fail, fail, fail)
+		enqueue(t, b.client, &jobs.Generate{Prompt: "hook", MaxTokens: ptr(2), Common: jobs.Common{WebhookURL: srv.URL}})
+		nextCall(t, calls)
+		waitOutboxEmpty(t, b.cfg.RedisURL)
+		if c := nextCallOrNone(calls); c != nil && c.sig != "" {
+			t.Error("signed without a secret")
+		}
+	})
+
+	t.Run("SurvivesRestart", func(t *testing.T) {
+		// The first attempt fails and asks for 2 s; the daemon stops; the next daemon makes
+		// the delivery.
+		b := setup(t)
+		d := startDaemon(t, b.cfg, Observer{})
+		srv, calls := hookReceiver(t, status(503, "2"))
+		enqueue(t, b.client, &jobs.Generate{Prompt: "hook", MaxTokens: ptr(2), Common: jobs.Common{IdempotencyKey: "hook-restart", WebhookURL: srv.URL}})
+		if c := nextCall(t, calls); c.attempt != 1 {
+			t.Fatalf("attempt %d", c.attempt)
+		}
+		d.Shutdown()
+		startDaemon(t, b.cfg, Observer{})
+		if c := nextCall(t, calls); c.attempt != 2 {
+			t.Errorf("after the restart: attempt %d, want 2", c.attempt)
+		}
+		waitOutboxEmpty(t, b.cfg.RedisURL)
+	})
+}
+
+func nextCallOrNone(calls chan hookCall) *hookCall {
+	select {
+	case c := <-calls:
+		return &c
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,121 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/redlite/batch/jobs"
+)
+
+// chatCompletions runs one chat as a job like any other (queued, routed, planned, visible
+// in asynqmon) and answers when it is done: with a chat.completion, or with stream: true as
+// chat.completion.chunk events. The engine publishes progress, not text, while it runs, so
+// a stream carries the role at once, comments while the job waits and runs (which keep
+// proxies from timing the connection out), and the text in one chunk at the end.
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	g, opts, err := ParseChatRequest(body)
+	if err != nil {
+		return err
+	}
+	served, err := s.servedModels(r.Context())
+	if err != nil {
+		return serverError(fmt.Errorf("list the fleet's models: %w", err))
+	}
+	if err := checkModel(served, g.Model); err != nil {
+		return err
+	}
+	job, _, err := s.submit(r.Context(), caller(r), g, "chat")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.MaxWait)
+	defer cancel()
+	// A client that goes away no longer wants the answer: its job is cancelled rather than
+	// left to run for nobody.
+	defer func() {
+		if r.Context().Err() != nil {
+			go func() {
+				cctx, ccancel := context.WithTimeout(context.Background(), cancelTimeout)
+				defer ccancel()
+				if err := s.client.Cancel(cctx, job.ID); err != nil && !errors.Is(err, jobs.ErrFinished) {
+					s.log.Warn("cancel the job of a closed chat request", "job", job.ID, "err", err)
+				}
+			}()
+		}
+	}()
+	if !opts.Stream {
+		res, err := s.client.Wait(ctx, job.ID, nil)
+		if err != nil {
+			return s.chatError(r, job.ID, err)
+		}
+		writeJSON(w, http.StatusOK, completionOf(job.ID, time.Now(), res))
+		return nil
+	}
+
+	sse, err := startSSE(w)
+	if err != nil {
+		return err
+	}
+	defer sse.close()
+	created := time.Now().Unix()
+	chunk := func(delta map[string]any, finish *string, usage *ChatUsage, model string) {
+		choices := []map[string]any{}
+		if delta != nil {
+			choices = append(choices, map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil})
+		}
+		c := map[string]any{"id": "chatcmpl-" + job.ID, "object": "chat.completion.chunk", "created": created,
+			"model": model, "choices": choices}
+		if usage != nil {
+			c["usage"] = usage
+		}
+		sse.event("", c)
+	}
+	chunk(map[string]any{"role": jobs.RoleAssistant, "content": ""}, nil, nil, g.Model)
+	res, err := s.client.Wait(ctx, job.ID, func(p jobs.Progress) {
+		sse.comment(fmt.Sprintf("%s %d/%d", p.Phase, p.Generated, p.MaxTokens))
+	})
+	if err != nil {
+		if r.Context().Err() != nil {
+			return nil
+		}
+		e := asAPIError(s.chatError(r, job.ID, err))
+		code := e.code
+		sse.event("", errorBody{Error: Error{Message: e.msg, Type: e.typ, Code: &code}})
+		return nil
+	}
+	delta := map[string]any{"content": res.Text}
+	if res.Reasoning != "" {
+		delta["reasoning_content"] = res.Reasoning
+	}
+	chunk(delta, nil, nil, res.Model)
+	finish := string(res.FinishReason)
+	chunk(map[string]any{}, &finish, nil, res.Model)
+	if opts.IncludeUsage {
+		u := ChatUsage(res.Usage)
+		chunk(nil, nil, &u, res.Model)
+	}
+	sse.event("", "[DONE]")
+	return nil
+}
+
+// chatError explains a chat job that did not complete.
+func (s *Server) chatError(r *http.Request, id string, err error) error {
+	var je *jobs.JobError
+	switch {
+	case errors.As(err, &je) && je.Cancelled:
+		return conflict("job_cancelled", "job %s was cancelled", id)
+	case errors.As(err, &je):
+		return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "job_failed", msg: fmt.Sprintf("job %s failed: %s", id, je.LastError)}
+	case r.Context().Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return &apiError{status: http.StatusGatewayTimeout, typ: typeServer, code: "timeout",
+			msg: fmt.Sprintf("job %s did not finish within REDLITE_API_MAX_WAIT (%v); it goes on: GET /v1/jobs/%s/result", id, s.cfg.MaxWait, id)}
+	}
+	return err
+}

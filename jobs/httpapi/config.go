@@ -1,0 +1,243 @@
+package httpapi
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/redlite/batch/jobs"
+)
+
+// Config is redlite-api's configuration, read from REDLITE_* environment variables. Every
+// default is in the envDefault tag and in the README; an empty variable means the default.
+type Config struct {
+	// RedisURL and the TLS files are the daemon's (see daemon.Config).
+	RedisURL      string `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	RedisCAFile   string `env:"REDLITE_REDIS_CA_FILE"`
+	RedisCertFile string `env:"REDLITE_REDIS_CERT_FILE"`
+	RedisKeyFile  string `env:"REDLITE_REDIS_KEY_FILE"`
+
+	// Addr is the listen address of the API.
+	Addr string `env:"REDLITE_API_ADDR" envDefault:":8080"`
+	// Tokens are the accepted bearer tokens, comma-separated, in clear.
+	Tokens []string `env:"REDLITE_API_TOKENS" envSeparator:","`
+	// TokensFile holds one token per line as "sha256:<64 hex digits>" (the SHA-256 of the
+	// token) or the token in clear, optionally followed by a space and a name; # starts a
+	// comment. With neither Tokens nor TokensFile the API refuses to start.
+	TokensFile string `env:"REDLITE_API_TOKENS_FILE"`
+
+	// MaxBodyBytes bounds a JSON request body (a job payload is at most 8 MiB).
+	MaxBodyBytes int64 `env:"REDLITE_API_MAX_BODY_BYTES" envDefault:"9437184"`
+	// MaxFileBytes bounds an uploaded batch input file (OpenAI's limit: 200 MB).
+	MaxFileBytes int64 `env:"REDLITE_API_MAX_FILE_BYTES" envDefault:"209715200"`
+	// RateLimit is the requests per second one token may make, counted across every API
+	// instance in Redis; 0 turns the limit off.
+	RateLimit int `env:"REDLITE_API_RATE_LIMIT" envDefault:"100"`
+	// MaxQueuedJobs is how many submitted, unfinished jobs (POST /v1/jobs and chat
+	// completions) one token may have; 0 turns the limit off. Batch requests are bounded by
+	// the batch size instead.
+	MaxQueuedJobs int `env:"REDLITE_API_MAX_QUEUED_JOBS" envDefault:"1000"`
+	// MaxWait caps a long poll (?wait= of GET /v1/jobs/{id}/result) and how long a
+	// synchronous chat completion waits for its job.
+	MaxWait time.Duration `env:"REDLITE_API_MAX_WAIT" envDefault:"10m"`
+	// CORSOrigins lists the origins allowed to call the API from a browser; empty (the
+	// default) sends no CORS headers at all.
+	CORSOrigins []string `env:"REDLITE_API_CORS_ORIGINS" envSeparator:","`
+	// BatchInterval is how often an instance looks at the jobs of unfinished batches.
+	BatchInterval time.Duration `env:"REDLITE_API_BATCH_INTERVAL" envDefault:"1s"`
+	// PollInterval is how often a waiting request (long poll, events, chat completion)
+	// looks at its job.
+	PollInterval time.Duration `env:"REDLITE_API_POLL_INTERVAL" envDefault:"250ms"`
+
+	// WebhookSecret (or WebhookSecretFile) is the workers' REDLITE_WEBHOOK_SECRET: with it,
+	// GET /v1/webhook_secret tells each token the secret its jobs' webhooks are signed with.
+	WebhookSecret     string `env:"REDLITE_WEBHOOK_SECRET"`
+	WebhookSecretFile string `env:"REDLITE_WEBHOOK_SECRET_FILE"`
+
+	// LogFormat is text or json; LogLevel is debug, info, warn or error.
+	LogFormat string `env:"REDLITE_LOG_FORMAT" envDefault:"text"`
+	LogLevel  string `env:"REDLITE_LOG_LEVEL" envDefault:"info"`
+}
+
+// ConfigFromEnv reads the configuration from environ (os.Environ() form), fills defaults,
+// reads the tokens file and validates. Errors name the variable.
+func ConfigFromEnv(environ []string) (Config, error) {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
+			m[k] = v
+		}
+	}
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: m})
+	if err != nil {
+		return Config{}, translateEnvError(err)
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate reports the first setting that cannot work, naming its variable.
+func (c Config) Validate() error {
+	bad := func(name, format string, args ...any) error {
+		return fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
+	}
+	if _, err := c.redisURL(); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return bad("REDLITE_API_ADDR", "want host:port or :port, got %q: %v", c.Addr, err)
+	}
+	switch {
+	case c.MaxBodyBytes < 1024:
+		return bad("REDLITE_API_MAX_BODY_BYTES", "must be at least 1024, got %d", c.MaxBodyBytes)
+	case c.MaxFileBytes < 1024:
+		return bad("REDLITE_API_MAX_FILE_BYTES", "must be at least 1024, got %d", c.MaxFileBytes)
+	case c.RateLimit < 0:
+		return bad("REDLITE_API_RATE_LIMIT", "must be ≥ 0 (0: off), got %d", c.RateLimit)
+	case c.MaxQueuedJobs < 0:
+		return bad("REDLITE_API_MAX_QUEUED_JOBS", "must be ≥ 0 (0: off), got %d", c.MaxQueuedJobs)
+	case c.MaxWait < time.Second:
+		return bad("REDLITE_API_MAX_WAIT", "must be at least 1s, got %v", c.MaxWait)
+	case c.BatchInterval <= 0:
+		return bad("REDLITE_API_BATCH_INTERVAL", "must be > 0, got %v", c.BatchInterval)
+	case c.PollInterval <= 0:
+		return bad("REDLITE_API_POLL_INTERVAL", "must be > 0, got %v", c.PollInterval)
+	}
+	for i, t := range c.Tokens {
+		if strings.TrimSpace(t) == "" {
+			return bad("REDLITE_API_TOKENS", "token %d is empty", i+1)
+		}
+	}
+	if _, err := c.tokenHashes(); err != nil {
+		return err
+	}
+	for _, o := range c.CORSOrigins {
+		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
+			return bad("REDLITE_API_CORS_ORIGINS", "want origins like https://app.example.com or *, got %q", o)
+		}
+	}
+	if _, err := c.webhookSecret(); err != nil {
+		return err
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return bad("REDLITE_LOG_FORMAT", "want text or json, got %q", c.LogFormat)
+	}
+	if _, err := c.logLevel(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// redisURL is REDLITE_REDIS_URL with the TLS files applied.
+func (c Config) redisURL() (jobs.RedisURL, error) {
+	u, err := jobs.ParseRedisURL(c.RedisURL)
+	if err != nil {
+		return u, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+	}
+	if u, err = u.WithTLSFiles(c.TLSFiles()); err != nil {
+		return u, fmt.Errorf("REDLITE_REDIS_CA_FILE, REDLITE_REDIS_CERT_FILE, REDLITE_REDIS_KEY_FILE: %w", err)
+	}
+	return u, nil
+}
+
+// TLSFiles are the REDLITE_REDIS_*_FILE settings.
+func (c Config) TLSFiles() jobs.TLSFiles {
+	return jobs.TLSFiles{CA: c.RedisCAFile, Cert: c.RedisCertFile, Key: c.RedisKeyFile}
+}
+
+// webhookSecret is the workers' signing secret, read as they read it.
+func (c Config) webhookSecret() ([]byte, error) {
+	return jobs.WebhookSecret(c.WebhookSecret, c.WebhookSecretFile)
+}
+
+// HashToken is what a tokens file holds for token: "sha256:" and the hex SHA-256.
+func HashToken(token string) string {
+	s := sha256.Sum256([]byte(token))
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// tokenHashes is every accepted token as a SHA-256 digest, from both variables. Only
+// digests are kept in memory after start, and compared in constant time.
+func (c Config) tokenHashes() ([][sha256.Size]byte, error) {
+	var out [][sha256.Size]byte
+	for _, t := range c.Tokens {
+		out = append(out, sha256.Sum256([]byte(strings.TrimSpace(t))))
+	}
+	if c.TokensFile != "" {
+		data, err := os.ReadFile(c.TokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("REDLITE_API_TOKENS_FILE: %w", err)
+		}
+		hs, err := parseTokensFile(data)
+		if err != nil {
+			return nil, fmt.Errorf("REDLITE_API_TOKENS_FILE %s: %w", c.TokensFile, err)
+		}
+		out = append(out, hs...)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("REDLITE_API_TOKENS, REDLITE_API_TOKENS_FILE: no tokens; set at least one (every request needs a bearer token)")
+	}
+	return out, nil
+}
+
+// parseTokensFile reads a tokens file (see Config.TokensFile). Errors give the line number
+// but never the line: it may be a token.
+func parseTokensFile(data []byte) ([][sha256.Size]byte, error) {
+	var out [][sha256.Size]byte
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		tok, _, _ := strings.Cut(line, " ")
+		if hexd, ok := strings.CutPrefix(tok, "sha256:"); ok {
+			b, err := hex.DecodeString(hexd)
+			if err != nil || len(b) != sha256.Size {
+				return nil, fmt.Errorf("line %d: after sha256: want 64 hex digits", n)
+			}
+			out = append(out, [sha256.Size]byte(b))
+			continue
+		}
+		out = append(out, sha256.Sum256([]byte(tok)))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	return out, nil
+}
+
+// translateEnvError names the variable rather than the Go field env reports.
+func translateEnvError(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	var msgs []string
+	t := reflect.TypeFor[Config]()
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			name := pe.Name
+			if f, ok := t.FieldByName(pe.Name); ok {
+				name = f.Tag.Get("env")
+			}
+			msgs = append(msgs, fmt.Sprintf("%s: %v", name, pe.Err))
+			continue
+		}
+		msgs = append(msgs, e.Error())
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}

@@ -1,0 +1,105 @@
+package httpapi
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/redlite/batch/jobs"
+)
+
+// Fuzz targets of every parser of outside input: request bodies, batch files, token files.
+
+func FuzzParseJobRequest(f *testing.F) {
+	f.Add([]byte(`{"type":"generate","version":1,"messages":[{"role":"user","content":"hi"}],"max_tokens":4}`), "")
+	f.Add([]byte(`{"type":"summarize","version":1,"input":"doc","instructions":{"style":"bullets"}}`), "key-1")
+	f.Add([]byte(`{"type":"generate","version":1,"prompt":"x","idempotency_key":"a"}`), "b")
+	f.Add([]byte(`{"type":1}`), "")
+	f.Add([]byte(`[{"type":"generate"}]`), "")
+	f.Add([]byte(`{"type":"generate","type":"summarize","version":1,"input":"x"}`), "")
+	f.Fuzz(func(t *testing.T, body []byte, idem string) {
+		p, err := ParseJobRequest(body, idem)
+		if err != nil {
+			if asAPIError(err).status != 400 {
+				t.Fatalf("status %d for %q: %v", asAPIError(err).status, body, err)
+			}
+			return
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("accepted an invalid payload %q: %v", body, err)
+		}
+		if _, err := jobs.EncodePayload(p); err != nil {
+			t.Fatalf("accepted %q that does not encode: %v", body, err)
+		}
+	})
+}
+
+func FuzzParseChatRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_completion_tokens":5,"stop":"x","stream":true,"stream_options":{"include_usage":true}}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"n":2}`))
+	f.Add([]byte(`{"messages":[{"role":"tool","content":"x"}],"tools":[]}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"max_completion_tokens":4,"metadata":{"a":"b"},"seed":7}`))
+	f.Add([]byte(`{"messages":null}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		g, _, err := ParseChatRequest(body)
+		if err != nil {
+			if asAPIError(err).status != 400 {
+				t.Fatalf("status %d for %q: %v", asAPIError(err).status, body, err)
+			}
+			return
+		}
+		if err := g.Validate(); err != nil {
+			t.Fatalf("accepted an invalid request %q: %v", body, err)
+		}
+	})
+}
+
+func FuzzParseBatchInput(f *testing.F) {
+	good := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`
+	f.Add([]byte(good + "\n" + strings.Replace(good, `"a"`, `"b"`, 1) + "\n"))
+	f.Add([]byte(good + "\r\n\r\n" + good))
+	f.Add([]byte("not json\n{}\n[1]\n"))
+	f.Add([]byte(`{"custom_id":"a","method":"GET","url":"/v1/embeddings","body":[],"extra":1}`))
+	f.Add([]byte("\xff\xfe"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lines, errs := ParseBatchInput(data, chatEndpoint)
+		if (len(lines) == 0) == (len(errs) == 0) {
+			t.Fatalf("%d lines and %d errors for %q", len(lines), len(errs), data)
+		}
+		if len(errs) > maxBatchErrors+1 {
+			t.Fatalf("%d errors", len(errs))
+		}
+		seen := map[string]bool{}
+		last := 0
+		for _, l := range lines {
+			if seen[l.CustomID] || l.CustomID == "" || l.Line <= last || len(l.Body) == 0 || l.Body[0] != '{' {
+				t.Fatalf("bad line %+v in %q", l, data)
+			}
+			seen[l.CustomID], last = true, l.Line
+		}
+		for _, e := range errs {
+			if e.Message == "" || e.Code == "" {
+				t.Fatalf("empty error %+v", e)
+			}
+		}
+	})
+}
+
+func FuzzParseTokensFile(f *testing.F) {
+	f.Add([]byte("# tokens\nplain-token alice\nsha256:" + strings.Repeat("ab", 32) + " bob\n\n"))
+	f.Add([]byte("sha256:xyz\n"))
+	f.Add([]byte("sha256:" + strings.Repeat("0", 63)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := parseTokensFile(data)
+		if err == nil {
+			return
+		}
+		// The error names the line, never its content: it may be a token.
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			tok, _, _ := strings.Cut(strings.TrimSpace(string(line)), " ")
+			if len(tok) >= 12 && strings.Contains(err.Error(), tok) {
+				t.Fatalf("error %q quotes the file", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,500 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlite/batch/jobs"
+)
+
+// ownerTTL keeps a job's owner at least as long as the job can exist: the longest timeout
+// plus the result's retention.
+const ownerTTL = jobs.MaxTimeoutSeconds*time.Second + jobs.DefaultRetention
+
+// cancelTimeout bounds DELETE /v1/jobs/{id}: our worker lets go of a cancelled job within
+// one prefill chunk or one token.
+const cancelTimeout = 30 * time.Second
+
+// ParseJobRequest reads a POST /v1/jobs body: "type" beside the fields of that type's
+// payload, exactly as jobs/README defines them:
+//
+//	{"type": "generate", "version": 1, "messages": [...], "max_tokens": 64}
+//
+// idemHeader is the Idempotency-Key header; it sets the payload's idempotency_key and must
+// agree with the field when both are given.
+func ParseJobRequest(body []byte, idemHeader string) (jobs.Payload, error) {
+	var doc map[string]json.RawMessage
+	if err := decodeJSON(body, &doc); err != nil {
+		return nil, err
+	}
+	if doc == nil {
+		return nil, badRequest("", "request body must be a JSON object, got null")
+	}
+	raw, ok := doc["type"]
+	if !ok {
+		return nil, badRequest("type", "type is required: %q or %q", jobs.TypeGenerate, jobs.TypeSummarize)
+	}
+	var typ string
+	if err := json.Unmarshal(raw, &typ); err != nil {
+		return nil, badRequest("type", "type must be a string, %q or %q", jobs.TypeGenerate, jobs.TypeSummarize)
+	}
+	delete(doc, "type")
+	rest, err := json.Marshal(doc)
+	if err != nil {
+		return nil, badRequest("", "request body: %v", err)
+	}
+	p, err := jobs.Decode(typ, rest)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := p.(*jobs.Summarize); ok && s.Part != nil {
+		return nil, badRequest("part", "is set by workers on the child jobs of a hierarchical summary, not by clients")
+	}
+	if idemHeader != "" {
+		c := common(p)
+		if c.IdempotencyKey != "" && c.IdempotencyKey != idemHeader {
+			return nil, badRequest("idempotency_key", "the Idempotency-Key header %q and the idempotency_key field %q differ", clip(idemHeader), clip(c.IdempotencyKey))
+		}
+		c.IdempotencyKey = idemHeader
+		if err := p.Validate(); err != nil {
+			if ve := (*jobs.ValidationError)(nil); errors.As(err, &ve) && ve.Field == "idempotency_key" {
+				return nil, badRequest("Idempotency-Key", "Idempotency-Key header: %s", ve.Msg)
+			}
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// common is the payload's shared fields, to change them.
+func common(p jobs.Payload) *jobs.Common {
+	switch p := p.(type) {
+	case *jobs.Generate:
+		return &p.Common
+	case *jobs.Summarize:
+		return &p.Common
+	}
+	panic(fmt.Sprintf("httpapi: unknown payload type %T", p))
+}
+
+// decodeJSON decodes one JSON value and names the byte offset of a syntax error; anything
+// after the value is an error.
+func decodeJSON(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("", "request body is empty; want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return badRequest("", "request body is not valid JSON at byte offset %d: %v", max(se.Offset-1, 0), err)
+		case errors.As(err, &te):
+			if te.Field == "" {
+				return badRequest("", "request body must be a JSON object, got %s", te.Value)
+			}
+			return badRequest(te.Field, "%s must not be a JSON %s", te.Field, te.Value)
+		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			return badRequest("", "request body is not valid JSON: unexpected end at byte offset %d", len(body))
+		}
+		return badRequest("", "request body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("", "request body must hold one JSON value; data follows it at byte offset %d", dec.InputOffset())
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// readBody reads at most limit bytes of the request body; beyond, a 413.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+}
+
+// JobView is a job as the native API shows it.
+type JobView struct {
+	ID          string         `json:"id"`
+	Object      string         `json:"object"` // "job"
+	Type        string         `json:"type"`
+	Queue       string         `json:"queue"`
+	State       jobs.State     `json:"state"`
+	Progress    *jobs.Progress `json:"progress"`
+	Result      *jobs.Result   `json:"result"`
+	LastError   string         `json:"last_error,omitempty"`
+	Retried     int            `json:"retried"`
+	MaxRetry    int            `json:"max_retry"`
+	CompletedAt *time.Time     `json:"completed_at,omitempty"`
+	// Duplicate is true when POST /v1/jobs found a job with the same idempotency key.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+func viewOf(st jobs.Status) JobView {
+	v := JobView{ID: st.ID, Object: "job", Type: st.Type, Queue: st.Queue, State: st.State, Result: st.Result,
+		LastError: st.LastError, Retried: st.Retried, MaxRetry: st.MaxRetry}
+	if st.State == jobs.StateActive || !st.State.Done() {
+		// A retrying job's hash still holds its last attempt's progress; show what a
+		// waiting client should see.
+		p := jobs.Progress{Phase: jobs.PhaseQueued}
+		if st.State == jobs.StateActive && st.Progress != nil {
+			p = *st.Progress
+		}
+		v.Progress = &p
+	}
+	if !st.CompletedAt.IsZero() {
+		t := st.CompletedAt
+		v.CompletedAt = &t
+	}
+	return v
+}
+
+func (s *Server) postJob(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	p, err := ParseJobRequest(body, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return err
+	}
+	job, dup, err := s.submit(r.Context(), caller(r), p, "jobs")
+	if err != nil {
+		return err
+	}
+	if !dup {
+		// A new job waits in its queue; asking Redis would cost a lookup per queue.
+		writeJSON(w, http.StatusCreated, viewOf(jobs.Status{Job: job, State: jobs.StatePending, MaxRetry: jobs.DefaultMaxRetry}))
+		return nil
+	}
+	st, err := s.client.Status(r.Context(), job.ID)
+	if err != nil {
+		return err
+	}
+	v := viewOf(st)
+	v.Duplicate = true
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// submit enqueues p for the token who within its limit of queued jobs and records the
+// owner. dup reports an existing job with the same idempotency key.
+func (s *Server) submit(ctx context.Context, who string, p jobs.Payload, source string) (job jobs.Job, dup bool, err error) {
+	if err := s.checkQuota(ctx, who); err != nil {
+		return jobs.Job{}, false, err
+	}
+	job, err = s.client.Enqueue(ctx, p)
+	if errors.Is(err, jobs.ErrDuplicate) && job.ID != "" {
+		if err := s.checkOwner(ctx, who, job.ID); err != nil {
+			return jobs.Job{}, false, err
+		}
+		return job, true, nil
+	}
+	if err != nil {
+		return jobs.Job{}, false, err
+	}
+	s.m.enqueued.WithLabelValues(source).Inc()
+	_, err = s.rdb.TxPipelined(ctx, func(pp redis.Pipeliner) error {
+		pp.Set(ctx, keyOwner(job.ID), who, ownerTTL)
+		pp.SAdd(ctx, keyOpen(who), job.ID)
+		return nil
+	})
+	if err != nil {
+		// The job is enqueued; losing its owner only makes it readable by every token.
+		s.log.Warn("record job owner", "job", job.ID, "err", err)
+	}
+	return job, false, nil
+}
+
+// checkQuota refuses a job when the token has REDLITE_API_MAX_QUEUED_JOBS unfinished ones.
+// Finished jobs leave the count lazily, when the limit is reached.
+func (s *Server) checkQuota(ctx context.Context, who string) error {
+	max := int64(s.cfg.MaxQueuedJobs)
+	if max == 0 {
+		return nil
+	}
+	n, err := s.rdb.SCard(ctx, keyOpen(who)).Result()
+	if err != nil {
+		return serverError(fmt.Errorf("count queued jobs: %w", err))
+	}
+	if n < max {
+		return nil
+	}
+	ids, err := s.rdb.SMembers(ctx, keyOpen(who)).Result()
+	if err != nil {
+		return serverError(fmt.Errorf("count queued jobs: %w", err))
+	}
+	for _, id := range ids {
+		st, err := s.client.Status(ctx, id)
+		if errors.Is(err, jobs.ErrNotFound) || (err == nil && st.State.Done()) {
+			s.rdb.SRem(ctx, keyOpen(who), id)
+			n--
+		}
+	}
+	if n >= max {
+		s.m.limited.WithLabelValues("queued_jobs").Inc()
+		return &apiError{status: http.StatusTooManyRequests, typ: typeRate, code: "too_many_queued_jobs", retryAfter: 10 * time.Second,
+			msg: fmt.Sprintf("this token has %d unfinished jobs, the limit (REDLITE_API_MAX_QUEUED_JOBS) is %d; wait for some to finish", n, max)}
+	}
+	return nil
+}
+
+// checkOwner refuses a job another token submitted. Jobs enqueued without the API (the Go
+// client, the CLI) have no owner and are open to every token.
+func (s *Server) checkOwner(ctx context.Context, who, id string) error {
+	owner, err := s.rdb.Get(ctx, keyOwner(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return serverError(fmt.Errorf("look up the owner of job %s: %w", id, err))
+	}
+	if owner != who {
+		return &apiError{status: http.StatusForbidden, typ: typePermission, code: "forbidden",
+			msg: fmt.Sprintf("job %s belongs to another token", id)}
+	}
+	return nil
+}
+
+// status is a job's status after the owner check.
+func (s *Server) status(r *http.Request) (jobs.Status, error) {
+	id := r.PathValue("id")
+	if err := s.checkOwner(r.Context(), caller(r), id); err != nil {
+		return jobs.Status{}, err
+	}
+	return s.client.Status(r.Context(), id)
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.status(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewOf(st))
+	return nil
+}
+
+// parseWait reads ?wait= as a Go duration (30s, 2m) or whole seconds, capped at MaxWait.
+func (s *Server) parseWait(r *http.Request) (time.Duration, error) {
+	q := r.URL.Query().Get("wait")
+	if q == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(q)
+	if err != nil {
+		n, nerr := strconv.Atoi(q)
+		if nerr != nil {
+			return 0, badRequest("wait", "wait must be a duration like 30s or 2m, or whole seconds, got %q", clip(q))
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 {
+		return 0, badRequest("wait", "wait must not be negative, got %q", clip(q))
+	}
+	return min(d, s.cfg.MaxWait), nil
+}
+
+// getResult answers 200 with the result of a completed job, 409 for a failed or cancelled
+// one, and 202 with the job's status while it is not done (after ?wait= at most).
+func (s *Server) getResult(w http.ResponseWriter, r *http.Request) error {
+	wait, err := s.parseWait(r)
+	if err != nil {
+		return err
+	}
+	st, err := s.status(r)
+	if err != nil {
+		return err
+	}
+	if !st.State.Done() && wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		_, werr := s.client.Wait(ctx, st.ID, nil)
+		cancel()
+		if werr != nil && r.Context().Err() != nil {
+			return nil // the client went away
+		}
+		if st, err = s.client.Status(r.Context(), st.ID); err != nil {
+			return err
+		}
+	}
+	switch st.State {
+	case jobs.StateCompleted:
+		if st.Result == nil {
+			return serverError(fmt.Errorf("job %s completed without a result", st.ID))
+		}
+		writeJSON(w, http.StatusOK, st.Result)
+		return nil
+	case jobs.StateArchived:
+		return jobEndError(st)
+	}
+	writeJSON(w, http.StatusAccepted, viewOf(st))
+	return nil
+}
+
+// jobEndError is the 409 of a job that ended without a result.
+func jobEndError(st jobs.Status) error {
+	if st.Result != nil && st.Result.FinishReason == jobs.FinishCancelled {
+		return conflict("job_cancelled", "job %s was cancelled", st.ID)
+	}
+	return conflict("job_failed", "job %s failed: %s", st.ID, st.LastError)
+}
+
+// getEvents streams the job as Server-Sent Events: "progress" each time the progress
+// changes (phase queued while it waits), then one "result" or "error", then the stream ends.
+func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.status(r)
+	if err != nil {
+		return err
+	}
+	sse, err := startSSE(w)
+	if err != nil {
+		return err
+	}
+	defer sse.close()
+	send := sse.event
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.MaxWait)
+	defer cancel()
+	res, err := s.client.Wait(ctx, st.ID, func(p jobs.Progress) { send("progress", p) })
+	switch {
+	case err == nil:
+		send("result", res)
+	case r.Context().Err() != nil:
+	default:
+		if st, serr := s.client.Status(r.Context(), st.ID); serr == nil && st.State == jobs.StateArchived {
+			err = jobEndError(st)
+		} else if ctx.Err() != nil {
+			err = &apiError{status: http.StatusGatewayTimeout, typ: typeServer, code: "timeout",
+				msg: fmt.Sprintf("job %s did not finish within REDLITE_API_MAX_WAIT (%v); reconnect to go on waiting", st.ID, s.cfg.MaxWait)}
+		}
+		e := asAPIError(err)
+		code := e.code
+		send("error", errorBody{Error: Error{Message: e.msg, Type: e.typ, Code: &code}})
+	}
+	return nil
+}
+
+func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := s.checkOwner(r.Context(), caller(r), id); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), cancelTimeout)
+	defer cancel()
+	if err := s.client.Cancel(ctx, id); err != nil {
+		return err
+	}
+	st, err := s.client.Status(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewOf(st))
+	return nil
+}
+
+type list[T any] struct {
+	Object string `json:"object"` // "list"
+	Data   []T    `json:"data"`
+}
+
+func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) error {
+	var workers any = []any{}
+	if s.fleet != nil {
+		ws, _, err := s.fleet(r.Context())
+		if err != nil {
+			return serverError(err)
+		}
+		workers = ws
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": workers})
+	return nil
+}
+
+// Model is an entry of GET /v1/models, in OpenAI's shape.
+type Model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"` // "model"
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// servedModels is the set of models the live workers serve; nil when unknown (no fleet
+// listing, or no worker up yet), in which case any model is let through to wait.
+func (s *Server) servedModels(ctx context.Context) (map[string]bool, error) {
+	if s.fleet == nil {
+		return nil, nil
+	}
+	_, models, err := s.fleet(ctx)
+	if err != nil || len(models) == 0 {
+		return nil, err
+	}
+	set := make(map[string]bool, len(models))
+	for _, m := range models {
+		set[m] = true
+	}
+	return set, nil
+}
+
+// checkModel refuses a model no live worker serves, as OpenAI does, rather than queue a
+// job every worker would refuse.
+func checkModel(served map[string]bool, model string) error {
+	if served == nil || model == "" || served[model] {
+		return nil
+	}
+	names := make([]string, 0, len(served))
+	for m := range served {
+		names = append(names, m)
+	}
+	slices.Sort(names)
+	return &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "model_not_found", param: "model",
+		msg: fmt.Sprintf("the model %q is not served by any live worker; GET /v1/models lists them: %s", clip(model), strings.Join(names, ", "))}
+}
+
+func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
+	out := list[Model]{Object: "list", Data: []Model{}}
+	if s.fleet != nil {
+		_, models, err := s.fleet(r.Context())
+		if err != nil {
+			return serverError(err)
+		}
+		for _, m := range models {
+			out.Data = append(out.Data, Model{ID: m, Object: "model", OwnedBy: "redlite"})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// WebhookSecret is the answer of GET /v1/webhook_secret.
+type WebhookSecret struct {
+	Object string `json:"object"` // "webhook_secret"
+	// Secret verifies the Redlite-Signature of webhooks of this token's jobs
+	// (jobs.VerifyWebhook); it is derived from the workers' REDLITE_WEBHOOK_SECRET.
+	Secret string `json:"secret"`
+}
+
+func (s *Server) getWebhookSecret(w http.ResponseWriter, r *http.Request) error {
+	if len(s.hookSecret) == 0 {
+		return &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "webhooks_unsigned",
+			msg: "webhooks are not signed here: REDLITE_WEBHOOK_SECRET is not set"}
+	}
+	writeJSON(w, http.StatusOK, WebhookSecret{Object: "webhook_secret", Secret: string(jobs.TokenWebhookSecret(s.hookSecret, caller(r)))})
+	return nil
+}

@@ -1,0 +1,38 @@
+package httpapi_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestOpenAINodeSDK runs testdata/node/sdk_test.mjs: the official openai npm package,
+// unmodified, against the API and a real daemon. .ci/run installs the package (npm ci);
+// without it the test fails under CI and is skipped elsewhere.
+func TestOpenAINodeSDK(t *testing.T) {
+	dir := filepath.Join("testdata", "node")
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json"))
+	}
+	if err != nil {
+		msg := "node or the openai npm package is missing (" + err.Error() + "): run npm ci in jobs/httpapi/testdata/node"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	b := setup(t, setupOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*waitLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "sdk_test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+b.base+"/v1", "OPENAI_API_KEY="+tokenA, "REDLITE_MODEL="+b.modelName())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
+		t.Fatalf("node sdk_test.mjs: %v\n%s", err, out)
+	}
+}

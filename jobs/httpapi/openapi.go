@@ -1,0 +1,247 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redlite/batch/jobs"
+)
+
+// The OpenAPI 3.1 document at /v1/openapi.json. Its operations are the routing table
+// (Server.routes registers exactly these, and refuses to start with a handler missing or
+// left over); the schemas of what the handlers write are generated from their Go types,
+// and the payload and result schemas are jobs/schema's own.
+
+type operation struct {
+	method, path, summary string
+	request               any      // a Go value whose type is the JSON body, or a schema map
+	requestType           string   // content type of the request; JSON when empty
+	query                 []string // query parameters, all optional strings
+	responses             map[string]any
+}
+
+func ref(name string) map[string]any { return map[string]any{"$ref": "#/components/schemas/" + name} }
+
+func jsonResp(desc string, schema any) map[string]any {
+	return map[string]any{"description": desc, "content": map[string]any{"application/json": map[string]any{"schema": schema}}}
+}
+
+func errResp(desc string) map[string]any { return jsonResp(desc, ref("ErrorBody")) }
+
+func operations() []operation {
+	jobReq := map[string]any{"type": "object", "required": []string{"type", "version"},
+		"description": `"type" beside the fields of the payload of that type (jobs/README): generate.v1.json or summarize.v1.json.`,
+		"properties":  map[string]any{"type": map[string]any{"enum": []string{jobs.TypeGenerate, jobs.TypeSummarize}}},
+		"oneOf": []any{
+			map[string]any{"$ref": "#/components/schemas/GeneratePayload"},
+			map[string]any{"$ref": "#/components/schemas/SummarizePayload"},
+		}}
+	sse := func(desc string) map[string]any {
+		return map[string]any{"description": desc, "content": map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}}
+	}
+	common := map[string]any{"401": errResp("missing or invalid bearer token"), "429": errResp("rate or queued-job limit of the token")}
+	with := func(m map[string]any) map[string]any {
+		for k, v := range common {
+			m[k] = v
+		}
+		return m
+	}
+	return []operation{
+		{method: "POST", path: "/v1/jobs", summary: "Submit a summarize or generate job", request: jobReq, responses: with(map[string]any{
+			"201": jsonResp("enqueued", ref("Job")), "200": jsonResp("a job with this idempotency key exists", ref("Job")),
+			"400": errResp("invalid payload, naming the field"), "403": errResp("the idempotency key is another token's job"), "413": errResp("body too large")})},
+		{method: "GET", path: "/v1/jobs/{id}", summary: "A job's state, progress, last error and result", responses: with(map[string]any{
+			"200": jsonResp("the job", ref("Job")), "403": errResp("another token's job"), "404": errResp("no such job")})},
+		{method: "GET", path: "/v1/jobs/{id}/result", summary: "A job's result; ?wait=30s long-polls", query: []string{"wait"}, responses: with(map[string]any{
+			"200": jsonResp("completed", ref("Result")), "202": jsonResp("not done yet", ref("Job")),
+			"409": errResp("failed or cancelled"), "404": errResp("no such job")})},
+		{method: "GET", path: "/v1/jobs/{id}/events", summary: "Server-Sent Events: progress, then result or error", responses: with(map[string]any{
+			"200": sse("event: progress (data: Progress), then event: result (data: Result) or event: error (data: ErrorBody)"), "404": errResp("no such job")})},
+		{method: "DELETE", path: "/v1/jobs/{id}", summary: "Cancel a job", responses: with(map[string]any{
+			"200": jsonResp("cancelled", ref("Job")), "409": errResp("already finished"), "404": errResp("no such job")})},
+		{method: "GET", path: "/v1/workers", summary: "The worker fleet", responses: with(map[string]any{"200": jsonResp("workers", map[string]any{"type": "object"})})},
+		{method: "GET", path: "/v1/models", summary: "Models the fleet serves (OpenAI's shape)", responses: with(map[string]any{"200": jsonResp("models", listOf("Model"))})},
+		{method: "POST", path: "/v1/files", summary: "Upload a batch input file (multipart: purpose=batch, file)", requestType: "multipart/form-data",
+			request: map[string]any{"type": "object", "required": []string{"purpose", "file"}, "properties": map[string]any{
+				"purpose": map[string]any{"const": purposeBatch}, "file": map[string]any{"type": "string", "contentMediaType": "application/octet-stream"}}},
+			responses: with(map[string]any{"200": jsonResp("stored", ref("File")), "400": errResp("bad form"), "413": errResp("file too large")})},
+		{method: "GET", path: "/v1/files", summary: "The token's files, newest first (after, limit)", query: []string{"after", "limit"}, responses: with(map[string]any{"200": jsonResp("files", listOf("File"))})},
+		{method: "GET", path: "/v1/files/{id}", summary: "A file's metadata", responses: with(map[string]any{"200": jsonResp("file", ref("File")), "404": errResp("no such file")})},
+		{method: "GET", path: "/v1/files/{id}/content", summary: "A file's bytes", responses: with(map[string]any{
+			"200": map[string]any{"description": "the bytes", "content": map[string]any{"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
+			"404": errResp("no such file")})},
+		{method: "DELETE", path: "/v1/files/{id}", summary: "Delete a file", responses: with(map[string]any{"200": jsonResp("deleted", map[string]any{"type": "object"}), "404": errResp("no such file")})},
+		{method: "POST", path: "/v1/batches", summary: "Create a batch from an uploaded file", request: BatchRequest{}, responses: with(map[string]any{
+			"200": jsonResp("created (validating)", ref("Batch")), "400": errResp("bad request"), "404": errResp("no such input file")})},
+		{method: "GET", path: "/v1/batches", summary: "The token's batches, newest first (after, limit)", query: []string{"after", "limit"}, responses: with(map[string]any{"200": jsonResp("batches", listOf("Batch"))})},
+		{method: "GET", path: "/v1/batches/{id}", summary: "A batch", responses: with(map[string]any{"200": jsonResp("batch", ref("Batch")), "404": errResp("no such batch")})},
+		{method: "POST", path: "/v1/batches/{id}/cancel", summary: "Cancel a batch", responses: with(map[string]any{
+			"200": jsonResp("cancelling", ref("Batch")), "409": errResp("already final"), "404": errResp("no such batch")})},
+		{method: "GET", path: "/v1/webhook_secret", summary: "The secret that signs the webhooks of this token's jobs", responses: with(map[string]any{
+			"200": jsonResp("the secret", ref("WebhookSecret")), "404": errResp("webhooks are not signed")})},
+		{method: "POST", path: "/v1/chat/completions", summary: "Run one chat as a job and wait (stream: true for SSE chunks)",
+			request: map[string]any{"type": "object", "required": []string{"messages"}, "description": "OpenAI's chat completion request; unsupported parameters are refused by name"},
+			responses: with(map[string]any{"200": map[string]any{"description": "chat.completion, or chat.completion.chunk events with stream",
+				"content": map[string]any{"application/json": map[string]any{"schema": ref("ChatCompletion")}, "text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
+				"400": errResp("unsupported or invalid parameter"), "409": errResp("the job was cancelled")})},
+	}
+}
+
+func listOf(name string) map[string]any {
+	return map[string]any{"type": "object", "properties": map[string]any{"object": map[string]any{"const": "list"}, "data": map[string]any{"type": "array", "items": ref(name)}}}
+}
+
+// schemaTypes are the Go types whose schemas the document holds, by name.
+var schemaTypes = map[string]reflect.Type{
+	"Job":            reflect.TypeFor[JobView](),
+	"File":           reflect.TypeFor[File](),
+	"Batch":          reflect.TypeFor[Batch](),
+	"BatchRequest":   reflect.TypeFor[BatchRequest](),
+	"Model":          reflect.TypeFor[Model](),
+	"ChatCompletion": reflect.TypeFor[ChatCompletion](),
+	"ErrorBody":      reflect.TypeFor[errorBody](),
+	"BatchLine":      reflect.TypeFor[BatchOutputLine](),
+	"WebhookSecret":  reflect.TypeFor[WebhookSecret](),
+}
+
+// goSchema is the JSON Schema of what encoding/json writes for t.
+func goSchema(t reflect.Type) map[string]any {
+	nullable := false
+	for t.Kind() == reflect.Pointer {
+		t, nullable = t.Elem(), true
+	}
+	var s map[string]any
+	switch {
+	case t == reflect.TypeFor[time.Time]():
+		s = map[string]any{"type": "string", "format": "date-time"}
+	case t == reflect.TypeFor[json.RawMessage]():
+		s = map[string]any{}
+	case t == reflect.TypeFor[jobs.Result]():
+		s = ref("Result")
+	case t == reflect.TypeFor[jobs.Progress]():
+		s = ref("Progress")
+	default:
+		switch t.Kind() {
+		case reflect.String:
+			s = map[string]any{"type": "string"}
+		case reflect.Bool:
+			s = map[string]any{"type": "boolean"}
+		case reflect.Int, reflect.Int64, reflect.Int32:
+			s = map[string]any{"type": "integer"}
+		case reflect.Float64, reflect.Float32:
+			s = map[string]any{"type": "number"}
+		case reflect.Slice:
+			s = map[string]any{"type": "array", "items": goSchema(t.Elem())}
+		case reflect.Map:
+			s = map[string]any{"type": "object", "additionalProperties": goSchema(t.Elem())}
+		case reflect.Interface:
+			s = map[string]any{}
+		case reflect.Struct:
+			props := map[string]any{}
+			var required []string
+			addFields(t, props, &required)
+			s = map[string]any{"type": "object", "properties": props}
+			if len(required) > 0 {
+				s["required"] = required
+			}
+		default:
+			s = map[string]any{}
+		}
+	}
+	if nullable {
+		return map[string]any{"anyOf": []any{s, map[string]any{"type": "null"}}}
+	}
+	return s
+}
+
+// addFields adds t's JSON fields, flattening embedded structs as encoding/json does.
+func addFields(t reflect.Type, props map[string]any, required *[]string) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" || (!f.IsExported() && !f.Anonymous) {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			addFields(f.Type, props, required)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		props[name] = goSchema(f.Type)
+		if !strings.Contains(opts, "omitempty") {
+			*required = append(*required, name)
+		}
+	}
+}
+
+var openAPIDoc = sync.OnceValues(func() ([]byte, error) {
+	paths := map[string]map[string]any{}
+	for _, op := range operations() {
+		o := map[string]any{"summary": op.summary, "responses": op.responses, "security": []any{map[string]any{"bearer": []string{}}}}
+		var params []any
+		if strings.Contains(op.path, "{id}") {
+			params = append(params, map[string]any{"name": "id", "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+		}
+		for _, q := range op.query {
+			params = append(params, map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "string"}})
+		}
+		if params != nil {
+			o["parameters"] = params
+		}
+		if op.request != nil {
+			schema, ok := op.request.(map[string]any)
+			if !ok {
+				schema = goSchema(reflect.TypeOf(op.request))
+			}
+			ct := op.requestType
+			if ct == "" {
+				ct = "application/json"
+			}
+			o["requestBody"] = map[string]any{"required": true, "content": map[string]any{ct: map[string]any{"schema": schema}}}
+		}
+		if paths[op.path] == nil {
+			paths[op.path] = map[string]any{}
+		}
+		paths[op.path][strings.ToLower(op.method)] = o
+	}
+	schemas := map[string]any{}
+	for name, t := range schemaTypes {
+		schemas[name] = goSchema(t)
+	}
+	for name, file := range map[string]string{"GeneratePayload": jobs.SchemaGenerate, "SummarizePayload": jobs.SchemaSummarize,
+		"Result": jobs.SchemaResult, "Progress": jobs.SchemaProgress} {
+		raw, err := jobs.Schema(file)
+		if err != nil {
+			return nil, err
+		}
+		schemas[name] = json.RawMessage(raw)
+	}
+	doc := map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "Red Lite Batch API", "version": "1",
+			"description": "Jobs from any language: the native job API, OpenAI-compatible files, batches and chat completions. See jobs/README.md."},
+		"paths": paths,
+		"components": map[string]any{
+			"schemas":         schemas,
+			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
+		},
+	}
+	return json.MarshalIndent(doc, "", "  ")
+})
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	doc, err := openAPIDoc()
+	if err != nil {
+		writeError(w, serverError(err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(doc)
+}

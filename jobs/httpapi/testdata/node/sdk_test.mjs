@@ -1,0 +1,119 @@
+// The official openai npm package, unmodified, against redlite-api. TestOpenAINodeSDK runs
+// it with OPENAI_BASE_URL, OPENAI_API_KEY and REDLITE_MODEL set; it exits non-zero with the
+// reason on the first failed check.
+import assert from 'node:assert/strict';
+import OpenAI, { toFile } from 'openai';
+
+const model = process.env.REDLITE_MODEL;
+const client = new OpenAI({ maxRetries: 0 }); // base URL and key from the environment
+
+const chatBody = (maxTokens, content) => ({
+  model, max_tokens: maxTokens, temperature: 0,
+  messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content }],
+});
+
+const jsonl = (n, body) => Array.from({ length: n }, (_, i) => JSON.stringify({
+  custom_id: `node-${String(i).padStart(2, '0')}`, method: 'POST', url: '/v1/chat/completions', body: body(i),
+})).join('\n') + '\n';
+
+async function startBatch(input) {
+  const file = await client.files.create({ file: await toFile(Buffer.from(input), 'input.jsonl'), purpose: 'batch' });
+  assert.equal(file.bytes, Buffer.byteLength(input));
+  const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  assert.equal(batch.status, 'validating');
+  return batch;
+}
+
+const final = (b) => ['completed', 'failed', 'cancelled', 'expired'].includes(b.status);
+
+async function poll(id, cond) {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const b = await client.batches.retrieve(id);
+    if (cond(b)) return b;
+    if (Date.now() > deadline) throw new Error(`batch ${id} timed out: ${JSON.stringify(b)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function lines(fileId) {
+  const text = await (await client.files.content(fileId)).text();
+  const out = new Map();
+  for (const l of text.split('\n').filter(Boolean)) {
+    const o = JSON.parse(l);
+    assert.ok(!out.has(o.custom_id), `custom_id ${o.custom_id} twice`);
+    out.set(o.custom_id, o);
+  }
+  return out;
+}
+
+// A batch of 20 runs to completion; one output line per request, matched by custom_id.
+{
+  const n = 20;
+  let batch = await startBatch(jsonl(n, (i) => chatBody(2 + (i % 3), `Count to ${i}.`)));
+  batch = await poll(batch.id, final);
+  assert.equal(batch.status, 'completed', JSON.stringify(batch));
+  assert.deepEqual(batch.request_counts, { total: n, completed: n, failed: 0 });
+  const out = await lines(batch.output_file_id);
+  assert.equal(out.size, n);
+  for (let i = 0; i < n; i++) {
+    const l = out.get(`node-${String(i).padStart(2, '0')}`);
+    assert.ok(l, `line ${i} missing`);
+    assert.equal(l.response.status_code, 200);
+    assert.equal(l.response.body.object, 'chat.completion');
+    assert.equal(l.response.body.choices[0].message.role, 'assistant');
+    assert.ok(l.response.body.usage.completion_tokens >= 1);
+  }
+  const page = await client.batches.list({ limit: 1 });
+  assert.equal(page.data[0].id, batch.id);
+}
+
+// Cancelled midway: the finished request is kept, the rest are cancelled.
+{
+  const n = 20;
+  let batch = await startBatch(jsonl(n, (i) => (i === 0 ? chatBody(2, 'Hi.') : chatBody(32768, 'Tell a very long story.'))));
+  await poll(batch.id, (b) => b.request_counts.completed >= 1);
+  const c = await client.batches.cancel(batch.id);
+  assert.equal(c.status, 'cancelling');
+  batch = await poll(batch.id, final);
+  assert.equal(batch.status, 'cancelled');
+  assert.equal(batch.request_counts.completed, 1);
+  const out = await lines(batch.output_file_id);
+  const errs = await lines(batch.error_file_id);
+  assert.equal(out.size, 1);
+  assert.ok(out.has('node-00'));
+  assert.equal(errs.size, n - 1);
+  for (const l of errs.values()) assert.equal(l.error.code, 'batch_cancelled');
+}
+
+// Chat completions, plain and streamed: greedy decoding gives the same text.
+{
+  const body = chatBody(5, 'Say hello.');
+  const plain = await client.chat.completions.create(body);
+  assert.equal(plain.choices.length, 1);
+  assert.ok(plain.usage.completion_tokens >= 1 && plain.usage.completion_tokens <= 5);
+  const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    for (const ch of chunk.choices) {
+      text += ch.delta?.content ?? '';
+      finish = ch.finish_reason ?? finish;
+    }
+    usage = chunk.usage ?? usage;
+  }
+  assert.equal(text, plain.choices[0].message.content);
+  assert.equal(finish, plain.choices[0].finish_reason);
+  assert.equal(usage.completion_tokens, plain.usage.completion_tokens);
+}
+
+// Errors come back as the SDK's typed errors.
+{
+  await assert.rejects(client.chat.completions.create({ ...chatBody(2, 'Hi.'), n: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
+  const bad = new OpenAI({ apiKey: 'wrong', maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+}
+
+console.log('ok');
