@@ -94,6 +94,10 @@ type Config struct {
 	// waits in the worker for a slot and the KV blocks of its prompt + max_tokens; past it
 	// the attempt fails without running and the job is retried (perhaps by another worker).
 	AdmissionTimeout time.Duration `env:"REDLITE_ADMISSION_TIMEOUT" envDefault:"10m"`
+	// HierarchyPoll is how long a hierarchical summary's parent waits between two checks of
+	// its child jobs (it holds no engine slot meanwhile); a check runs once the delay has
+	// passed and REDLITE_DELAYED_TASK_CHECK_INTERVAL has moved the job back to its queue.
+	HierarchyPoll time.Duration `env:"REDLITE_HIERARCHY_POLL" envDefault:"2s"`
 	// WebhookTimeout bounds one POST of a result to a payload's webhook_url.
 	WebhookTimeout time.Duration `env:"REDLITE_WEBHOOK_TIMEOUT" envDefault:"10s"`
 	// WebhookSecret signs webhook POSTs (HMAC-SHA256, see jobs.VerifyWebhook);
@@ -202,6 +206,8 @@ func (c Config) Validate() error {
 		return bad("REDLITE_WEBHOOK_TIMEOUT", "must be > 0, got %v", c.WebhookTimeout)
 	case c.AdmissionTimeout <= 0:
 		return bad("REDLITE_ADMISSION_TIMEOUT", "must be > 0, got %v", c.AdmissionTimeout)
+	case c.HierarchyPoll <= 0:
+		return bad("REDLITE_HIERARCHY_POLL", "must be > 0, got %v", c.HierarchyPoll)
 	case c.WebhookRetryDelay <= 0:
 		return bad("REDLITE_WEBHOOK_RETRY_DELAY", "must be > 0, got %v", c.WebhookRetryDelay)
 	case c.WebhookRetryFor < 0:

@@ -151,6 +151,7 @@ func startDaemonProcessOn(t *testing.T, cfg Config, host string) *daemonProcess 
 		"REDLITE_PROGRESS_INTERVAL="+cfg.ProgressInterval.String(),
 		"REDLITE_RETRY_DELAY="+cfg.RetryDelay.String(),
 		"REDLITE_SHUTDOWN_TIMEOUT="+cfg.ShutdownTimeout.String(),
+		"REDLITE_HIERARCHY_POLL="+cfg.HierarchyPoll.String(),
 		"REDLITE_CAPABILITY_TTL="+cfg.CapabilityTTL.String(),
 		"REDLITE_CALIBRATION="+cfg.Calibration,
 	)

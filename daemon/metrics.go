@@ -18,6 +18,8 @@ const (
 	outcomeFault      = "engine_fault" // retried with back-off
 	outcomeRequeued   = "requeued"     // shutdown took the job back to its queue
 	outcomeBusy       = "busy"         // waited REDLITE_ADMISSION_TIMEOUT unrun: retried
+	outcomeWaiting    = "waiting"      // a hierarchical summary's parent checked its children
+	outcomeFailed     = "failed"       // a hierarchical summary's child failed for good: archived
 )
 
 // metrics are the daemon's Prometheus metrics, registered on an injected registry. Names end

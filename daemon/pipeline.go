@@ -132,6 +132,8 @@ func (r *run) finishLog(err error) {
 		r.log.Info("job done", "outcome", r.outcome, "duration", d)
 	case errors.As(err, &fault):
 		r.log.Error("job failed; it will be retried", "err", err, "duration", d, "stack", fault.Stack)
+	case errors.Is(err, errWaiting):
+		r.log.Debug("checked the child jobs", "err", err, "duration", d)
 	default:
 		r.log.Warn("job ended", "outcome", r.outcome, "err", err, "duration", d)
 	}
@@ -184,6 +186,18 @@ func (r *run) do(ctx context.Context) error {
 		r.outcome = outcomeCancelled
 		return permanent(fmt.Errorf("deadline %s passed before this attempt: %w", d.Format(time.RFC3339), context.DeadlineExceeded))
 	}
+	if s, ok := p.(*jobs.Summarize); ok {
+		if s.Part != nil {
+			if err := r.checkParent(ctx, s.Part); err != nil {
+				return err
+			}
+		}
+		if hier, err := r.wantsHierarchy(ctx, s); err != nil {
+			return err
+		} else if hier {
+			return r.hierarchical(ctx, s)
+		}
+	}
 	var sampling jobs.Sampling
 	switch p := p.(type) {
 	case *jobs.Generate:
@@ -202,13 +216,13 @@ func (r *run) do(ctx context.Context) error {
 	r.prog.update(func(pr *jobs.Progress) { pr.PromptTokens, pr.MaxTokens = len(ids), sampling.MaxTokens })
 
 	r.setPhase(jobs.PhasePlanning)
-	plan, err := w.plan(len(ids), sampling.MaxTokens)
-	if w.sched != nil {
-		plan, err = w.planBatched(len(ids), sampling.MaxTokens)
-	}
+	plan, err := w.planFor(len(ids), sampling.MaxTokens)
 	if err != nil {
 		if errors.Is(err, planner.ErrDoesNotFit) {
 			return r.reroute(ctx, p, len(ids), sampling.MaxTokens, err) // reroute.go
+		}
+		if s, ok := autoSummary(p); ok {
+			return r.hierarchical(ctx, s) // longer than the model's trained context: no worker holds it
 		}
 		if errors.Is(err, planner.ErrBadJob) {
 			r.outcome = outcomeDoesNotFit
@@ -420,6 +434,9 @@ func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) job
 		Model:    r.w.lm.name,
 		Worker:   r.w.name,
 		Metadata: p.Options().Metadata,
+	}
+	if _, ok := p.(*jobs.Summarize); ok {
+		res.Strategy = jobs.StrategySingle
 	}
 	if wait, ok := r.queueWait(); ok {
 		res.Timings.QueueWaitMS = ms(wait)

@@ -78,6 +78,9 @@ func (r *run) reroute(ctx context.Context, p jobs.Payload, promptTokens, maxToke
 		r.outcome = outcomeRerouted
 		return fmt.Errorf("does not fit on worker %s, but the other workers of queue %s hold it: retried there: %w", w.name, r.queue, fit)
 	}
+	if s, ok := autoSummary(p); ok {
+		return r.hierarchical(ctx, s) // hierarchy.go
+	}
 	r.outcome = outcomeDoesNotFit
 	return permanent(fmt.Errorf("does not fit on any live worker of model %s: %w", w.lm.name, w.largestExplanation(mine, promptTokens, maxTokens, fit)))
 }

@@ -56,7 +56,7 @@ func newWorker(w *worker, redis jobs.RedisURL) *worker {
 		Queues:                   w.cfg.Queues,
 		StrictPriority:           w.cfg.StrictPriority,
 		RetryDelayFunc:           w.retryDelay,
-		IsFailure:                func(err error) bool { return !errors.Is(err, errShuttingDown) },
+		IsFailure:                func(err error) bool { return !errors.Is(err, errShuttingDown) && !errors.Is(err, errWaiting) },
 		ErrorHandler:             asynq.ErrorHandlerFunc(w.handleError),
 		Logger:                   asynqLogger{w.log.With("component", "asynq")},
 		LogLevel:                 asynqLevel(w.log),
@@ -111,6 +111,9 @@ func (w *worker) retryDelay(n int, err error, t *asynq.Task) time.Duration {
 	}
 	if errors.Is(err, asynq.ErrLeaseExpired) {
 		return 0
+	}
+	if errors.Is(err, errWaiting) {
+		return w.cfg.HierarchyPoll
 	}
 	d := w.cfg.RetryDelay
 	for i := 0; i < n && d < w.cfg.MaxRetryDelay; i++ {

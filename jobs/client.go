@@ -347,6 +347,9 @@ func (c *Client) Wait(ctx context.Context, id string, onProgress func(Progress))
 // progressOf is what a waiting client should show: the worker's progress while the job is
 // active, "queued" otherwise (a retrying job's hash still holds the last attempt's progress).
 func progressOf(st Status) Progress {
+	if p := st.Progress; p != nil && (p.Phase == PhaseMap || p.Phase == PhaseReduce) {
+		return *p // a hierarchical summary's parent waits in retry between its checks
+	}
 	if st.State == StateActive {
 		switch {
 		case st.Progress != nil:
@@ -384,7 +387,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 			if !asked {
 				return fmt.Errorf("cancel job %s: %w (archived)", id, ErrFinished)
 			}
-			return c.markCancelled(ctx, info)
+			return c.cancelled(ctx, info)
 		case asynq.TaskStateActive:
 			// Asked on every poll: the cancel message is pub/sub, lost if the worker had
 			// not yet registered the job when it was sent.
@@ -395,7 +398,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 		default:
 			err := c.insp.ArchiveTask(info.Queue, id)
 			if err == nil {
-				return c.markCancelled(ctx, info)
+				return c.cancelled(ctx, info)
 			}
 			if !errors.Is(err, asynq.ErrTaskNotFound) {
 				// It may have become active in between; look again.

@@ -439,6 +439,10 @@ func RouteJob(caps []Capability, p Payload, anyway bool) (Route, error) {
 	}
 	slices.SortFunc(classes, func(a, b *class) int { return cmp.Compare(ClassMiB(a.name), ClassMiB(b.name)) })
 	key := mine[0].ModelKey
+	if splitsItself(p, StrategyHierarchical) {
+		// The parent only splits and waits: the smallest class, which every worker serves.
+		return Route{Queue: ClassQueue(base, key, classes[0].name), Class: classes[0].name, Routed: true}, nil
+	}
 	for _, c := range classes {
 		if c.fitEst {
 			return Route{Queue: ClassQueue(base, key, c.name), Class: c.name, Routed: true}, nil
@@ -450,8 +454,10 @@ func RouteJob(caps []Capability, p Payload, anyway bool) (Route, error) {
 			return Route{Queue: ClassQueue(base, key, c), Class: c, Routed: true}, nil
 		}
 	}
-	if anyway {
-		return Route{Queue: ClassQueue(base, key, largest.Class), Class: largest.Class}, nil
+	if anyway || splitsItself(p, StrategyAuto) {
+		// An auto summary that no worker holds in one pass is summarized hierarchically by
+		// the worker that takes it.
+		return Route{Queue: ClassQueue(base, key, largest.Class), Class: largest.Class, Routed: !anyway}, nil
 	}
 	return Route{}, &RouteError{Model: largest.Model, NeedContext: least + maxTokens, MaxTokens: maxTokens, Largest: largest, err: ErrNoCapacity}
 }

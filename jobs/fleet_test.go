@@ -87,6 +87,30 @@ func TestRouteJob(t *testing.T) {
 			t.Errorf("anyway: %+v %v", r, err)
 		}
 	})
+	t.Run("Summaries", func(t *testing.T) {
+		sum := func(bytes int, st Strategy) *Summarize {
+			mt := 100
+			return &Summarize{Version: 1, Input: strings.Repeat("word ", bytes/5), MaxTokens: &mt, Strategy: st, Common: Common{Model: "A"}}
+		}
+		// Too long for every worker: single is refused, auto goes to the largest class,
+		// whose worker summarizes it hierarchically; hierarchical always starts in the
+		// smallest class, which every worker serves.
+		if _, err := RouteJob(fleet, sum(200000, StrategySingle), false); !errors.Is(err, ErrNoCapacity) {
+			t.Errorf("single: %v, want ErrNoCapacity", err)
+		}
+		if r, err := RouteJob(fleet, sum(200000, ""), false); err != nil || r.Queue != "default@a@1g" {
+			t.Errorf("auto: %+v %v", r, err)
+		}
+		if r, err := RouteJob(fleet, sum(200000, StrategyHierarchical), false); err != nil || r.Queue != "default@a@512m" {
+			t.Errorf("hierarchical: %+v %v", r, err)
+		}
+		// A child goes where it fits, as any job.
+		child := sum(400, StrategySingle)
+		child.Part = &Part{Parent: "p", Pieces: 1}
+		if r, err := RouteJob(fleet, child, false); err != nil || r.Queue != "default@a@512m" {
+			t.Errorf("child: %+v %v", r, err)
+		}
+	})
 	t.Run("UnknownModel", func(t *testing.T) {
 		_, err := RouteJob(fleet, gen("C", 10, 10), false)
 		if !errors.Is(err, ErrUnknownModel) || !strings.Contains(err.Error(), "served: A, B") {

@@ -27,6 +27,10 @@ var summarizeSeeds = []string{
 	`{"version":1,"input":"x","deadline":"2030-13-01T00:00:00Z"}`,
 	`{"version":1,"input":"x","metadata":[]}`,
 	"{\"version\":1,\"input\":\"\xff\"}",
+	`{"version":1,"input":"doc","strategy":"hierarchical","overlap":64}`,
+	`{"version":1,"input":"doc","strategy":"single","part":{"parent":"p-1","level":1,"index":0,"pieces":1,"final":true}}`,
+	`{"version":1,"input":"doc","strategy":"hierarchical","part":{"parent":"p","level":0,"index":3,"pieces":2}}`,
+	`{"version":1,"input":"doc","strategy":"fast","overlap":-1}`,
 }
 
 // checkDecoded is what both fuzz targets assert: errors are validation errors; accepted

@@ -86,6 +86,14 @@ type Summarize struct {
 	Input        string        `json:"input"`
 	Instructions *Instructions `json:"instructions,omitempty"`
 	MaxTokens    *int          `json:"max_tokens,omitempty"`
+	// Strategy says how a document is summarized: auto (default), single or hierarchical
+	// (hierarchy.go explains them).
+	Strategy Strategy `json:"strategy,omitempty"`
+	// Overlap is how many tokens of the preceding text each piece of a hierarchical summary
+	// repeats, so that a point cut at a boundary is seen whole; 0 by default.
+	Overlap *int `json:"overlap,omitempty"`
+	// Part marks a child job of a hierarchical summary (set by workers, not by clients).
+	Part *Part `json:"part,omitempty"`
 	Common
 }
 
@@ -267,6 +275,9 @@ func (s *Summarize) Validate() error {
 		}
 	}
 	if err := checkMaxTokens(s.MaxTokens); err != nil {
+		return err
+	}
+	if err := s.validateStrategy(); err != nil {
 		return err
 	}
 	return s.Common.validate()

@@ -20,6 +20,9 @@ const summarizeSystem = `You are a careful summarizer. You write accurate, faith
 // comes first and the request last, because models follow a request at the end of a long
 // context better than one at its start. README.md shows the template.
 func SummarizeMessages(s *Summarize) []Message {
+	if s.Part != nil && (s.Part.Level > 0 || !s.Part.Final) {
+		return partMessages(s)
+	}
 	tag := documentTag(s.Input)
 	var b strings.Builder
 	b.WriteString("Summarize the document between the <" + tag + "> tags.\n\n")
@@ -29,11 +32,19 @@ func SummarizeMessages(s *Summarize) []Message {
 		b.WriteString("\n")
 	}
 	b.WriteString("</" + tag + ">\n\n")
-	b.WriteString("Instructions:\n")
+	writeInstructions(&b, s.Instructions)
+	return []Message{
+		{Role: RoleSystem, Content: summarizeSystem},
+		{Role: RoleUser, Content: b.String()},
+	}
+}
 
+// writeInstructions writes the request that ends a summary's user message.
+func writeInstructions(b *strings.Builder, ins *Instructions) {
+	b.WriteString("Instructions:\n")
 	var in Instructions
-	if s.Instructions != nil {
-		in = *s.Instructions
+	if ins != nil {
+		in = *ins
 	}
 	switch in.Style {
 	case StyleBullets:
@@ -55,10 +66,6 @@ func SummarizeMessages(s *Summarize) []Message {
 		b.WriteString("- Write the summary in " + lang + ".\n")
 	} else {
 		b.WriteString("- Write the summary in the same language as the document.\n")
-	}
-	return []Message{
-		{Role: RoleSystem, Content: summarizeSystem},
-		{Role: RoleUser, Content: b.String()},
 	}
 }
 

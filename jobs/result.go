@@ -28,6 +28,15 @@ type Result struct {
 	Model        string          `json:"model"`
 	Worker       string          `json:"worker"`
 	Metadata     json.RawMessage `json:"metadata,omitempty"` // the payload's, unchanged
+	// Strategy is how a summary was made: single or hierarchical (absent for generate).
+	Strategy Strategy `json:"strategy,omitempty"`
+	// Tree, Pieces and Workers describe a hierarchical summary: its levels, the byte spans
+	// of the document's pieces (level 0), and every worker that ran a piece. Usage and
+	// timings are then summed over every child job; Plan, Model and Worker are the final
+	// level's.
+	Tree    *Tree    `json:"tree,omitempty"`
+	Pieces  []Span   `json:"pieces,omitempty"`
+	Workers []string `json:"workers,omitempty"`
 }
 
 // Usage counts tokens.
@@ -77,6 +86,10 @@ const (
 	PhasePrefill    Phase = "prefill"
 	PhaseDecode     Phase = "decode"
 	PhaseDone       Phase = "done"
+	// A hierarchical summary's parent waits for its children: the map over the document's
+	// pieces, then the reduce levels.
+	PhaseMap    Phase = "map"
+	PhaseReduce Phase = "reduce"
 )
 
 // Progress is published by the worker while a job runs.
@@ -87,6 +100,11 @@ type Progress struct {
 	Generated    int       `json:"generated"`     // tokens generated so far
 	MaxTokens    int       `json:"max_tokens"`
 	UpdatedAt    time.Time `json:"updated_at"`
+	// Level, PiecesDone and PiecesTotal follow a hierarchical summary's parent: the level it
+	// waits for (0 the map) and how many of its child jobs are done.
+	Level       int `json:"level,omitempty"`
+	PiecesDone  int `json:"pieces_done,omitempty"`
+	PiecesTotal int `json:"pieces_total,omitempty"`
 }
 
 // State is asynq's task state, by asynq's names (the ones asynqmon shows).

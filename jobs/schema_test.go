@@ -242,6 +242,10 @@ func TestSchemaLimits(t *testing.T) {
 		{SchemaSummarize, "properties/instructions/properties/length", "maxLength", MaxInstructionLength},
 		{SchemaSummarize, "properties/instructions/properties/language", "maxLength", MaxInstructionLang},
 		{SchemaSummarize, "properties/instructions/properties/focus", "maxLength", MaxInstructionFocus},
+		{SchemaSummarize, "properties/overlap", "maximum", MaxOverlap},
+		{SchemaSummarize, "properties/part/properties/level", "maximum", MaxLevels - 1},
+		{SchemaSummarize, "properties/part/properties/pieces", "maximum", MaxPieces},
+		{SchemaSummarize, "properties/part/properties/parent", "maxLength", MaxParentIDBytes},
 	} {
 		if got := at(c.file, c.pointer, c.key); num(got) != num(c.want) {
 			t.Errorf("%s %s %s = %v, want %v", c.file, c.pointer, c.key, got, c.want)
@@ -263,7 +267,8 @@ func TestSchemaLimits(t *testing.T) {
 		{SchemaSummarize, "properties/instructions/properties/style", []string{StyleParagraphs, StyleBullets, StyleOneSentence}},
 		{SchemaResult, "properties/finish_reason", []string{string(FinishStop), string(FinishLength), string(FinishCancelled)}},
 		{SchemaProgress, "properties/phase", []string{string(PhaseQueued), string(PhaseTokenizing), string(PhasePlanning),
-			string(PhasePrefill), string(PhaseDecode), string(PhaseDone)}},
+			string(PhasePrefill), string(PhaseDecode), string(PhaseDone), string(PhaseMap), string(PhaseReduce)}},
+		{SchemaSummarize, "properties/strategy", []string{string(StrategyAuto), string(StrategySingle), string(StrategyHierarchical)}},
 		{SchemaEnvelope, "properties/type", []string{string(EnvelopeProgress), string(EnvelopeResult)}},
 	} {
 		if got := enum(c.file, c.pointer); !slices.Equal(got, c.want) {

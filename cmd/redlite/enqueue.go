@@ -118,7 +118,8 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	waitFor := fs.Duration("wait-timeout", 0, "give up waiting after this long (0: no limit)")
 
 	// Type-specific flags.
-	var input, inputFile, style, length, language, focus string
+	var input, inputFile, style, length, language, focus, strategy string
+	var overlap int
 	var prompt, system, user string
 	// Optional numbers: unset means the payload's default, which the usage text states
 	// once (a -1 sentinel would print as a second, wrong default).
@@ -133,6 +134,8 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.StringVar(&length, "length", "", "length, e.g. \"about 150 words\"")
 		fs.StringVar(&language, "language", "", "language of the summary")
 		fs.StringVar(&focus, "focus", "", "what the summary should concentrate on")
+		fs.StringVar(&strategy, "strategy", "", "auto (default: one pass if the document fits, else hierarchical), single or hierarchical")
+		fs.IntVar(&overlap, "overlap", 0, "tokens of the preceding text each piece of a hierarchical summary repeats")
 	} else {
 		fs.StringVar(&prompt, "prompt", "", "raw prompt to continue (no chat template)")
 		fs.StringVar(&system, "system", "", "system message")
@@ -191,6 +194,12 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		if set["max-tokens"] {
 			p.MaxTokens = maxTokens
+		}
+		if set["strategy"] {
+			p.Strategy = jobs.Strategy(strategy)
+		}
+		if set["overlap"] {
+			p.Overlap = &overlap
 		}
 		if err := applyCommon(&p.Common, set, priority, deadline, key, metadata, webhook, model, timeout); err != nil {
 			return err
@@ -382,6 +391,7 @@ func waitAndPrint(ctx context.Context, c *jobs.Client, id string, limit time.Dur
 	fmt.Fprintf(stderr, "finish: %s; %d prompt + %d generated tokens; prefill %.0f tok/s, decode %.0f tok/s; plan: %s KV, %d-token chunks, %d/%d MiB; %s on %s\n",
 		res.FinishReason, res.Usage.PromptTokens, res.Usage.CompletionTokens, res.Timings.PrefillTokensPerSecond,
 		res.Timings.DecodeTokensPerSecond, res.Plan.KVPrecision, res.Plan.Chunk, res.Plan.NeedMiB, res.Plan.LimitMiB, res.Model, res.Worker)
+	printTree(stderr, res)
 	return nil
 }
 
@@ -406,6 +416,8 @@ func (p *progressLine) show(pr jobs.Progress) {
 		line = fmt.Sprintf("prefill %d/%d prompt tokens", pr.Prefilled, pr.PromptTokens)
 	case jobs.PhaseDecode:
 		line = fmt.Sprintf("decode %d/%d tokens", pr.Generated, pr.MaxTokens)
+	case jobs.PhaseMap, jobs.PhaseReduce:
+		line = fmt.Sprintf("%s (level %d): %d/%d pieces done", pr.Phase, pr.Level, pr.PiecesDone, pr.PiecesTotal)
 	}
 	line += fmt.Sprintf(", %s elapsed", time.Since(p.start).Round(100*time.Millisecond))
 	if p.tty {

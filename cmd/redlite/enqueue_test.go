@@ -111,6 +111,23 @@ func TestJobCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("EnqueueSummarizeHierarchical", func(t *testing.T) {
+		code, out, errs := runCmd(t, "enqueue", "summarize", "--redis", url, "--input", "# Minutes\n\nThe meeting approved the budget.",
+			"--strategy", "hierarchical", "--max-tokens", "6", "--idempotency-key", "cli-tree", "--wait")
+		if code != 0 || strings.TrimSpace(out) == "" || !strings.Contains(errs, "hierarchical summary of 1 pieces on cli-test-worker") ||
+			!strings.Contains(errs, "level 0 (map): 1 piece(s)") {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+		}
+		code, out, errs = runCmd(t, "result", "cli-tree", "--redis", url)
+		var res jobs.Result
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Strategy != jobs.StrategyHierarchical || !strings.Contains(errs, "level 0 (map)") {
+			t.Errorf("result: exit %d (%v), stdout %q, stderr %q", code, err, out, errs)
+		}
+		if code, _, errs := runCmd(t, "enqueue", "summarize", "--redis", url, "--input", "x", "--strategy", "fast"); code == 0 || !strings.Contains(errs, "strategy: must be one of") {
+			t.Errorf("--strategy fast: exit %d, stderr %q", code, errs)
+		}
+	})
+
 	t.Run("EnqueuePayloadFileNoWait", func(t *testing.T) {
 		f := filepath.Join(t.TempDir(), "p.json")
 		os.WriteFile(f, []byte(`{"version":1,"prompt":"From a file","max_tokens":4}`), 0o644)

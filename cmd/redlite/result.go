@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/redlite/batch/jobs"
 )
@@ -41,6 +42,11 @@ func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case err != nil:
 		return err
 	}
+	if !*text {
+		// The JSON holds the tree too; stderr shows its shape at a glance and leaves stdout
+		// one JSON document.
+		defer printTree(stderr, res)
+	}
 	return printResult(stdout, res, *text)
 }
 
@@ -50,4 +56,12 @@ func printResult(w io.Writer, res jobs.Result, text bool) error {
 		return err
 	}
 	return writeJSON(w, res)
+}
+
+// printTree draws a hierarchical summary's tree as text (nothing for a single pass).
+func printTree(w io.Writer, res jobs.Result) {
+	if res.Tree == nil {
+		return
+	}
+	fmt.Fprintf(w, "hierarchical summary of %d pieces on %s:\n%s", len(res.Pieces), strings.Join(res.Workers, ", "), res.Tree)
 }

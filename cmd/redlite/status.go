@@ -36,7 +36,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return writeJSON(stdout, statusJSON(st))
 	}
 	fmt.Fprintf(stdout, "job:       %s (%s, queue %s)\nstate:     %s\n", st.ID, st.Type, st.Queue, st.State)
-	if p := st.Progress; p != nil && st.State == jobs.StateActive {
+	if p := st.Progress; p != nil && (p.Phase == jobs.PhaseMap || p.Phase == jobs.PhaseReduce) {
+		// A hierarchical summary's parent, between two checks of its child jobs.
+		fmt.Fprintf(stdout, "progress:  %s (level %d), %d/%d pieces done (at %s)\n", p.Phase, p.Level, p.PiecesDone, p.PiecesTotal,
+			p.UpdatedAt.Local().Format(time.TimeOnly))
+	} else if p != nil && st.State == jobs.StateActive {
 		fmt.Fprintf(stdout, "progress:  %s, prefilled %d/%d, generated %d/%d (at %s)\n", p.Phase, p.Prefilled, p.PromptTokens,
 			p.Generated, p.MaxTokens, p.UpdatedAt.Local().Format(time.TimeOnly))
 	}

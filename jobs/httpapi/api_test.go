@@ -473,6 +473,8 @@ func TestBadRequests(t *testing.T) {
 		{"BadField", tokenA, "POST", "/v1/jobs", generate(0), nil, 400, "invalid_payload", "max_tokens: must be between 1"},
 		{"BadIdemHeader", tokenA, "POST", "/v1/jobs", generate(4), []string{"Idempotency-Key", "a b"}, 400, "invalid_request", "Idempotency-Key header"},
 		{"Oversize", tokenA, "POST", "/v1/jobs", generate(4, "prompt", strings.Repeat("x", 5000)), nil, 413, "request_too_large", "4096 bytes"},
+		{"BadStrategy", tokenA, "POST", "/v1/jobs", `{"type": "summarize", "version": 1, "input": "x", "strategy": "fast"}`, nil, 400, "invalid_payload", "strategy: must be one of auto, single, hierarchical"},
+		{"ClientPart", tokenA, "POST", "/v1/jobs", `{"type": "summarize", "version": 1, "input": "x", "part": {"parent": "p", "level": 0, "index": 0, "pieces": 1}}`, nil, 400, "invalid_request", "is set by workers on the child jobs"},
 		{"BadWait", tokenA, "GET", "/v1/jobs/x/result?wait=soon", nil, nil, 400, "invalid_request", "wait must be a duration"},
 		{"UnknownJob", tokenA, "GET", "/v1/jobs/nope", nil, nil, 404, "not_found", "nope"},
 		{"CancelUnknown", tokenA, "DELETE", "/v1/jobs/nope", nil, nil, 404, "not_found", "nope"},

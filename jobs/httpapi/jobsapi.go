@@ -58,6 +58,9 @@ func ParseJobRequest(body []byte, idemHeader string) (jobs.Payload, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s, ok := p.(*jobs.Summarize); ok && s.Part != nil {
+		return nil, badRequest("part", "is set by workers on the child jobs of a hierarchical summary, not by clients")
+	}
 	if idemHeader != "" {
 		c := common(p)
 		if c.IdempotencyKey != "" && c.IdempotencyKey != idemHeader {
