@@ -708,7 +708,7 @@ func TestCompose(t *testing.T) {
 		copyTree(t, repoPath("ops"), filepath.Join(dir, "ops"), nil)
 		writeFile(t, filepath.Join(dir, "docker-compose.yml"), raw)
 		writeFile(t, filepath.Join(dir, "Dockerfile"), string(readFile(t, "Dockerfile")))
-		for _, f := range []string{"redis", "grafana", "worker"} {
+		for _, f := range []string{"redis", "grafana", "worker", "api"} {
 			writeFile(t, filepath.Join(dir, "ops", f+".env"), string(readFile(t, "ops", f+".env.example")))
 		}
 		writeFile(t, filepath.Join(dir, "docker-compose.lan.yml"), string(readFile(t, "docker-compose.lan.yml")))
