@@ -8,28 +8,35 @@ import (
 	"text/tabwriter"
 
 	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/jobs"
 )
 
 func init() {
 	register(command{name: "fleet", summary: "the fleet per model and capacity class: workers, queue depths, the largest job that fits", run: runFleet})
 }
 
-func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("fleet", stderr)
+// readFleet runs the part the fleet commands share: their flags, the read from Redis with
+// load, and --json. It returns done when it printed the JSON.
+func readFleet[T any](name string, args []string, stdout, stderr io.Writer, load func(string, jobs.TLSFiles) (T, error)) (v T, done bool, err error) {
+	fs := newFlags(name, stderr)
 	jf := addJobsFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return v, false, err
 	}
 	if jf.envErr != nil {
-		return fmt.Errorf("environment: %w", jf.envErr)
+		return v, false, fmt.Errorf("environment: %w", jf.envErr)
 	}
-	f, err := daemon.FleetView(jf.redisURL(), jf.tlsFiles())
-	if err != nil {
+	if v, err = load(jf.redisURL(), jf.tlsFiles()); err != nil || !*asJSON {
+		return v, false, err
+	}
+	return v, true, writeJSON(stdout, v)
+}
+
+func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, done, err := readFleet("fleet", args, stdout, stderr, daemon.FleetView)
+	if err != nil || done {
 		return err
-	}
-	if *asJSON {
-		return writeJSON(stdout, f)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODEL\tCLASS\tWORKERS\tLARGEST JOB\tLARGEST PROMPT\tPENDING\tACTIVE\tRETRY\tARCHIVED")

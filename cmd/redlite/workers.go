@@ -16,21 +16,9 @@ func init() {
 }
 
 func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("workers", stderr)
-	jf := addJobsFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parseFlags(fs, args); err != nil {
+	ws, done, err := readFleet("workers", args, stdout, stderr, daemon.Workers)
+	if err != nil || done {
 		return err
-	}
-	if jf.envErr != nil {
-		return fmt.Errorf("environment: %w", jf.envErr)
-	}
-	ws, err := daemon.Workers(jf.redisURL(), jf.tlsFiles())
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(stdout, ws)
 	}
 	if len(ws) == 0 {
 		fmt.Fprintln(stdout, "no workers (a worker's heartbeat expires 30 s after it stops)")
