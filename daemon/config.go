@@ -1,18 +1,16 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
 
 	"github.com/redlite/batch/engine/chat"
+	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
 )
@@ -134,7 +132,7 @@ func ConfigFromEnv(environ []string) (Config, error) {
 	}
 	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: m})
 	if err != nil {
-		return Config{}, translateEnvError(err)
+		return Config{}, envconf.Explain[Config](err)
 	}
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = jobs.QueueWeights()
@@ -294,38 +292,4 @@ func (c Config) logLevel() (slog.Level, error) {
 		return 0, fmt.Errorf("REDLITE_LOG_LEVEL: want debug, info, warn or error, got %q", c.LogLevel)
 	}
 	return l, nil
-}
-
-// translateEnvError names the variable rather than the Go field env reports.
-func translateEnvError(err error) error {
-	var agg env.AggregateError
-	if !errors.As(err, &agg) {
-		return err
-	}
-	var msgs []string
-	t := reflect.TypeFor[Config]()
-	for _, e := range agg.Errors {
-		var pe env.ParseError
-		if errors.As(e, &pe) {
-			name := pe.Name
-			if f, ok := t.FieldByName(pe.Name); ok {
-				name = f.Tag.Get("env")
-			}
-			msgs = append(msgs, fmt.Sprintf("%s: %s", name, parseErrText(pe)))
-			continue
-		}
-		msgs = append(msgs, e.Error())
-	}
-	return errors.New(strings.Join(msgs, "; "))
-}
-
-func parseErrText(pe env.ParseError) string {
-	var ne *strconv.NumError
-	if errors.As(pe.Err, &ne) {
-		return fmt.Sprintf("%q is not a valid %s", ne.Num, pe.Type)
-	}
-	if pe.Type == reflect.TypeFor[time.Duration]() {
-		return fmt.Sprintf("want a duration like 250ms, 15s or 10m: %v", pe.Err)
-	}
-	return pe.Err.Error()
 }

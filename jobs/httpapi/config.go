@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"reflect"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -80,7 +80,7 @@ func ConfigFromEnv(environ []string) (Config, error) {
 	}
 	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: m})
 	if err != nil {
-		return Config{}, translateEnvError(err)
+		return Config{}, envconf.Explain[Config](err)
 	}
 	return cfg, cfg.Validate()
 }
@@ -217,27 +217,4 @@ func parseTokensFile(data []byte) ([][sha256.Size]byte, error) {
 		return nil, fmt.Errorf("read: %w", err)
 	}
 	return out, nil
-}
-
-// translateEnvError names the variable rather than the Go field env reports.
-func translateEnvError(err error) error {
-	var agg env.AggregateError
-	if !errors.As(err, &agg) {
-		return err
-	}
-	var msgs []string
-	t := reflect.TypeFor[Config]()
-	for _, e := range agg.Errors {
-		var pe env.ParseError
-		if errors.As(e, &pe) {
-			name := pe.Name
-			if f, ok := t.FieldByName(pe.Name); ok {
-				name = f.Tag.Get("env")
-			}
-			msgs = append(msgs, fmt.Sprintf("%s: %v", name, pe.Err))
-			continue
-		}
-		msgs = append(msgs, e.Error())
-	}
-	return errors.New(strings.Join(msgs, "; "))
 }
