@@ -418,18 +418,7 @@ func (r *run) finishHierarchy(ctx context.Context, s *jobs.Summarize, h jobs.Hie
 		res.Workers = append(res.Workers, name)
 	}
 	sort.Strings(res.Workers)
-	env, err := jobs.EncodeResult(res)
-	if err != nil {
-		return &EngineFault{Err: err}
-	}
-	if err := r.writeResult(ctx, env); err != nil {
-		return err
-	}
-	r.outcome = outcomeCompleted
-	if u := s.WebhookURL; u != "" {
-		w.postWebhook(ctx, r.log, u, r.id, env)
-	}
-	return nil
+	return r.complete(ctx, res, s.WebhookURL)
 }
 
 // autoSummary is p as a summarize job that decides its own strategy (auto, not a child).

@@ -332,18 +332,23 @@ func (r *run) do(ctx context.Context) error {
 		w.m.queueWait.WithLabelValues(typ).Observe(wait.Seconds())
 	}
 	r.prog.terminate()
+	return r.complete(ctx, res, p.Options().WebhookURL)
+}
+
+// complete writes a finished job's result and queues its webhook. A result that cannot be
+// written is a failed attempt: the job runs again rather than being marked completed without
+// a result.
+func (r *run) complete(ctx context.Context, res jobs.Result, webhook string) error {
 	env, err := jobs.EncodeResult(res)
 	if err != nil {
 		return &EngineFault{Err: err}
 	}
-	// A result that cannot be written is a failed attempt: the job runs again rather than
-	// being marked completed without a result.
 	if err := r.writeResult(ctx, env); err != nil {
 		return err
 	}
 	r.outcome = outcomeCompleted
-	if u := p.Options().WebhookURL; u != "" {
-		w.postWebhook(ctx, r.log, u, r.id, env)
+	if webhook != "" {
+		r.w.postWebhook(ctx, r.log, webhook, r.id, env)
 	}
 	return nil
 }
