@@ -177,12 +177,17 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 		v := ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, c.HeadDim)
 		q = ctx.RMSNorm(q, l.qNorm, m.eps) // per-head norms; each run rotates its own positions
 		k = ctx.RMSNorm(k, l.kNorm, m.eps)
+		// Every run's keys are stored and queries rotated before any attends, so that the
+		// batch's q, k and v are gone by then and several runs hold no more than one.
+		qr := make([]ml.Tensor, len(runs))
+		for j, r := range runs {
+			kr := ctx.RoPE(model.RunRows(ctx, runs, j, k), r.Pos0, m.rope)
+			ctx.StoreKV(r.State.(*State).kv, i, r.Pos0, kr, model.RunRows(ctx, runs, j, v))
+			qr[j] = ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope)
+		}
 		parts := make([]ml.Tensor, len(runs))
 		for j, r := range runs {
-			kv := r.State.(*State).kv
-			kr := ctx.RoPE(model.RunRows(ctx, runs, j, k), r.Pos0, m.rope)
-			ctx.StoreKV(kv, i, r.Pos0, kr, model.RunRows(ctx, runs, j, v))
-			parts[j] = ctx.Attention(ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope), kv, i, r.Pos0, scale)
+			parts[j] = ctx.Attention(qr[j], r.State.(*State).kv, i, r.Pos0, scale)
 		}
 		a := ctx.Name(model.ConcatRows(ctx, parts...), "kqv_out", i) // [n, heads·hd]
 		h := ctx.Add(x, ctx.MatMul(l.o, a))

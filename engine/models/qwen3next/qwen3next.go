@@ -570,12 +570,16 @@ func (m *Model) attention(ctx ml.Context, runs []model.Run, kvs []ml.Cache, b bl
 	q := ctx.RMSNorm(ctx.Slice(qg, 0, hd), l.qNorm, m.eps)                         // [n, H, hd], per-head norm
 	gate := ctx.Name(ctx.Reshape(ctx.Slice(qg, hd, hd), n, c.Heads*hd), "gate", i) // [n, H·hd]
 	k, v := m.projectKV(ctx, b, xn, n)
+	// Every run's keys are stored and queries rotated before any attends, so that the
+	// batch's q, k and v are gone by then and several runs hold no more than one.
+	qr := make([]ml.Tensor, len(runs))
+	for j, r := range runs {
+		m.storeKV(ctx, kvs[j], b, model.RunRows(ctx, runs, j, k), model.RunRows(ctx, runs, j, v), span{r.N, r.Pos0})
+		qr[j] = ctx.Name(ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope), "Qcur", i) // rotate the first rope.Dims
+	}
 	parts := make([]ml.Tensor, len(runs))
 	for j, r := range runs {
-		kv := kvs[j]
-		m.storeKV(ctx, kv, b, model.RunRows(ctx, runs, j, k), model.RunRows(ctx, runs, j, v), span{r.N, r.Pos0})
-		qr := ctx.Name(ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope), "Qcur", i) // rotate the first rope.Dims
-		parts[j] = ctx.Attention(qr, kv, b.slot, r.Pos0, float32(1/math.Sqrt(float64(hd))))
+		parts[j] = ctx.Attention(qr[j], kvs[j], b.slot, r.Pos0, float32(1/math.Sqrt(float64(hd))))
 	}
 	a := ctx.Name(ctx.Mul(model.ConcatRows(ctx, parts...), ctx.Sigmoid(gate)), "attn_gated", i) // [n, H·hd]
 	return ctx.Name(ctx.MatMul(l.o, a), "attn_output", i)
