@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -30,11 +31,17 @@ func batchJobs() []*jobs.Generate {
 // same jobs give on a worker of concurrency 1, their plans name the pool and a batch of
 // several sequences, the cancelled job stops within a step and its blocks go back (every
 // block is free at the end), and the wall time is reported beside the one-at-a-time run.
+//
+// The tiny fixture model is all per-operation overhead, so its times say nothing of speed;
+// REDLITE_TEST_BATCH_MODEL names a bigger GGUF to measure them on (a synth qwen3-0.6b, say).
 func TestBatchedWorker(t *testing.T) {
 	b := setup(t)
 	run := func(concurrency int, cancelOne bool) ([]jobs.Result, time.Duration) {
 		cfg := b.cfg
 		cfg.Concurrency = concurrency
+		if m := os.Getenv("REDLITE_TEST_BATCH_MODEL"); m != "" {
+			cfg.Model, cfg.GPULimitMiB = m, 16384
+		}
 		d := startDaemon(t, cfg, Observer{})
 		defer d.Shutdown()
 		var long jobs.Job
