@@ -499,20 +499,32 @@ func (c *Client) find(ctx context.Context, id string) (*asynq.TaskInfo, error) {
 	if id == "" {
 		return nil, fmt.Errorf("job id is empty: %w", ErrNotFound)
 	}
-	q, err := findScript.Run(ctx, c.rdb, []string{"asynq:queues"}, id).Text()
-	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	for attempt := 1; ; attempt++ {
+		q, err := findScript.Run(ctx, c.rdb, []string{"asynq:queues"}, id).Text()
+		if errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("look up job %s: %w", id, classifyRedis(err))
+		}
+		info, err := c.insp.GetTaskInfo(q, id)
+		switch {
+		case err == nil:
+			return info, nil
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			// Deleted or moved in between.
+			return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+		case movedMeanwhile(err) && attempt < 5:
+			// A worker moved the job to another queue between the two reads (MoveActive
+			// leaves a stub without a message, which asynq cannot describe): look again.
+			continue
+		}
+		return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, classifyRedis(err))
 	}
-	if err != nil {
-		return nil, fmt.Errorf("look up job %s: %w", id, classifyRedis(err))
-	}
-	info, err := c.insp.GetTaskInfo(q, id)
-	switch {
-	case err == nil:
-		return info, nil
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		// Deleted or moved in between.
-		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
-	}
-	return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, classifyRedis(err))
+}
+
+// movedMeanwhile reports asynq's refusal to describe a task hash without a state: the stub
+// a move leaves behind (asynq v0.26 has no sentinel for it).
+func movedMeanwhile(err error) bool {
+	return strings.Contains(err.Error(), "is not supported task state")
 }
