@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caarlos0/env/v11"
-
 	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/jobs"
@@ -122,17 +120,9 @@ type Config struct {
 // ConfigFromEnv reads the configuration from environ (os.Environ() form, "KEY=value"), fills
 // defaults and validates it. Errors name the variable.
 func ConfigFromEnv(environ []string) (Config, error) {
-	m := make(map[string]string, len(environ))
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
-			// An empty variable means the default, as the README says; env would
-			// otherwise parse "" for numbers and fail.
-			m[k] = v
-		}
-	}
-	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: m})
+	cfg, err := envconf.Parse[Config](environ)
 	if err != nil {
-		return Config{}, envconf.Explain[Config](err)
+		return Config{}, err
 	}
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = jobs.QueueWeights()

@@ -14,6 +14,23 @@ import (
 	"github.com/caarlos0/env/v11"
 )
 
+// Parse reads a T from environ (os.Environ() form, "KEY=value") with the defaults of its
+// envDefault tags. An empty variable means the default, as the README says; env would
+// otherwise parse "" for numbers and fail. Errors name the variable.
+func Parse[T any](environ []string) (T, error) {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
+			m[k] = v
+		}
+	}
+	cfg, err := env.ParseAsWithOptions[T](env.Options{Environment: m})
+	if err != nil {
+		return cfg, Explain[T](err)
+	}
+	return cfg, nil
+}
+
 // Explain rewrites err, from env.Parse into a struct of type T, naming each variable.
 func Explain[T any](err error) error {
 	var agg env.AggregateError

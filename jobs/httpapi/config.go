@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caarlos0/env/v11"
-
 	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/jobs"
 )
@@ -72,15 +70,9 @@ type Config struct {
 // ConfigFromEnv reads the configuration from environ (os.Environ() form), fills defaults,
 // reads the tokens file and validates. Errors name the variable.
 func ConfigFromEnv(environ []string) (Config, error) {
-	m := make(map[string]string, len(environ))
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && v != "" {
-			m[k] = v
-		}
-	}
-	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: m})
+	cfg, err := envconf.Parse[Config](environ)
 	if err != nil {
-		return Config{}, envconf.Explain[Config](err)
+		return Config{}, err
 	}
 	return cfg, cfg.Validate()
 }
