@@ -68,9 +68,20 @@ func TestFleetPage(t *testing.T) {
 	defer cancel()
 
 	row := fmt.Sprintf(`#jobs tr[data-job=%q]`, job.ID)
+	// text reads an element's text. The page re-renders its tables every second, so a node
+	// found by the query can be gone when its text is read: that read is tried again.
+	text := func(sel string) (string, error) {
+		for i := 0; ; i++ {
+			s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+			if err == nil || i == 10 || !strings.Contains(err.Error(), "No node with given id") {
+				return s, err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	generated := func() int {
 		t.Helper()
-		text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+" td.generated")))
+		text, err := text(row + " td.generated")
 		if err != nil {
 			t.Fatalf("read the job's generated tokens: %v", err)
 		}
@@ -88,7 +99,7 @@ func TestFleetPage(t *testing.T) {
 	); err != nil {
 		t.Fatalf("the fleet page never showed the worker and the job: %v", err)
 	}
-	worker, err := chromedp.Run(ctx, chromedp.Text(workerRow))
+	worker, err := text(`#workers tr[data-worker="test-worker"]`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +112,7 @@ func TestFleetPage(t *testing.T) {
 	first := generated()
 	start := time.Now()
 	for {
-		phase, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+" td.phase")))
+		phase, err := text(row + " td.phase")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +126,7 @@ func TestFleetPage(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	classes, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#classes tbody`)))
+	classes, err := text(`#classes tbody`)
 	if err != nil {
 		t.Fatal(err)
 	}
