@@ -239,16 +239,7 @@ func (c Config) tlsFiles() jobs.TLSFiles {
 }
 
 // redisURL is REDLITE_REDIS_URL with the TLS files applied.
-func (c Config) redisURL() (jobs.RedisURL, error) {
-	u, err := jobs.ParseRedisURL(c.RedisURL)
-	if err != nil {
-		return u, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
-	}
-	if u, err = u.WithTLSFiles(c.tlsFiles()); err != nil {
-		return u, fmt.Errorf("REDLITE_REDIS_CA_FILE, REDLITE_REDIS_CERT_FILE, REDLITE_REDIS_KEY_FILE: %w", err)
-	}
-	return u, nil
-}
+func (c Config) redisURL() (jobs.RedisURL, error) { return envconf.RedisURL(c.RedisURL, c.tlsFiles()) }
 
 // policy is the planner policy the KV, chunk, MTP and preference settings make.
 func (c Config) policy() (planner.Policy, error) {
@@ -276,10 +267,4 @@ func (c Config) policy() (planner.Policy, error) {
 	return p, nil
 }
 
-func (c Config) logLevel() (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return 0, fmt.Errorf("REDLITE_LOG_LEVEL: want debug, info, warn or error, got %q", c.LogLevel)
-	}
-	return l, nil
-}
+func (c Config) logLevel() (slog.Level, error) { return envconf.LogLevel(c.LogLevel) }

@@ -10,19 +10,13 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlite/batch/internal/envconf"
 )
 
 // NewLogger makes the daemon's logger from REDLITE_LOG_FORMAT and REDLITE_LOG_LEVEL.
 func NewLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
-	level, err := cfg.logLevel()
-	if err != nil {
-		return nil, err
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	return envconf.Logger(cfg.LogFormat, cfg.LogLevel, w)
 }
 
 // asynqLogger sends asynq's log lines to slog.

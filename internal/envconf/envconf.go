@@ -1,17 +1,21 @@
-// Package envconf turns the errors of github.com/caarlos0/env into messages that name the
-// environment variable (not the Go field) and say what a valid value looks like: the daemon
-// and the API server are configured the same way.
+// Package envconf is what the daemon and the API server share in reading their REDLITE_*
+// environment: parsing with errors that name the variable (not the Go field) and say what a
+// valid value looks like, the Redis connection and the logger.
 package envconf
 
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/redlite/batch/jobs"
 )
 
 // Parse reads a T from environ (os.Environ() form, "KEY=value") with the defaults of its
@@ -63,4 +67,39 @@ func parseErrText(pe env.ParseError) string {
 		return fmt.Sprintf("want a duration like 250ms, 15s or 10m: %v", pe.Err)
 	}
 	return pe.Err.Error()
+}
+
+// LogLevel reads REDLITE_LOG_LEVEL's value.
+func LogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("REDLITE_LOG_LEVEL: want debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+// Logger makes the logger of REDLITE_LOG_FORMAT (text or json) and REDLITE_LOG_LEVEL,
+// writing to w.
+func Logger(format, level string, w io.Writer) (*slog.Logger, error) {
+	l, err := LogLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// RedisURL is REDLITE_REDIS_URL's value with the REDLITE_REDIS_*_FILE settings applied.
+func RedisURL(url string, tls jobs.TLSFiles) (jobs.RedisURL, error) {
+	u, err := jobs.ParseRedisURL(url)
+	if err != nil {
+		return u, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
+	}
+	if u, err = u.WithTLSFiles(tls); err != nil {
+		return u, fmt.Errorf("REDLITE_REDIS_CA_FILE, REDLITE_REDIS_CERT_FILE, REDLITE_REDIS_KEY_FILE: %w", err)
+	}
+	return u, nil
 }

@@ -132,16 +132,7 @@ func (c Config) Validate() error {
 }
 
 // redisURL is REDLITE_REDIS_URL with the TLS files applied.
-func (c Config) redisURL() (jobs.RedisURL, error) {
-	u, err := jobs.ParseRedisURL(c.RedisURL)
-	if err != nil {
-		return u, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
-	}
-	if u, err = u.WithTLSFiles(c.TLSFiles()); err != nil {
-		return u, fmt.Errorf("REDLITE_REDIS_CA_FILE, REDLITE_REDIS_CERT_FILE, REDLITE_REDIS_KEY_FILE: %w", err)
-	}
-	return u, nil
-}
+func (c Config) redisURL() (jobs.RedisURL, error) { return envconf.RedisURL(c.RedisURL, c.TLSFiles()) }
 
 // TLSFiles are the REDLITE_REDIS_*_FILE settings.
 func (c Config) TLSFiles() jobs.TLSFiles {

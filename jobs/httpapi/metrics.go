@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redlite/batch/internal/envconf"
 )
 
 type metrics struct {
@@ -92,21 +93,7 @@ func NewLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
 	if w == nil {
 		w = os.Stderr
 	}
-	level, err := cfg.logLevel()
-	if err != nil {
-		return nil, err
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	return envconf.Logger(cfg.LogFormat, cfg.LogLevel, w)
 }
 
-func (c Config) logLevel() (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return 0, fmt.Errorf("REDLITE_LOG_LEVEL: want debug, info, warn or error, got %q", c.LogLevel)
-	}
-	return l, nil
-}
+func (c Config) logLevel() (slog.Level, error) { return envconf.LogLevel(c.LogLevel) }
