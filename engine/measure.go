@@ -129,26 +129,15 @@ func (m *Model) MeasureBatch(ctx context.Context, o SchedulerOptions) (Allocatio
 	cfg := m.Config()
 	per := o.Blocks * o.BlockSize / o.Slots
 	rng := rand.New(rand.NewPCG(uint64(per), uint64(o.Slots)))
-	errs := make(chan error, o.Slots)
-	s.Pause() // every sequence in the first step
-	for range o.Slots {
-		prompt := make([]int32, per-1)
-		for i := range prompt {
-			prompt[i] = int32(rng.IntN(cfg.Vocab))
+	prompts := make([][]int32, o.Slots)
+	for j := range prompts {
+		prompts[j] = make([]int32, per-1)
+		for i := range prompts[j] {
+			prompts[j][i] = int32(rng.IntN(cfg.Vocab))
 		}
-		go func() {
-			_, err := s.Generate(ctx, prompt, per, GenerateOptions{MaxTokens: 1, Stream: DiscardText{}})
-			errs <- err
-		}()
 	}
-	for s.Waiting() < o.Slots {
-		runtime.Gosched()
-	}
-	s.Resume()
-	for range o.Slots {
-		if err := <-errs; err != nil {
-			return a, err
-		}
+	if err := s.GenerateTogether(ctx, prompts, per, GenerateOptions{MaxTokens: 1, Stream: DiscardText{}}); err != nil {
+		return a, err
 	}
 	if pooled {
 		a.ScratchBytes = pool.PeakScratchBytes()

@@ -215,6 +215,31 @@ func (s *Scheduler) Generate(ctx context.Context, prompt []int32, capacity int, 
 	return q.t.g, q.err
 }
 
+// GenerateTogether runs the prompts as sequences of capacity positions each, with the same
+// options, admitted in the same step as far as slots and blocks allow (a benchmark's or a
+// measurement's batch), and waits for all of them. It returns the first error.
+func (s *Scheduler) GenerateTogether(ctx context.Context, prompts [][]int32, capacity int, o GenerateOptions) error {
+	errs := make(chan error, len(prompts))
+	s.Pause()
+	for _, p := range prompts {
+		go func() {
+			_, err := s.Generate(ctx, p, capacity, o)
+			errs <- err
+		}()
+	}
+	for s.Waiting() < len(prompts) {
+		time.Sleep(time.Millisecond)
+	}
+	s.Resume()
+	var first error
+	for range prompts {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // loop runs steps while there is work and sleeps otherwise. Cancellation of a waiting or
 // running sequence is noticed between steps; a context's end also wakes the loop.
 func (s *Scheduler) loop() {

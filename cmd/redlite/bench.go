@@ -269,25 +269,10 @@ func benchParallel(ctx context.Context, m *engine.Model, base benchResult, kv ml
 		mu.Lock()
 		steps = steps[:0]
 		mu.Unlock()
-		errs := make(chan error, n)
-		// All sequences start in the same step.
-		sch.Pause()
-		for _, p := range prompts {
-			go func() {
-				// MaxTokens tg+1: the first token comes from the prompt's logits, then tg
-				// decode steps. No end-of-generation token stops it.
-				_, err := sch.Generate(ctx, p, capacity, engine.GenerateOptions{MaxTokens: tg + 1, Stream: engine.DiscardText{}})
-				errs <- err
-			}()
-		}
-		for sch.Waiting() < n {
-			time.Sleep(time.Millisecond)
-		}
-		sch.Resume()
-		for range prompts {
-			if err := <-errs; err != nil {
-				return nil, err
-			}
+		// All sequences start in the same step. MaxTokens tg+1: the first token comes from
+		// the prompt's logits, then tg decode steps; no end-of-generation token stops it.
+		if err := sch.GenerateTogether(ctx, prompts, capacity, engine.GenerateOptions{MaxTokens: tg + 1, Stream: engine.DiscardText{}}); err != nil {
+			return nil, err
 		}
 		if rep == 0 {
 			continue // warm-up
