@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/redlite/batch/engine"
@@ -83,6 +82,3 @@ func (w *worker) planBatched(promptTokens, maxTokens int) (planner.Plan, error) 
 	plan.Slots, plan.Chunk, plan.NeedMiB = w.pool.Slots, w.pool.StepTokens, w.pool.NeedMiB
 	return plan, nil
 }
-
-// tooLarge reports a scheduler's refusal of a sequence larger than its pool.
-func tooLarge(err error) bool { return errors.Is(err, engine.ErrTooLarge) }

@@ -297,7 +297,7 @@ func (r *run) do(ctx context.Context) error {
 		r.outcome = outcomeBusy
 		return fmt.Errorf("worker %s is busy: %w", w.name, genErr)
 	}
-	if tooLarge(genErr) {
+	if errors.Is(genErr, engine.ErrTooLarge) {
 		r.outcome = outcomeDoesNotFit
 		return permanent(fmt.Errorf("does not fit on worker %s: %w", w.name, genErr))
 	}
