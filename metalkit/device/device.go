@@ -1,0 +1,136 @@
+// Package device is what the Metal backend needs of a GPU, and nothing more: buffers,
+// compiled kernels, and a stream of dispatches committed and waited for. Two implementations
+// exist: the Metal device on macOS (package metalkit/mtl, Objective-C runtime calls) and the
+// harness (package metalkit/harness), which compiles the same MSL sources as C++ and runs
+// every threadgroup on the CPU, so that the backend's whole logic — buffers, offsets, kernel
+// sequence, dispatch sizes, the kernels themselves — runs and is tested on Linux.
+//
+// The interface follows Metal's own shapes (MTLBuffer, MTLComputePipelineState,
+// MTLComputeCommandEncoder's setBuffer/setBytes/setThreadgroupMemoryLength and
+// dispatchThreadgroups:threadsPerThreadgroup:) so that the Metal device is a thin layer.
+package device
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Device allocates buffers, builds pipelines and runs command lists.
+type Device interface {
+	// Name is the GPU's name ("Apple M4 Pro") or the harness's.
+	Name() string
+	// NewBuffer allocates a zeroed buffer of size bytes in memory shared with the host.
+	NewBuffer(size int64) (Buffer, error)
+	// WrapBuffer makes a buffer over host memory that the device reads in place where it can
+	// (Metal: newBufferWithBytesNoCopy over page-aligned memory; the harness copies). data
+	// must stay valid, and unchanged, until the buffer is released. Weights are bound this
+	// way from the mapped GGUF file.
+	WrapBuffer(data []byte) (Buffer, error)
+	// MaxBufferLength is the largest buffer the device can make (MTLDevice.maxBufferLength).
+	MaxBufferLength() int64
+	// Pipeline returns the compute pipeline of kernel name specialised with the function
+	// constants consts, compiling it on first use and caching it by name and constants.
+	Pipeline(name string, consts ...Constant) (Pipeline, error)
+	// NewCommands starts a list of dispatches (one Metal command buffer).
+	NewCommands() Commands
+	// Close releases the device's resources. Buffers must be released first.
+	Close() error
+}
+
+// Buffer is device memory. Read and Write copy between it and the host; on Apple Silicon
+// (shared storage) they are memcpy, in the harness they cross to the harness's memory.
+// A buffer must not be written by the host while a committed dispatch uses it.
+type Buffer interface {
+	Len() int64
+	Write(off int64, src []byte) error
+	Read(off int64, dst []byte) error
+	Release()
+}
+
+// Pipeline is a compiled kernel.
+type Pipeline interface {
+	Name() string
+	// MaxThreads is the most threads a threadgroup of this kernel may have
+	// (maxTotalThreadsPerThreadgroup).
+	MaxThreads() int
+	// SIMDWidth is the threads per SIMD group (threadExecutionWidth): 32 on Apple GPUs and
+	// in the harness.
+	SIMDWidth() int
+}
+
+// Constant is a function constant's value at its index ([[function_constant(Index)]]):
+// bool, int32, uint32, or float32.
+type Constant struct {
+	Index int
+	Value any
+}
+
+// Dispatch is one kernel launch: Groups threadgroups of Threads threads each.
+type Dispatch struct {
+	Pipeline Pipeline
+	Groups   [3]int
+	Threads  [3]int
+	// Buffers are bound at [[buffer(Index)]] at an offset; Bytes are small argument
+	// structs copied at encoding time (setBytes, at most 4 KiB); Shared sizes the
+	// [[threadgroup(Index)]] memory in bytes.
+	Buffers []BufferArg
+	Bytes   []BytesArg
+	Shared  []SharedArg
+	// Cost is what the dispatch reads and computes, as the backend models it (for the
+	// roofline estimate and for counting on a device that runs nothing).
+	Cost Cost
+}
+
+type BufferArg struct {
+	Index  int
+	Buffer Buffer
+	Offset int64
+}
+
+type BytesArg struct {
+	Index int
+	Data  []byte
+}
+
+type SharedArg struct {
+	Index int
+	Size  int
+}
+
+// Cost is one dispatch's modelled memory traffic and arithmetic.
+type Cost struct {
+	Label   string // the operation, as a roofline table groups it ("matvec iq2_xxs", "attention decode")
+	Read    int64  // bytes read from device memory
+	Written int64  // bytes written
+	FLOPs   int64
+}
+
+// Commands is a list of dispatches run in order, each seeing the previous ones' writes
+// (a serial compute encoder).
+type Commands interface {
+	Encode(d Dispatch)
+	// Commit starts running what was encoded; encoding more afterwards is an error.
+	Commit()
+	// Wait blocks until the committed list has run and returns its error: an *Error.
+	Wait() error
+}
+
+// ErrOutOfMemory is wrapped when the device could not hold the pass's memory
+// (MTLCommandBufferErrorOutOfMemory, or an allocation the device refused).
+var ErrOutOfMemory = errors.New("GPU out of memory")
+
+// Error is a failed command list or allocation.
+type Error struct {
+	Op     string // "commit", "new buffer", "pipeline kernel_name", …
+	Kernel string // the dispatch's kernel where it is known
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Kernel != "" {
+		return fmt.Sprintf("%s (kernel %s): %v", e.Op, e.Kernel, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Op, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
