@@ -24,6 +24,7 @@ func runSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	out := fs.String("out", "", "output GGUF file")
 	list := fs.Bool("list", false, "list the shapes and types, and exit")
 	quiet := fs.Bool("quiet", false, "do not report progress on stderr")
+	layout := fs.Bool("layout", false, "write zeros as holes of a sparse file: the full layout and size on almost no disk, for planning and counting (the only way to write types synth cannot quantize, such as iq2_xxs)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -52,7 +53,7 @@ func runSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageErr("--type: %v", err)
 	}
-	o := synth.Options{Type: ft, Seed: *seed}
+	o := synth.Options{Type: ft, Seed: *seed, Layout: *layout}
 	if *vocab != "" {
 		v, err := gguf.Open(*vocab)
 		if err != nil {

@@ -6,15 +6,22 @@ import (
 	"math"
 )
 
+// CanQuantize reports whether Quantize encodes type t.
+func CanQuantize(t Type) bool {
+	switch t {
+	case F32, F16, BF16, Q8_0, Q4_K, Q6_K:
+		return true
+	}
+	return false
+}
+
 // Quantize encodes src into dst in type t, for the types `redlite synth` writes: F32, F16,
 // BF16, Q8_0, Q4_K and Q6_K. len(src) must be a multiple of the block size and dst exactly
 // t.RowBytes(len(src)) bytes. The K-quant encoders search per sub-block for the scale (and
 // min) that minimise a weighted squared error, in the spirit of ggml's reference
 // quantizers; their output is any valid block, not necessarily the bytes ggml would write.
 func Quantize(t Type, src []float32, dst []byte) error {
-	switch t {
-	case F32, F16, BF16, Q8_0, Q4_K, Q6_K:
-	default:
+	if !CanQuantize(t) {
 		return fmt.Errorf("quant: cannot quantize to %v", t)
 	}
 	bs := t.BlockSize()

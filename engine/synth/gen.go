@@ -36,6 +36,7 @@ const chunkElems = 1 << 16
 type generator struct {
 	seed    uint64
 	workers int
+	zeros   bool // Options.Layout
 	buf     []byte
 }
 
@@ -66,6 +67,10 @@ func (g *generator) fill(t tensorSpec) ([]byte, error) {
 		g.buf = make([]byte, size)
 	}
 	out := g.buf[:size]
+	if g.zeros {
+		clear(out)
+		return out, nil
+	}
 	perChunk := max(1, chunkElems/rowLen)
 	chunks := (rows + perChunk - 1) / perChunk
 	base := streamSeed(g.seed, t.name)

@@ -30,6 +30,12 @@ func init() {
 			build:   qwen3NextMini.build,
 		},
 		Shape{
+			Name: "qwen3next-80b", Arch: "qwen3next",
+			Summary: "Qwen3-Next-80B-A3B: 48 layers (36 DeltaNet + 12 attention), hidden 2048, 512 experts (10 used) of 512, vocab 151936; --layout for a sparse file to plan and count passes",
+			vocab:   func() (*vocabulary, error) { return generatedVocab(qwen3Next80B.vocab) },
+			build:   qwen3Next80B.build,
+		},
+		Shape{
 			Name: "qwen3next-mini-mtp", Arch: "qwen3next",
 			Summary: "qwen3next-mini with an MTP block",
 			vocab:   func() (*vocabulary, error) { return generatedVocab(qwen3NextMini.vocab) },
@@ -66,6 +72,14 @@ var qwen3NextMini = qwen3NextDims{
 	kHeads: 16, vHeads: 32, stateSize: 128, convKernel: 4, experts: 64, used: 10, ffExp: 512, ffShexp: 512,
 	interval: 4, vocab: 151936, context: 262144,
 }
+
+// qwen3Next80B is the released model's layout: qwen3next-mini's layers, 48 of them, with all
+// 512 experts.
+var qwen3Next80B = func() qwen3NextDims {
+	d := qwen3NextMini
+	d.name, d.layers, d.experts = "qwen3next-80b", 48, 512
+	return d
+}()
 
 func (d qwen3NextDims) withMTP() qwen3NextDims {
 	d.mtp = true
@@ -176,7 +190,7 @@ func (d qwen3NextDims) build(o Options, v *vocabulary) (*model, error) {
 		m.tensors = append(m.tensors, norm(p+"attn_norm.weight", d.embd), norm(p+"post_attention_norm.weight", d.embd))
 		if (il+1)%d.interval != 0 {
 			m.tensors = append(m.tensors,
-				matrix(p+"attn_qkv.weight", d.embd, conv, roleMatrix, il),
+				matrix(p+"attn_qkv.weight", d.embd, conv, roleAttnQKV, il),
 				matrix(p+"attn_gate.weight", d.embd, value, roleMatrix, il),
 				f32(p+"ssm_conv1d.weight", []uint64{uint64(d.convKernel), uint64(conv)}, 0.35),
 				matrix(p+"ssm_ba.weight", d.embd, 2*d.vHeads, roleMatrix, il),

@@ -113,6 +113,14 @@ func TestQwen3NextShapes(t *testing.T) {
 		t.Errorf("experts stored as %s, want Q8_0", typ)
 	}
 
+	m, ts = plan("qwen3next-80b", IQ2_XXS)
+	if meta(m, "qwen3next.block_count") != uint32(48) || meta(m, "qwen3next.expert_count") != uint32(512) {
+		t.Errorf("qwen3next-80b: block_count %v, expert_count %v", meta(m, "qwen3next.block_count"), meta(m, "qwen3next.expert_count"))
+	}
+	if got := ts["blk.47.ffn_down_exps.weight"].dims; !slices.Equal(got, []uint64{512, 2048, 512}) {
+		t.Errorf("qwen3next-80b ffn_down_exps %v", got)
+	}
+
 	m, ts = plan("tiny-qwen3next-mtp", F16)
 	if meta(m, "qwen3next.block_count") != uint32(5) || meta(m, "qwen3next.nextn_predict_layers") != uint32(1) {
 		t.Errorf("tiny-qwen3next-mtp: block_count %v, nextn_predict_layers %v", meta(m, "qwen3next.block_count"), meta(m, "qwen3next.nextn_predict_layers"))

@@ -11,6 +11,7 @@
 package synth
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -30,24 +31,32 @@ type FileType int
 // File types. Norm weights and other 1-D tensors stay F32 in all of them, as llama-quantize
 // leaves them.
 const (
-	F32    FileType = iota // every tensor F32
-	F16                    // matrices F16
-	Q8_0                   // matrices Q8_0
-	Q4_K                   // every matrix Q4_K
-	Q4_K_M                 // llama-quantize's Q4_K_M mix: Q4_K, with Q6_K for the embedding/output and some attn_v and ffn_down
+	F32     FileType = iota // every tensor F32
+	F16                     // matrices F16
+	Q8_0                    // matrices Q8_0
+	Q4_K                    // every matrix Q4_K
+	Q4_K_M                  // llama-quantize's Q4_K_M mix: Q4_K, with Q6_K for the embedding/output and some attn_v and ffn_down
+	IQ2_XXS                 // llama-quantize's IQ2_XXS mix (layout only: see Options.Layout)
 )
 
 var fileTypes = []struct {
 	name   string
 	llama  uint32 // general.file_type: llama.cpp's llama_ftype number
 	matrix quant.Type
-	doc    string
+	// roles overrides matrix for tensors of some roles.
+	roles map[role]quant.Type
+	doc   string
 }{
-	F32:    {"f32", 0, quant.F32, "all F32"},
-	F16:    {"f16", 1, quant.F16, "matrices F16 (MOSTLY_F16)"},
-	Q8_0:   {"q8_0", 7, quant.Q8_0, "matrices Q8_0 (MOSTLY_Q8_0)"},
-	Q4_K:   {"q4_k", 14, quant.Q4_K, "every matrix Q4_K (labelled MOSTLY_Q4_K_S, the nearest llama_ftype)"},
-	Q4_K_M: {"q4_k_m", 15, quant.Q4_K, "Q4_K with Q6_K token_embd/output and attn_v/ffn_down where llama-quantize uses more bits (MOSTLY_Q4_K_M)"},
+	F32:    {"f32", 0, quant.F32, nil, "all F32"},
+	F16:    {"f16", 1, quant.F16, nil, "matrices F16 (MOSTLY_F16)"},
+	Q8_0:   {"q8_0", 7, quant.Q8_0, nil, "matrices Q8_0 (MOSTLY_Q8_0)"},
+	Q4_K:   {"q4_k", 14, quant.Q4_K, nil, "every matrix Q4_K (labelled MOSTLY_Q4_K_S, the nearest llama_ftype)"},
+	Q4_K_M: {"q4_k_m", 15, quant.Q4_K, nil, "Q4_K with Q6_K token_embd/output and attn_v/ffn_down where llama-quantize uses more bits (MOSTLY_Q4_K_M)"},
+	// The types llama-quantize gave the fixtures' tiny-qwen3next-IQ2_XXS
+	// (testdata/fixtures/models/tensor-types.json).
+	IQ2_XXS: {"iq2_xxs", 19, quant.IQ2_XXS, map[role]quant.Type{
+		roleEmbed: quant.Q2_K, roleOutput: quant.Q5_K, roleAttnV: quant.Q4_K, roleAttnQKV: quant.Q4_K,
+	}, "IQ2_XXS, with Q2_K token_embd, Q5_K output and Q4_K attn_v/attn_qkv, as llama-quantize mixes it (MOSTLY_IQ2_XXS); with --layout only, since synth cannot quantize IQ2_XXS"},
 }
 
 // ParseFileType maps a name such as "q8_0" (any case) to its FileType.
@@ -94,6 +103,7 @@ const (
 	roleOutput              // output.weight, or token_embd when it doubles as the output
 	roleAttnV               // attn_v
 	roleFFNDown             // ffn_down
+	roleAttnQKV             // a DeltaNet layer's fused attn_qkv input projection
 )
 
 // tensorType picks the storage type of a tensor of role r in layer il of n layers.
@@ -102,6 +112,9 @@ func (t FileType) tensorType(r role, il, n int) quant.Type {
 		return quant.F32
 	}
 	if t != Q4_K_M {
+		if typ, ok := fileTypes[t].roles[r]; ok {
+			return typ
+		}
 		return fileTypes[t].matrix
 	}
 	switch r {
@@ -134,6 +147,11 @@ type Options struct {
 	// Workers is the number of goroutines generating and quantizing weights. If zero,
 	// GOMAXPROCS is used. The output does not depend on it.
 	Workers int
+	// Layout writes every weight as zeros, and WriteFile leaves their bytes as a hole in a
+	// sparse file: the file has the shape's full layout and size but takes almost no disk,
+	// which is what planning and counting a pass of a full-size model need (the roofline
+	// model of metalkit). Types synth cannot quantize (IQ2_XXS) need it.
+	Layout bool
 	// Progress, if set, is called before each tensor is generated.
 	Progress func(done, total int, name string)
 }
@@ -223,7 +241,14 @@ func New(ctx context.Context, shape string, o Options) (*gguf.Writer, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	g := &generator{seed: o.Seed, workers: workers}
+	g := &generator{seed: o.Seed, workers: workers, zeros: o.Layout}
+	if !o.Layout {
+		for _, t := range m.tensors {
+			if !quant.CanQuantize(t.typ) {
+				return nil, fmt.Errorf("synth: %s: %s: synth cannot quantize %s (write a layout-only file, or quantize an f16 file with llama-quantize)", shape, t.name, t.typ)
+			}
+		}
+	}
 	w := gguf.NewWriter()
 	for _, kv := range m.kv {
 		w.Set(kv.Key, kv.Value)
@@ -266,7 +291,15 @@ func WriteFile(ctx context.Context, path, shape string, o Options) (int64, error
 	if err != nil {
 		return 0, fmt.Errorf("synth: %w", err)
 	}
-	n, err := w.WriteTo(tmp)
+	var dst io.Writer = tmp
+	if o.Layout {
+		dst = &sparseWriter{f: tmp}
+	}
+	n, err := w.WriteTo(dst)
+	if err == nil && o.Layout {
+		// A trailing hole must still count in the file's size.
+		err = tmp.Truncate(n)
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -279,3 +312,34 @@ func WriteFile(ctx context.Context, path, shape string, o Options) (int64, error
 	}
 	return n, nil
 }
+
+// sparseWriter writes to a file, seeking over runs of zeros instead of writing them, so a
+// layout-only model of tens of GB takes a few MB of disk on file systems with holes.
+type sparseWriter struct {
+	f *os.File
+}
+
+// sparseRun is the granularity of the hole check: whole file-system blocks.
+const sparseRun = 1 << 16
+
+func (w *sparseWriter) Write(p []byte) (int, error) {
+	for done := 0; done < len(p); {
+		n := min(sparseRun, len(p)-done)
+		chunk := p[done : done+n]
+		var err error
+		if allZero(chunk) {
+			_, err = w.f.Seek(int64(n), io.SeekCurrent)
+		} else {
+			_, err = w.f.Write(chunk)
+		}
+		if err != nil {
+			return done, err
+		}
+		done += n
+	}
+	return len(p), nil
+}
+
+var zeroRun [sparseRun]byte
+
+func allZero(b []byte) bool { return bytes.Equal(b, zeroRun[:len(b)]) }

@@ -3,8 +3,10 @@ package synth
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -419,5 +421,46 @@ func sameLayout(t *testing.T, got, want *gguf.File) {
 		if !slices.Equal(gt.Dims, wt.Dims) || gt.Type != wt.Type {
 			t.Errorf("%s: %s %s, fixture %s %s", wt.Name, gt.Type, gt.ShapeString(), wt.Type, wt.ShapeString())
 		}
+	}
+}
+
+// TestIQ2XXSMix checks the iq2_xxs recipe against the types llama-quantize gave the
+// fixtures' tiny-qwen3next-IQ2_XXS, tensor by tensor, and that a layout-only file is
+// sparse, full-sized and reads as zeros.
+func TestIQ2XXSMix(t *testing.T) {
+	var manifest map[string]struct {
+		Tensors []struct{ Name, Type string }
+	}
+	raw, err := os.ReadFile(fixtures.Path(t, "models", "tensor-types.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	want := manifest["tiny-qwen3next-IQ2_XXS"].Tensors
+	if len(want) == 0 {
+		t.Fatal("tensor-types.json lists no tensors for tiny-qwen3next-IQ2_XXS")
+	}
+	f := synthFile(t, "tiny-qwen3next", Options{Type: IQ2_XXS, Layout: true})
+	if len(f.Tensors) != len(want) {
+		t.Errorf("%d tensors, the fixture has %d", len(f.Tensors), len(want))
+	}
+	for _, w := range want {
+		ti, ok := f.Tensor(w.Name)
+		if !ok {
+			t.Errorf("no %s", w.Name)
+			continue
+		}
+		if ti.Type.String() != w.Type {
+			t.Errorf("%s stored as %s, llama-quantize chose %s", w.Name, ti.Type, w.Type)
+		}
+	}
+	if slices.ContainsFunc(f.TensorSection(), func(b byte) bool { return b != 0 }) {
+		t.Error("a layout-only file has non-zero weights")
+	}
+
+	if _, err := Write(context.Background(), io.Discard, "tiny-qwen3next", Options{Type: IQ2_XXS}); err == nil || !strings.Contains(err.Error(), "cannot quantize") {
+		t.Errorf("quantizing to IQ2_XXS: %v, want a refusal", err)
 	}
 }
