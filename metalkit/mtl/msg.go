@@ -35,7 +35,6 @@ type void struct{}
 
 // Receivers. Each class we message by name, and each message, in one table.
 var (
-	classNSObject                  = newClass("NSObject")
 	classNSAutoreleasePool         = newClass("NSAutoreleasePool")
 	classNSString                  = newClass("NSString")
 	classMTLCompileOptions         = newClass("MTLCompileOptions")

@@ -346,6 +346,10 @@ func (d *Device) NewBuffer(size int64) (device.Buffer, error) {
 	if obj == 0 {
 		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("%d bytes: %w", size, device.ErrOutOfMemory)}
 	}
+	if got := int64(msgLength.send(obj)); got < max(size, 1) {
+		msgRelease.send(obj)
+		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("asked for %d bytes, got a buffer of %d", size, got)}
+	}
 	ptr := msgContents.send(obj)
 	return &buffer{dev: d, obj: obj, contents: unsafe.Slice((*byte)(ptr), max(size, 1))[:size]}, nil
 }
