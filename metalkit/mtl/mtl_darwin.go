@@ -386,13 +386,19 @@ type commands struct {
 
 	cb, enc  id // the command buffer being encoded and its encoder, 0 between buffers
 	inBuffer int
-	pipeline id // the last pipeline set on enc, to skip redundant sets
+	pipeline id              // the last pipeline set on enc, to skip redundant sets
+	bound    map[int]binding // the buffers bound on enc by index, to skip redundant binds
 	done     []submitted
 	encoded  int // dispatches encoded in the pass
 
 	committed, waited bool
 	err               error // the first encoding error; the pass stops encoding there
 	result            error
+}
+
+type binding struct {
+	obj id
+	off int64
 }
 
 // submitted is a committed command buffer and the dispatches it holds, for naming a failure.
@@ -430,32 +436,42 @@ func (c *commands) Encode(d device.Dispatch) {
 			return
 		}
 	}
-	withPool(func() {
-		if c.enc == 0 && !c.begin() {
+	// Only starting a command buffer returns autoreleased objects, so only begin runs in an
+	// autorelease pool: the set… and dispatch messages return nothing, and a pool per
+	// dispatch would add three messages to the seven or so a dispatch costs.
+	if c.enc == 0 {
+		ok := false
+		withPool(func() { ok = c.begin() })
+		if !ok {
 			return
 		}
-		if p.obj != c.pipeline {
-			msgSetComputePipelineState.send(c.enc, p.obj)
-			c.pipeline = p.obj
+	}
+	if p.obj != c.pipeline {
+		msgSetComputePipelineState.send(c.enc, p.obj)
+		c.pipeline = p.obj
+	}
+	for _, b := range d.Buffers {
+		obj := b.Buffer.(*buffer).obj
+		if c.bound[b.Index] != (binding{obj, b.Offset}) {
+			msgSetBuffer.send(c.enc, obj, uint(b.Offset), uint(b.Index))
+			c.bound[b.Index] = binding{obj, b.Offset}
 		}
-		for _, b := range d.Buffers {
-			msgSetBuffer.send(c.enc, b.Buffer.(*buffer).obj, uint(b.Offset), uint(b.Index))
-		}
-		for _, b := range d.Bytes {
-			// Metal copies the bytes now.
-			msgSetBytes.send(c.enc, unsafe.Pointer(&b.Data[0]), uint(len(b.Data)), uint(b.Index))
-		}
-		for _, s := range d.Shared {
-			msgSetThreadgroupMemoryLength.send(c.enc, uint(sharedLength(s.Size)), uint(s.Index))
-		}
-		msgDispatchThreadgroups.send(c.enc, sizeOf(d.Groups), sizeOf(d.Threads))
-		runtime.KeepAlive(d.Bytes)
-		c.encoded++
-		c.inBuffer++
-		if c.inBuffer >= splitAfter(len(c.done)) {
-			c.submit()
-		}
-	})
+	}
+	for _, b := range d.Bytes {
+		// Metal copies the bytes now.
+		msgSetBytes.send(c.enc, unsafe.Pointer(&b.Data[0]), uint(len(b.Data)), uint(b.Index))
+		delete(c.bound, b.Index) // setBytes replaces a buffer bound at the index
+	}
+	for _, s := range d.Shared {
+		msgSetThreadgroupMemoryLength.send(c.enc, uint(sharedLength(s.Size)), uint(s.Index))
+	}
+	msgDispatchThreadgroups.send(c.enc, sizeOf(d.Groups), sizeOf(d.Threads))
+	runtime.KeepAlive(d.Bytes)
+	c.encoded++
+	c.inBuffer++
+	if c.inBuffer >= splitAfter(len(c.done)) {
+		withPool(c.submit)
+	}
 }
 
 func pipelineName(p device.Pipeline) string {
@@ -478,7 +494,7 @@ func (c *commands) begin() bool {
 		return false
 	}
 	c.cb, c.enc = msgRetain.send(cb), msgRetain.send(enc)
-	c.inBuffer, c.pipeline = 0, 0
+	c.inBuffer, c.pipeline, c.bound = 0, 0, map[int]binding{}
 	return true
 }
 
