@@ -16,6 +16,7 @@ require (
 
 require (
 	github.com/chromedp/chromedp v0.23.0
+	github.com/ebitengine/purego v0.11.3
 	github.com/prometheus/client_model v0.6.3
 )
 

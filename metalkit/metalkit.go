@@ -1,32 +1,19 @@
-// Package metalkit is the Metal side of the engine on macOS: device facts today (the GPU
-// working-set limit the planner budgets against), the Metal backend of engine/ml later.
-// On other systems, and on macOS without cgo, it is a stub whose functions return
-// ErrUnavailable, so everything builds and tests on Linux.
+// Package metalkit is the Metal side of the engine: device facts (the GPU working-set limit
+// the planner budgets against) and the Metal backend of engine/ml over a device.Device — the
+// Metal device of package metalkit/mtl on a Mac, the harness elsewhere. The Objective-C
+// calls are in metalkit/mtl, through purego without cgo, so everything builds on any
+// system; where there is no Metal, DefaultDevice returns ErrUnavailable.
 package metalkit
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/redlite/batch/metalkit/mtl"
 
-// ErrUnavailable is returned where there is no Metal device (not macOS, no cgo, no GPU).
-var ErrUnavailable = errors.New("metalkit: Metal is not available on this system")
+// ErrUnavailable is returned where there is no Metal device (not macOS, no GPU). It is
+// mtl.ErrUnavailable, so errors.Is holds for either name.
+var ErrUnavailable = mtl.ErrUnavailable
 
-// Device describes the default Metal device.
-type Device struct {
-	Name string
-	// RecommendedMaxWorkingSet is MTLDevice.recommendedMaxWorkingSetSize in bytes: what the
-	// GPU can keep resident without paging, raised by `sysctl iogpu.wired_limit_mb`.
-	RecommendedMaxWorkingSet uint64
-	// CurrentAllocated is MTLDevice.currentAllocatedSize: what this process holds now.
-	CurrentAllocated uint64
-	// UnifiedMemory reports a device sharing memory with the CPU (every Apple Silicon Mac).
-	UnifiedMemory bool
-}
+// Device describes the default Metal device: its name, working-set limit, current
+// allocation and unified memory (defined in metalkit/mtl, which reads them).
+type Device = mtl.Facts
 
-// LimitMiB is the working-set limit in whole MiB, rounded down.
-func (d Device) LimitMiB() int64 { return int64(d.RecommendedMaxWorkingSet >> 20) }
-
-func (d Device) String() string {
-	return fmt.Sprintf("%s (working-set limit %d MiB, %d MiB allocated)", d.Name, d.LimitMiB(), d.CurrentAllocated>>20)
-}
+// DefaultDevice reads the default Metal device's facts.
+func DefaultDevice() (Device, error) { return mtl.DefaultFacts() }

@@ -1,6 +1,0 @@
-//go:build !(darwin && cgo)
-
-package metalkit
-
-// DefaultDevice returns ErrUnavailable: there is no Metal here.
-func DefaultDevice() (Device, error) { return Device{}, ErrUnavailable }

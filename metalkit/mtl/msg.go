@@ -1,0 +1,227 @@
+package mtl
+
+import (
+	"reflect"
+	"sync"
+	"unsafe"
+)
+
+// Every Objective-C message the Metal device sends is declared here, once, with the Go types
+// of its result and arguments; the darwin code calls these declarations (msgN.send) and
+// nothing else sends a message. A wrong selector or argument type fails only at run time
+// on a Mac, so TestSelectors (on Linux) checks each declaration against Apple's published
+// signature in testdata/selectors.txt, and checks that no other file sends a message.
+//
+// The Go types stand for Objective-C types as the arm64 C ABI passes them:
+//
+//	id            an object (@)                 uint    NSUInteger (Q)
+//	*id           an out-parameter NSError ** (^@)  int     NSInteger (q)
+//	sel           a selector (:)                uint64  uint64_t (Q)
+//	block         a block, always nil here (@?) bool    BOOL on arm64 (B)
+//	void          no result (v)                 string  a C string, const char * (r*)
+//	unsafe.Pointer  void * (^v)                 mtlSize MTLSize ({MTLSize=QQQ})
+
+// id is an Objective-C object pointer (objc.ID on darwin); 0 is nil.
+type id uintptr
+
+// sel is a registered selector (objc.SEL).
+type sel uintptr
+
+// block is an Objective-C block pointer; we pass only nil.
+type block uintptr
+
+// void is the result of a message that returns nothing.
+type void struct{}
+
+// Receivers. Each class we message by name, and each message, in one table.
+var (
+	classNSAutoreleasePool         = newClass("NSAutoreleasePool")
+	classNSString                  = newClass("NSString")
+	classMTLCompileOptions         = newClass("MTLCompileOptions")
+	classMTLFunctionConstantValues = newClass("MTLFunctionConstantValues")
+)
+
+var (
+	// NSObject
+	msgAlloc              = newMsg0[id]("alloc")
+	msgInit               = newMsg0[id]("init")
+	msgRelease            = newMsg0[void]("release")
+	msgRetain             = newMsg0[id]("retain")
+	msgRespondsToSelector = newMsg1[bool, sel]("respondsToSelector:")
+
+	// NSAutoreleasePool
+	msgDrain = newMsg0[void]("drain")
+
+	// NSString
+	msgInitWithCStringEncoding = newMsg2[id, string, uint]("initWithCString:encoding:")
+	msgUTF8String              = newMsg0[string]("UTF8String")
+
+	// NSError
+	msgCode                 = newMsg0[int]("code")
+	msgDomain               = newMsg0[id]("domain")
+	msgLocalizedDescription = newMsg0[id]("localizedDescription")
+
+	// MTLDevice
+	msgName                         = newMsg0[id]("name")
+	msgRecommendedMaxWorkingSetSize = newMsg0[uint64]("recommendedMaxWorkingSetSize")
+	msgCurrentAllocatedSize         = newMsg0[uint]("currentAllocatedSize")
+	msgHasUnifiedMemory             = newMsg0[bool]("hasUnifiedMemory")
+	msgMaxBufferLength              = newMsg0[uint]("maxBufferLength")
+	msgNewCommandQueue              = newMsg0[id]("newCommandQueue")
+	msgNewBufferWithLength          = newMsg2[id, uint, uint]("newBufferWithLength:options:")
+	msgNewBufferWithBytesNoCopy     = newMsg4[id, unsafe.Pointer, uint, uint, block]("newBufferWithBytesNoCopy:length:options:deallocator:")
+	msgNewLibraryWithSource         = newMsg3[id, id, id, *id]("newLibraryWithSource:options:error:")
+	msgNewComputePipelineState      = newMsg2[id, id, *id]("newComputePipelineStateWithFunction:error:")
+
+	// MTLCompileOptions
+	msgSetFastMathEnabled             = newMsg1[void, bool]("setFastMathEnabled:")
+	msgSetMathMode                    = newMsg1[void, int]("setMathMode:")
+	msgSetMathFloatingPointFunctions  = newMsg1[void, int]("setMathFloatingPointFunctions:")
+	msgSetLanguageVersion             = newMsg1[void, uint]("setLanguageVersion:")
+	msgNewFunctionWithNameConstValues = newMsg3[id, id, id, *id]("newFunctionWithName:constantValues:error:")
+
+	// MTLFunctionConstantValues
+	msgSetConstantValue = newMsg3[void, unsafe.Pointer, uint, uint]("setConstantValue:type:atIndex:")
+
+	// MTLComputePipelineState
+	msgMaxTotalThreadsPerThreadgroup = newMsg0[uint]("maxTotalThreadsPerThreadgroup")
+	msgThreadExecutionWidth          = newMsg0[uint]("threadExecutionWidth")
+
+	// MTLBuffer
+	msgContents = newMsg0[unsafe.Pointer]("contents")
+	msgLength   = newMsg0[uint]("length")
+
+	// MTLCommandQueue, MTLCommandBuffer, MTLCommandEncoder
+	msgCommandBuffer         = newMsg0[id]("commandBuffer")
+	msgComputeCommandEncoder = newMsg0[id]("computeCommandEncoder")
+	msgCommit                = newMsg0[void]("commit")
+	msgWaitUntilCompleted    = newMsg0[void]("waitUntilCompleted")
+	msgStatus                = newMsg0[uint]("status")
+	msgError                 = newMsg0[id]("error")
+	msgEndEncoding           = newMsg0[void]("endEncoding")
+
+	// MTLComputeCommandEncoder
+	msgSetComputePipelineState    = newMsg1[void, id]("setComputePipelineState:")
+	msgSetBuffer                  = newMsg3[void, id, uint, uint]("setBuffer:offset:atIndex:")
+	msgSetBytes                   = newMsg3[void, unsafe.Pointer, uint, uint]("setBytes:length:atIndex:")
+	msgSetThreadgroupMemoryLength = newMsg2[void, uint, uint]("setThreadgroupMemoryLength:atIndex:")
+	msgDispatchThreadgroups       = newMsg2[void, mtlSize, mtlSize]("dispatchThreadgroups:threadsPerThreadgroup:")
+)
+
+// signature is a declared message as the selector check reads it.
+type signature struct {
+	Selector string
+	Result   reflect.Type
+	Args     []reflect.Type
+}
+
+type message interface{ signature() signature }
+
+// messages and classes hold every declaration, in declaration order.
+var (
+	messages []message
+	classes  []*class
+)
+
+// class is an Objective-C class looked up by name on first use.
+type class struct {
+	name string
+	once sync.Once
+	id   id
+}
+
+func newClass(name string) *class {
+	c := &class{name: name}
+	classes = append(classes, c)
+	return c
+}
+
+// msgBase is what every declared message has: its selector's name and, on darwin, the
+// registered selector and a typed objc_msgSend, set on first use.
+type msgBase struct {
+	name string
+	once sync.Once
+	sel  sel
+}
+
+func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+type msg0[R any] struct {
+	msgBase
+	fn  func(id, sel) R
+	fnv func(id, sel)
+}
+
+type msg1[R, A any] struct {
+	msgBase
+	fn  func(id, sel, A) R
+	fnv func(id, sel, A)
+}
+
+type msg2[R, A, B any] struct {
+	msgBase
+	fn  func(id, sel, A, B) R
+	fnv func(id, sel, A, B)
+}
+
+type msg3[R, A, B, C any] struct {
+	msgBase
+	fn  func(id, sel, A, B, C) R
+	fnv func(id, sel, A, B, C)
+}
+
+type msg4[R, A, B, C, D any] struct {
+	msgBase
+	fn  func(id, sel, A, B, C, D) R
+	fnv func(id, sel, A, B, C, D)
+}
+
+func newMsg0[R any](name string) *msg0[R] {
+	m := &msg0[R]{msgBase: msgBase{name: name}}
+	messages = append(messages, m)
+	return m
+}
+
+func newMsg1[R, A any](name string) *msg1[R, A] {
+	m := &msg1[R, A]{msgBase: msgBase{name: name}}
+	messages = append(messages, m)
+	return m
+}
+
+func newMsg2[R, A, B any](name string) *msg2[R, A, B] {
+	m := &msg2[R, A, B]{msgBase: msgBase{name: name}}
+	messages = append(messages, m)
+	return m
+}
+
+func newMsg3[R, A, B, C any](name string) *msg3[R, A, B, C] {
+	m := &msg3[R, A, B, C]{msgBase: msgBase{name: name}}
+	messages = append(messages, m)
+	return m
+}
+
+func newMsg4[R, A, B, C, D any](name string) *msg4[R, A, B, C, D] {
+	m := &msg4[R, A, B, C, D]{msgBase: msgBase{name: name}}
+	messages = append(messages, m)
+	return m
+}
+
+func (m *msg0[R]) signature() signature {
+	return signature{m.name, typeOf[R](), nil}
+}
+
+func (m *msg1[R, A]) signature() signature {
+	return signature{m.name, typeOf[R](), []reflect.Type{typeOf[A]()}}
+}
+
+func (m *msg2[R, A, B]) signature() signature {
+	return signature{m.name, typeOf[R](), []reflect.Type{typeOf[A](), typeOf[B]()}}
+}
+
+func (m *msg3[R, A, B, C]) signature() signature {
+	return signature{m.name, typeOf[R](), []reflect.Type{typeOf[A](), typeOf[B](), typeOf[C]()}}
+}
+
+func (m *msg4[R, A, B, C, D]) signature() signature {
+	return signature{m.name, typeOf[R](), []reflect.Type{typeOf[A](), typeOf[B](), typeOf[C](), typeOf[D]()}}
+}

@@ -1,0 +1,145 @@
+//go:build darwin
+
+package mtl
+
+import (
+	"fmt"
+
+	"github.com/ebitengine/purego"
+	"github.com/ebitengine/purego/objc"
+)
+
+// The one place that talks to the Objective-C runtime: each declared message (msg.go) gets
+// its selector registered and objc_msgSend bound to its exact Go signature on first use, so
+// a send is one typed call (no per-call reflection over ...any, as objc.Send would do).
+
+var msgSendAddr uintptr
+
+func init() {
+	lib, err := purego.Dlopen("/usr/lib/libobjc.A.dylib", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		panic(fmt.Sprintf("mtl: %v", err))
+	}
+	if msgSendAddr, err = purego.Dlsym(lib, "objc_msgSend"); err != nil {
+		panic(fmt.Sprintf("mtl: %v", err))
+	}
+}
+
+// isVoid reports a message without a result: its objc_msgSend is declared without one, so
+// purego never has to return an empty struct.
+func isVoid[R any]() bool { return typeOf[R]() == typeOf[void]() }
+
+func (b *msgBase) register() { b.sel = sel(objc.RegisterName(b.name)) }
+
+func (c *class) get() id {
+	c.once.Do(func() { c.id = id(objc.GetClass(c.name)) })
+	return c.id
+}
+
+// selector is m's registered selector, for respondsToSelector:.
+func (m *msg1[R, A]) selector() sel { m.bind(); return m.sel }
+
+func (m *msg0[R]) bind() {
+	m.once.Do(func() {
+		m.register()
+		if isVoid[R]() {
+			purego.RegisterFunc(&m.fnv, msgSendAddr)
+		} else {
+			purego.RegisterFunc(&m.fn, msgSendAddr)
+		}
+	})
+}
+
+func (m *msg0[R]) send(o id) R {
+	m.bind()
+	if m.fnv != nil {
+		m.fnv(o, m.sel)
+		var r R
+		return r
+	}
+	return m.fn(o, m.sel)
+}
+
+func (m *msg1[R, A]) bind() {
+	m.once.Do(func() {
+		m.register()
+		if isVoid[R]() {
+			purego.RegisterFunc(&m.fnv, msgSendAddr)
+		} else {
+			purego.RegisterFunc(&m.fn, msgSendAddr)
+		}
+	})
+}
+
+func (m *msg1[R, A]) send(o id, a A) R {
+	m.bind()
+	if m.fnv != nil {
+		m.fnv(o, m.sel, a)
+		var r R
+		return r
+	}
+	return m.fn(o, m.sel, a)
+}
+
+func (m *msg2[R, A, B]) bind() {
+	m.once.Do(func() {
+		m.register()
+		if isVoid[R]() {
+			purego.RegisterFunc(&m.fnv, msgSendAddr)
+		} else {
+			purego.RegisterFunc(&m.fn, msgSendAddr)
+		}
+	})
+}
+
+func (m *msg2[R, A, B]) send(o id, a A, b B) R {
+	m.bind()
+	if m.fnv != nil {
+		m.fnv(o, m.sel, a, b)
+		var r R
+		return r
+	}
+	return m.fn(o, m.sel, a, b)
+}
+
+func (m *msg3[R, A, B, C]) bind() {
+	m.once.Do(func() {
+		m.register()
+		if isVoid[R]() {
+			purego.RegisterFunc(&m.fnv, msgSendAddr)
+		} else {
+			purego.RegisterFunc(&m.fn, msgSendAddr)
+		}
+	})
+}
+
+func (m *msg3[R, A, B, C]) send(o id, a A, b B, c C) R {
+	m.bind()
+	if m.fnv != nil {
+		m.fnv(o, m.sel, a, b, c)
+		var r R
+		return r
+	}
+	return m.fn(o, m.sel, a, b, c)
+}
+
+func (m *msg4[R, A, B, C, D]) bind() {
+	m.once.Do(func() {
+		m.register()
+		if isVoid[R]() {
+			purego.RegisterFunc(&m.fnv, msgSendAddr)
+		} else {
+			purego.RegisterFunc(&m.fn, msgSendAddr)
+		}
+	})
+}
+
+func (m *msg4[R, A, B, C, D]) send(o id, a A, b B, c C, d D) R {
+	m.bind()
+	if m.fnv != nil {
+		m.fnv(o, m.sel, a, b, c, d)
+		var r R
+		return r
+	}
+	return m.fn(o, m.sel, a, b, c, d)
+}
