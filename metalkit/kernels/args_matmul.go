@@ -1,0 +1,46 @@
+package kernels
+
+// Go mirrors of the argument structs in args_matmul.h, field for field: encoding/binary
+// packs them into the bytes the kernels read at [[buffer(0)]].
+
+// MulMvArgs are the arguments of the mat-vec kernels mul_mv_<type>_f32.
+type MulMvArgs struct {
+	Rows     int32  // output rows (weight rows)
+	Cols     int32  // inputs per row
+	N        int32  // tokens
+	Lanes    int32  // SIMD lanes per row (a power of two, 1…32)
+	RowBytes uint64 // bytes of one weight row
+}
+
+// MulMmArgs are the arguments of the tiled mat-mat kernels mul_mm_<type>_f32.
+type MulMmArgs struct {
+	Rows     int32
+	Cols     int32
+	N        int32
+	Pad0     int32
+	RowBytes uint64
+}
+
+// MulMvIdArgs are the arguments of the expert mat-vec kernels mul_mv_id_<type>_f32: one
+// threadgroup row per (token, slot) pair, the expert picked by the ids tensor.
+type MulMvIdArgs struct {
+	Rows        int32
+	Cols        int32
+	N           int32 // tokens
+	Lanes       int32
+	K           int32 // slots per token
+	Experts     int32
+	XPerSlot    int32 // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
+	Pad0        int32
+	RowBytes    uint64
+	ExpertBytes uint64 // bytes of one expert's matrix
+}
+
+// GetRowsArgs are the arguments of get_rows_<type>.
+type GetRowsArgs struct {
+	Cols     int32
+	N        int32
+	Rows     int32 // rows in the table: ids at or beyond it yield NaN rows
+	Pad0     int32
+	RowBytes uint64
+}
