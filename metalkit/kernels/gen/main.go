@@ -266,4 +266,3 @@ kernel void get_rows_%[1]s(
 	}
 	return b.Bytes()
 }
-
