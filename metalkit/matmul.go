@@ -95,10 +95,10 @@ func (e *encoder) matMul(t quant.Type, w Region, rows, cols int, x, y Region, n 
 
 // matMulExperts encodes ml.Context.MatMulExperts: for token i and slot j, y[i][j] = x · wᵀ
 // of expert ids[i][j] of w [experts, rows, cols], x [n, cols] shared by the k slots or
-// [n, k, cols] (xPerSlot); ids [n, k] float32; y [n, k, rows]. Every (token, slot) pair is a
-// mat-vec over its expert's rows, which is what decode needs; a prefill chunk decodes each
-// expert's weights once per pair routed to it (a grouped mat-mat over the pairs of each
-// expert, Red Lite's batched expert GEMM, is not built yet).
+// [n, k, cols] (xPerSlot); ids [n, k] float32; y [n, k, rows]. Up to matVecMaxTokens tokens
+// every (token, slot) pair is a mat-vec over its expert's rows (decode); beyond, each
+// expert's threadgroups gather the pairs routed to it on the GPU and run the tiled mat-mat
+// over them, decoding the expert's weights once per tile of pairs (prefill).
 func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k int, y Region, n int) {
 	checkMatrix(t, rows, cols)
 	if experts <= 0 || k <= 0 || n <= 0 {
@@ -114,21 +114,34 @@ func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int,
 	checkRegion("expert input", x, xRows*int64(cols)*4)
 	checkRegion("expert ids", ids, int64(n)*int64(k)*4)
 	checkRegion("expert output", y, int64(n)*int64(k)*int64(rows)*4)
-	lanes := mvLanes(cols)
-	rowsPerGroup := mvSimdgroups * simdWidth / lanes
 	perSlot := int32(0)
 	if xPerSlot {
 		perSlot = 1
 	}
-	args := kernels.MulMvIdArgs{
-		Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes),
-		K: int32(k), Experts: int32(experts), XPerSlot: perSlot,
+	sfx := kernels.TypeSuffix(t)
+	if n <= matVecMaxTokens {
+		lanes := mvLanes(cols)
+		rowsPerGroup := mvSimdgroups * simdWidth / lanes
+		args := kernels.MulMvIdArgs{
+			Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes),
+			K: int32(k), Experts: int32(experts), XPerSlot: perSlot,
+			RowBytes: uint64(rb), ExpertBytes: uint64(eb),
+		}
+		e.dispatch("mul_mv_id_"+sfx+"_f32", nil,
+			[3]int{ceilDiv(rows, rowsPerGroup), n * k, 1},
+			[3]int{mvSimdgroups * simdWidth, 1, 1},
+			0, expertsVecCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
+		return
+	}
+	args := kernels.MulMmIdArgs{
+		Rows: int32(rows), Cols: int32(cols), N: int32(n), K: int32(k),
+		Experts: int32(experts), XPerSlot: perSlot,
 		RowBytes: uint64(rb), ExpertBytes: uint64(eb),
 	}
-	e.dispatch("mul_mv_id_"+kernels.TypeSuffix(t)+"_f32", nil,
-		[3]int{ceilDiv(rows, rowsPerGroup), n * k, 1},
-		[3]int{mvSimdgroups * simdWidth, 1, 1},
-		0, expertsCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
+	e.dispatch("mul_mm_id_"+sfx+"_f32", nil,
+		[3]int{ceilDiv(rows, mmRows), experts, 1},
+		[3]int{mmThreads, 1, 1},
+		0, expertsMatCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
 }
 
 // getRows encodes ml.Context.Embed: y[n, cols] = the rows ids[n] (float32) of table, a
@@ -186,9 +199,9 @@ func matMatCost(t quant.Type, rows, cols, n int) device.Cost {
 	}
 }
 
-// expertsCost: the routed experts' weights (at most every expert once: pairs routed to the
-// same expert read it again from cache), the activations of every pair, the outputs.
-func expertsCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
+// expertsVecCost: the routed experts' weights (at most every expert once: pairs routed to
+// the same expert read it again from cache), the activations of every pair, the outputs.
+func expertsVecCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
 	pairs := int64(n) * int64(k)
 	xRows := int64(n)
 	if xPerSlot {
@@ -197,6 +210,21 @@ func expertsCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) dev
 	return device.Cost{
 		Label:   "matvec experts " + typeLabel(t),
 		Read:    min(pairs, int64(experts))*int64(rows)*int64(t.RowBytes(cols)) + xRows*int64(cols)*4 + pairs*4,
+		Written: pairs * int64(rows) * 4,
+		FLOPs:   2 * int64(rows) * int64(cols) * pairs,
+	}
+}
+
+// expertsMatCost: every expert's weights once per tile of mmTokens pairs routed to it (the
+// routing spread evenly: the model cannot know it), the activations once per tile of
+// mmRows rows, and the ids once per threadgroup.
+func expertsMatCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
+	pairs := int64(n) * int64(k)
+	tilesPerExpert := max(1, ceilDiv(int(pairs), experts*mmTokens))
+	groups := int64(ceilDiv(rows, mmRows)) * int64(experts)
+	return device.Cost{
+		Label:   "matmat experts " + typeLabel(t),
+		Read:    int64(experts)*int64(tilesPerExpert)*int64(rows)*int64(t.RowBytes(cols)) + pairs*int64(cols)*4*int64(ceilDiv(rows, mmRows)) + groups*pairs*4,
 		Written: pairs * int64(rows) * 4,
 		FLOPs:   2 * int64(rows) * int64(cols) * pairs,
 	}

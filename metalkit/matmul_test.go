@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/redlite/batch/engine/cpu"
@@ -191,52 +192,61 @@ func TestMatMul(t *testing.T) {
 	}
 }
 
+// TestMatMulExperts runs k = 2 of 4 experts at 3 tokens (mat-vec per pair) and at 70
+// (the gathered mat-mat: expert 0 takes most tokens' first slot, so it fills more than one
+// tile of pairs and its pairs span more than one gathering step).
 func TestMatMulExperts(t *testing.T) {
 	dev := testDevice(t)
 	rng := rand.New(rand.NewPCG(12, 1))
-	const experts, rows, k, n = 4, 21, 2, 3
+	const experts, rows, k = 4, 21, 2
 	for _, typ := range kernels.MatMulTypes {
 		cols := testCols(typ)
 		w := randomMatrix(rng, typ, experts*rows, cols)
 		wn := rowNorms(t, typ, w, experts*rows, cols)
 		wr := upload(t, dev, w)
-		ids := make([]float32, n*k)
-		for i := 0; i < n; i++ {
-			p := rng.Perm(experts)
-			for j := 0; j < k; j++ {
-				ids[i*k+j] = float32(p[j])
-			}
-		}
-		for _, perSlot := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%v/perSlot=%v", typ, perSlot), func(t *testing.T) {
-				xRows := n
-				if perSlot {
-					xRows = n * k
+		for _, n := range []int{3, 70} {
+			ids := make([]float32, n*k)
+			for i := 0; i < n; i++ {
+				p := rng.Perm(experts)
+				if rng.IntN(4) != 0 {
+					z := slices.Index(p, 0)
+					p[0], p[z] = p[z], p[0]
 				}
-				x := randomVector(rng, xRows*cols)
-				want := cpuPass(t, typ, w, []int{cols, rows, experts}, func(c ml.Context, w ml.Weight) ml.Tensor {
-					xt := c.Input(x, n, cols)
+				for j := 0; j < k; j++ {
+					ids[i*k+j] = float32(p[j])
+				}
+			}
+			for _, perSlot := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%v/n=%d/perSlot=%v", typ, n, perSlot), func(t *testing.T) {
+					xRows := n
 					if perSlot {
-						xt = c.Input(x, n, k, cols)
+						xRows = n * k
 					}
-					return c.MatMulExperts(w, xt, c.Input(ids, n, k))
-				})
-				y := upload(t, dev, make([]byte, 4*n*k*rows))
-				run(t, dev, func(e *encoder) {
-					e.matMulExperts(typ, wr, experts, rows, cols, uploadF32(t, dev, x), perSlot, uploadF32(t, dev, ids), k, y, n)
-				})
-				// Output row p·rows+r is expert ids[p]'s row r, for pair p = i·k+j.
-				worst := compareProducts(t, "experts", readF32(t, y), want,
-					func(p, r int) float64 { return wn[int(ids[p])*rows+r] },
-					func(p int) float64 {
-						xi := p / k
+					x := randomVector(rng, xRows*cols)
+					want := cpuPass(t, typ, w, []int{cols, rows, experts}, func(c ml.Context, w ml.Weight) ml.Tensor {
+						xt := c.Input(x, n, cols)
 						if perSlot {
-							xi = p
+							xt = c.Input(x, n, k, cols)
 						}
-						return norm(x[xi*cols : (xi+1)*cols])
-					}, rows)
-				t.Logf("max error %.2g of ‖w‖‖x‖", worst)
-			})
+						return c.MatMulExperts(w, xt, c.Input(ids, n, k))
+					})
+					y := upload(t, dev, make([]byte, 4*n*k*rows))
+					run(t, dev, func(e *encoder) {
+						e.matMulExperts(typ, wr, experts, rows, cols, uploadF32(t, dev, x), perSlot, uploadF32(t, dev, ids), k, y, n)
+					})
+					// Output row p·rows+r is expert ids[p]'s row r, for pair p = i·k+j.
+					worst := compareProducts(t, "experts", readF32(t, y), want,
+						func(p, r int) float64 { return wn[int(ids[p])*rows+r] },
+						func(p int) float64 {
+							xi := p / k
+							if perSlot {
+								xi = p
+							}
+							return norm(x[xi*cols : (xi+1)*cols])
+						}, rows)
+					t.Logf("max error %.2g of ‖w‖‖x‖", worst)
+				})
+			}
 		}
 	}
 }
@@ -300,6 +310,7 @@ func TestMatMulDispatch(t *testing.T) {
 	e.matMul(quant.IQ2_XXS, big, rows, cols, big, big, matVecMaxTokens+1)
 	e.matMulExperts(quant.IQ1_M, big, 512, 512, cols, big, false, big, 10, big, 1)
 	e.getRows(quant.Q6_K, big, cols, big, big, 5)
+	e.matMulExperts(quant.IQ2_XS, big, 512, 512, cols, big, true, big, 10, big, 2048)
 	if e.err != nil {
 		t.Fatal(e.err)
 	}
@@ -315,6 +326,9 @@ func TestMatMulDispatch(t *testing.T) {
 		{"mul_mm_iq2_xxs_f32", [3]int{rows / 32, 1, 1}, "matmat iq2_xxs", 2 * rows * cols * (matVecMaxTokens + 1), rows * 66 * cols / 256},
 		{"mul_mv_id_iq1_m_f32", [3]int{512 / 4, 10, 1}, "matvec experts iq1_m", 2 * 512 * cols * 10, 10 * 512 * 56 * cols / 256},
 		{"get_rows_q6_K", [3]int{2, 5, 1}, "get_rows q6_K", 0, 5 * 210 * cols / 256},
+		// A prefill chunk: one threadgroup per tile of rows of every expert; 20480 pairs
+		// over 512 experts are 40 each, two tiles of 32, so each expert is read twice.
+		{"mul_mm_id_iq2_xs_f32", [3]int{512 / 32, 512, 1}, "matmat experts iq2_xs", 2 * 512 * cols * 20480, 2 * 512 * 512 * 74 * cols / 256},
 	}
 	if len(rec.d) != len(want) {
 		t.Fatalf("%d dispatches, want %d", len(rec.d), len(want))

@@ -36,6 +36,19 @@ type MulMvIdArgs struct {
 	ExpertBytes uint64 // bytes of one expert's matrix
 }
 
+// MulMmIdArgs are the arguments of the expert mat-mat kernels mul_mm_id_<type>_f32: one
+// threadgroup per tile of rows of one expert, over the pairs routed to it.
+type MulMmIdArgs struct {
+	Rows        int32
+	Cols        int32
+	N           int32 // tokens
+	K           int32 // slots per token
+	Experts     int32
+	XPerSlot    int32 // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
+	RowBytes    uint64
+	ExpertBytes uint64 // bytes of one expert's matrix
+}
+
 // GetRowsArgs are the arguments of get_rows_<type>.
 type GetRowsArgs struct {
 	Cols     int32

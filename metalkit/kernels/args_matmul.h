@@ -32,6 +32,17 @@ struct mul_mv_id_args {
     uint64_t expert_bytes; // bytes of one expert's matrix
 };
 
+struct mul_mm_id_args {
+    int32_t  rows;
+    int32_t  cols;
+    int32_t  n;          // tokens
+    int32_t  k;          // slots per token
+    int32_t  experts;
+    int32_t  x_per_slot; // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
+    uint64_t row_bytes;
+    uint64_t expert_bytes; // bytes of one expert's matrix
+};
+
 struct get_rows_args {
     int32_t  cols;
     int32_t  n;

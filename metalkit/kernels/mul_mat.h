@@ -118,13 +118,14 @@ void mul_mv_id_impl(constant mul_mv_id_args & a, device const uchar * w, device 
 #define MM_RT 2 // rows per thread
 #define MM_CT 4 // tokens per thread
 
+// mm_tile computes a tile of rows [r0, r0 + MM_TM) by the nt ≤ MM_TN tokens whose inputs are
+// rows xrow[t] of x and whose outputs are rows yrow[t] of y (xrow, yrow in threadgroup
+// memory, set before the call).
 template <typename F>
-void mul_mm_impl(constant mul_mm_args & a, device const uchar * w, device const float * x,
-                 device float * y, threadgroup float * ws, threadgroup float * xs,
-                 uint3 tgpig, ushort tiitg) {
-    const int r0 = int(tgpig.x) * MM_TM;
-    const int t0 = int(tgpig.y) * MM_TN;
-    const int tid = tiitg;
+static void mm_tile(device const uchar * w, uint64_t row_bytes, int rows, int cols, int r0,
+                    device const float * x, device float * y,
+                    threadgroup const int * xrow, threadgroup const int * yrow, int nt,
+                    threadgroup float * ws, threadgroup float * xs, int tid) {
     const int tr = (tid / (MM_TN / MM_CT)) * MM_RT; // first row of this thread in the tile
     const int tc = (tid % (MM_TN / MM_CT)) * MM_CT; // first token
     float acc[MM_RT][MM_CT];
@@ -133,13 +134,13 @@ void mul_mm_impl(constant mul_mm_args & a, device const uchar * w, device const 
             acc[r][c] = 0.0f;
         }
     }
-    for (int k0 = 0; k0 < a.cols; k0 += MM_TK) {
+    for (int k0 = 0; k0 < cols; k0 += MM_TK) {
         if (tid < MM_TM * (MM_TK / 16)) {
             // Weights: one chunk of 16 per thread; rows past the end are zero.
             const int r = tid / (MM_TK / 16), h = tid % (MM_TK / 16);
             float v[16];
-            if (r0 + r < a.rows) {
-                F::deq16(w + (uint64_t)(r0 + r) * a.row_bytes, k0 / 16 + h, a.cols, v);
+            if (r0 + r < rows) {
+                F::deq16(w + (uint64_t)(r0 + r) * row_bytes, k0 / 16 + h, cols, v);
             } else {
                 for (int i = 0; i < 16; i++) {
                     v[i] = 0.0f;
@@ -155,8 +156,8 @@ void mul_mm_impl(constant mul_mm_args & a, device const uchar * w, device const 
             for (int i = 0; i < per; i++) {
                 const int e = u * per + i;
                 const int t = e / MM_TK, k = e % MM_TK;
-                const bool in = t0 + t < a.n && k0 + k < a.cols;
-                xs[t * MM_LD + k] = in ? x[(uint64_t)(t0 + t) * a.cols + k0 + k] : 0.0f;
+                const bool in = t < nt && k0 + k < cols;
+                xs[t * MM_LD + k] = in ? x[(uint64_t)xrow[t] * cols + k0 + k] : 0.0f;
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -178,10 +179,95 @@ void mul_mm_impl(constant mul_mm_args & a, device const uchar * w, device const 
     }
     for (int r = 0; r < MM_RT; r++) {
         for (int c = 0; c < MM_CT; c++) {
-            const int row = r0 + tr + r, t = t0 + tc + c;
-            if (row < a.rows && t < a.n) {
-                y[(uint64_t)t * a.rows + row] = acc[r][c];
+            const int row = r0 + tr + r, t = tc + c;
+            if (row < rows && t < nt) {
+                y[(uint64_t)yrow[t] * rows + row] = acc[r][c];
             }
+        }
+    }
+}
+
+template <typename F>
+void mul_mm_impl(constant mul_mm_args & a, device const uchar * w, device const float * x,
+                 device float * y, threadgroup float * ws, threadgroup float * xs,
+                 threadgroup int * xrow, uint3 tgpig, ushort tiitg) {
+    const int t0 = int(tgpig.y) * MM_TN;
+    if (tiitg < MM_TN) {
+        xrow[tiitg] = t0 + tiitg;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    mm_tile<F>(w, a.row_bytes, a.rows, a.cols, int(tgpig.x) * MM_TM, x, y, xrow, xrow,
+               min(MM_TN, a.n - t0), ws, xs, tiitg);
+}
+
+// ---- experts in prefill (mul_mat_id over many tokens): a threadgroup takes one tile of
+// rows of one expert (tgpig.y) and gathers the (token, slot) pairs routed to it, in order,
+// MM_THREADS ids at a time (a prefix sum over the threadgroup compacts the matches into
+// `list`); every MM_TN pairs gathered make a tile of the mat-mat, so the expert's rows are
+// decoded once per MM_TN pairs instead of once per pair. Nothing is planned on the host: the
+// routing stays on the GPU. An id outside [0, experts) gives a row of NaN, as in mul_mv_id.
+#define MM_ID_LIST (MM_TN + MM_THREADS)
+
+template <typename F>
+void mul_mm_id_impl(constant mul_mm_id_args & a, device const uchar * w, device const float * x,
+                    device const float * ids, device float * y,
+                    threadgroup float * ws, threadgroup float * xs,
+                    threadgroup int * list, threadgroup int * xrow, threadgroup int * yrow,
+                    threadgroup int * counts, uint3 tgpig, ushort tiitg, ushort sgitg, ushort tiisg) {
+    const int r0 = int(tgpig.x) * MM_TM;
+    const int e = int(tgpig.y);
+    const int tid = tiitg;
+    const int np = a.n * a.k;
+    device const uchar * we = w + (uint64_t)e * a.expert_bytes;
+    int have = 0; // pairs in list (the same in every thread)
+    for (int base = 0; base < np; base += MM_THREADS) {
+        const int p = base + tid;
+        uint m = 0;
+        if (p < np) {
+            const float fe = ids[p];
+            const int id = int(fe);
+            const bool ok = fe >= 0.0f && id < a.experts && float(id) == fe;
+            m = ok && id == e ? 1u : 0u;
+            if (!ok && e == 0) {
+                for (int r = r0; r < min(a.rows, r0 + MM_TM); r++) {
+                    y[(uint64_t)p * a.rows + r] = NAN;
+                }
+            }
+        }
+        const uint before = simd_prefix_exclusive_sum(m);
+        const uint total = simd_sum(m);
+        if (tiisg == 0) {
+            counts[sgitg] = int(total);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        int off = have, added = 0;
+        for (int s = 0; s < MM_THREADS / 32; s++) {
+            off += s < sgitg ? counts[s] : 0;
+            added += counts[s];
+        }
+        if (m) {
+            list[off + int(before)] = p;
+        }
+        have += added;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        while (have >= MM_TN || (have > 0 && base + MM_THREADS >= np)) {
+            const int nt = min(have, MM_TN);
+            if (tid < nt) {
+                const int pair = list[tid];
+                xrow[tid] = a.x_per_slot ? pair : pair / a.k;
+                yrow[tid] = pair;
+            }
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            mm_tile<F>(we, a.row_bytes, a.rows, a.cols, r0, x, y, xrow, yrow, nt, ws, xs, tid);
+            // Move the pairs not yet used to the front of the list.
+            const int keep = have - nt;
+            const int v = tid < keep ? list[nt + tid] : 0;
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            if (tid < keep) {
+                list[tid] = v;
+            }
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            have = keep;
         }
     }
 }

@@ -24,7 +24,27 @@ kernel void mul_mm_f32_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_f32>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_f32>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_f32_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_f32>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_f32_f32(
@@ -59,7 +79,27 @@ kernel void mul_mm_f16_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_f16>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_f16>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_f16_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_f16>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_f16_f32(
@@ -94,7 +134,27 @@ kernel void mul_mm_q8_0_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_q8_0>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q8_0>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q8_0_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q8_0>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q8_0_f32(
@@ -129,7 +189,27 @@ kernel void mul_mm_q2_K_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_q2_K>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q2_K>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q2_K_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q2_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q2_K_f32(
@@ -164,7 +244,27 @@ kernel void mul_mm_q4_K_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_q4_K>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q4_K>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q4_K_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q4_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q4_K_f32(
@@ -199,7 +299,27 @@ kernel void mul_mm_q5_K_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_q5_K>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q5_K>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q5_K_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q5_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q5_K_f32(
@@ -234,7 +354,27 @@ kernel void mul_mm_q6_K_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_q6_K>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q6_K>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q6_K_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q6_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q6_K_f32(
@@ -269,7 +409,27 @@ kernel void mul_mm_iq2_xxs_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_iq2_xxs>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq2_xxs>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq2_xxs_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq2_xxs>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq2_xxs_f32(
@@ -304,7 +464,27 @@ kernel void mul_mm_iq2_xs_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_iq2_xs>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq2_xs>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq2_xs_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq2_xs>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq2_xs_f32(
@@ -339,7 +519,27 @@ kernel void mul_mm_iq2_s_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_iq2_s>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq2_s>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq2_s_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq2_s>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq2_s_f32(
@@ -374,7 +574,27 @@ kernel void mul_mm_iq3_xxs_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_iq3_xxs>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq3_xxs>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq3_xxs_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq3_xxs>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq3_xxs_f32(
@@ -409,7 +629,27 @@ kernel void mul_mm_iq3_s_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_iq3_s>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq3_s>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq3_s_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq3_s>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq3_s_f32(
@@ -444,7 +684,27 @@ kernel void mul_mm_iq1_m_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_iq1_m>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq1_m>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq1_m_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq1_m>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq1_m_f32(
@@ -479,7 +739,27 @@ kernel void mul_mm_iq4_xs_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_iq4_xs>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq4_xs>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq4_xs_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq4_xs>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq4_xs_f32(

@@ -224,7 +224,27 @@ kernel void mul_mm_%[1]s_f32(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     threadgroup float ws[MM_TM * MM_LD];
     threadgroup float xs[MM_TN * MM_LD];
-    mul_mm_impl<fmt_%[1]s>(args, w, x, y, ws, xs, tgpig, tiitg);
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_%[1]s>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_%[1]s_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_%[1]s>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_%[1]s_f32(
