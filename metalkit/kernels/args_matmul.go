@@ -1,7 +1,15 @@
 package kernels
 
-// Go mirrors of the argument structs in args_matmul.h, field for field: encoding/binary
-// packs them into the bytes the kernels read at [[buffer(0)]].
+// matmulArgs maps each argument struct of args_matmul.h by its C name to its Go mirror: the
+// same fields in the same order (C padding fields are Go blank fields), whose
+// encoding/binary layout is the C layout. TestArgLayouts checks both against clang.
+var matmulArgs = map[string]any{
+	"mul_mv_args":    MulMvArgs{},
+	"mul_mm_args":    MulMmArgs{},
+	"mul_mv_id_args": MulMvIdArgs{},
+	"mul_mm_id_args": MulMmIdArgs{},
+	"get_rows_args":  GetRowsArgs{},
+}
 
 // MulMvArgs are the arguments of the mat-vec kernels mul_mv_<type>_f32.
 type MulMvArgs struct {
@@ -17,7 +25,7 @@ type MulMmArgs struct {
 	Rows     int32
 	Cols     int32
 	N        int32
-	Pad0     int32
+	_        int32
 	RowBytes uint64
 }
 
@@ -31,7 +39,7 @@ type MulMvIdArgs struct {
 	K           int32 // slots per token
 	Experts     int32
 	XPerSlot    int32 // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
-	Pad0        int32
+	_           int32
 	RowBytes    uint64
 	ExpertBytes uint64 // bytes of one expert's matrix
 }
@@ -54,6 +62,6 @@ type GetRowsArgs struct {
 	Cols     int32
 	N        int32
 	Rows     int32 // rows in the table: ids at or beyond it yield NaN rows
-	Pad0     int32
+	_        int32
 	RowBytes uint64
 }

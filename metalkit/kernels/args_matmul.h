@@ -1,7 +1,9 @@
-// Argument structs of the matrix kernels (mul_mv_*, mul_mm_*, mul_mv_id_*, get_rows_*).
-// Their Go mirrors are in args_matmul.go, same fields in the same order.
-#ifndef ARGS_MATMUL_H
-#define ARGS_MATMUL_H
+// args_matmul.h: argument structs of the matrix kernels (mul_mv_*, mul_mm_*, mul_mv_id_*,
+// mul_mm_id_*) and the row lookups (get_rows_*). Their Go mirrors are in args_matmul.go,
+// same fields in the same order.
+#pragma once
+
+#include "common.h"
 
 struct mul_mv_args {
     int32_t  rows;      // output rows (weight rows)
@@ -50,5 +52,3 @@ struct get_rows_args {
     int32_t  pad0;
     uint64_t row_bytes;
 };
-
-#endif

@@ -1,10 +1,9 @@
-// The bodies of the matrix kernels, templates over a weight format of quant_blocks.h; the
+// mul_mat.h: the bodies of the matrix kernels, templates over a weight format of quant_blocks.h; the
 // entry points (mul_mat.metal, get_rows.metal) are generated, one per format.
 //
 // Tensors: w is a [rows, cols] matrix in GGUF layout (row after row, row_bytes each); x is
 // float32 [n, cols]; y is float32 [n, rows] (token-major, as engine/ml's MatMul returns it).
-#ifndef MUL_MAT_H
-#define MUL_MAT_H
+#pragma once
 
 #include "args_matmul.h"
 #include "quant_blocks.h"
@@ -298,4 +297,3 @@ void get_rows_impl(constant get_rows_args & a, device const uchar * table, devic
     }
 }
 
-#endif

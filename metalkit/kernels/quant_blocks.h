@@ -1,4 +1,4 @@
-// Decoders of the weight formats for the matrix kernels. Each format is a struct with
+// quant_blocks.h: decoders of the weight formats for the matrix kernels. Each format is a struct with
 //
 //   QK     values per block (1 for the plain types)
 //   BYTES  bytes per block
@@ -12,9 +12,9 @@
 //
 // Arithmetic follows engine/quant's dequantization (which is ggml's to_float): the same
 // products, so that a weight decodes to the value the CPU backend uses.
-#ifndef QUANT_BLOCKS_H
-#define QUANT_BLOCKS_H
+#pragma once
 
+#include "common.h"
 #include "quant_tables.h"
 
 // Fields of a block are 2-byte aligned at best (every block size is even), so wider words
@@ -314,4 +314,3 @@ struct fmt_iq4_xs {
     }
 };
 
-#endif

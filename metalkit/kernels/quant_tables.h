@@ -2,8 +2,7 @@
 
 // The i-quant codebooks of engine/quant/grids.go, one row of bytes per entry (element 0
 // first). iq1s_grid holds int8 values -1, 0, 1 as bytes 0xff, 0x00, 0x01.
-#ifndef QUANT_TABLES_H
-#define QUANT_TABLES_H
+#pragma once
 
 constant uchar iq2xxs_grid[256][8] = {
     {0x08,0x08,0x08,0x08,0x08,0x08,0x08,0x08},
@@ -4645,5 +4644,3 @@ constant uchar ksigns_iq2xs[128] = {
     96, 225, 226, 99, 228, 101, 102, 231, 232, 105, 106, 235, 108, 237, 238, 111,
     240, 113, 114, 243, 116, 245, 246, 119, 120, 249, 250, 123, 252, 125, 126, 255,
 };
-
-#endif

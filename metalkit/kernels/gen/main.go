@@ -82,7 +82,7 @@ func quantTables(src []byte) ([]byte, error) {
 	b.WriteString(header)
 	b.WriteString("// The i-quant codebooks of engine/quant/grids.go, one row of bytes per entry (element 0\n")
 	b.WriteString("// first). iq1s_grid holds int8 values -1, 0, 1 as bytes 0xff, 0x00, 0x01.\n")
-	b.WriteString("#ifndef QUANT_TABLES_H\n#define QUANT_TABLES_H\n\n")
+	b.WriteString("#pragma once\n\n")
 	for _, g := range grids {
 		v, ok := vals[g.goName]
 		if !ok {
@@ -132,7 +132,7 @@ func quantTables(src []byte) ([]byte, error) {
 			b.WriteString(" ")
 		}
 	}
-	b.WriteString("};\n\n#endif\n")
+	b.WriteString("};\n")
 	return b.Bytes(), nil
 }
 
