@@ -61,7 +61,7 @@ struct fmt_q8_0 {
     static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
         CHUNK_BLOCK(fmt_q8_0)
         const float d = ld_half(b);
-        device const char * q = (device const char *)(b + 2) + 16 * il;
+        device const int8_t * q = (device const int8_t *)(b + 2) + 16 * il;
         for (int j = 0; j < 16; j++) {
             y[j] = float(q[j]) * d;
         }
@@ -143,7 +143,7 @@ struct fmt_q6_K {
         CHUNK_BLOCK(fmt_q6_K)
         const int n = il / 8, qd = (il % 8) / 2, l0 = 16 * (il % 2);
         const float d = ld_half(b + 208);
-        device const char * scales = (device const char *)(b + 192);
+        device const int8_t * scales = (device const int8_t *)(b + 192);
         const float dl = d * float(scales[8 * n + (il % 2) + 2 * qd]);
         device const uchar * ql = b + 64 * n + 32 * (qd % 2) + l0;
         device const uchar * qh = b + 128 + 32 * n + l0;
