@@ -224,9 +224,11 @@ func TestMatMulExperts(t *testing.T) {
 					}
 					x := randomVector(rng, xRows*cols)
 					want := cpuPass(t, typ, w, []int{cols, rows, experts}, func(c ml.Context, w ml.Weight) ml.Tensor {
-						xt := c.Input(x, n, cols)
+						var xt ml.Tensor
 						if perSlot {
 							xt = c.Input(x, n, k, cols)
+						} else {
+							xt = c.Input(x, n, cols)
 						}
 						return c.MatMulExperts(w, xt, c.Input(ids, n, k))
 					})

@@ -25,7 +25,7 @@ type MulMmArgs struct {
 	Rows     int32
 	Cols     int32
 	N        int32
-	_        int32
+	Pad0     int32
 	RowBytes uint64
 }
 
@@ -39,7 +39,7 @@ type MulMvIdArgs struct {
 	K           int32 // slots per token
 	Experts     int32
 	XPerSlot    int32 // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
-	_           int32
+	Pad0        int32
 	RowBytes    uint64
 	ExpertBytes uint64 // bytes of one expert's matrix
 }
@@ -62,6 +62,6 @@ type GetRowsArgs struct {
 	Cols     int32
 	N        int32
 	Rows     int32 // rows in the table: ids at or beyond it yield NaN rows
-	_        int32
+	Pad0     int32
 	RowBytes uint64
 }
