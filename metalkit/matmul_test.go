@@ -375,3 +375,13 @@ func (r *recorder) Close() error                 { return nil }
 func (r *recorder) Encode(d device.Dispatch)     { r.d = append(r.d, d) }
 func (r *recorder) Commit()                      {}
 func (r *recorder) Wait() error                  { return nil }
+
+// TestMatMulCoversQuant: every type engine/quant computes with has matrix kernels, so the
+// Metal backend never refuses a model the CPU backend runs.
+func TestMatMulCoversQuant(t *testing.T) {
+	for ty := quant.Type(0); ty < 64; ty++ {
+		if quant.Supported(ty) && !matMulSupported(ty) {
+			t.Errorf("no matrix kernels for %v, which engine/quant supports", ty)
+		}
+	}
+}

@@ -15,7 +15,7 @@ func randomMatrix(rng *rand.Rand, t quant.Type, rows, cols int) []byte {
 	n := rows * cols
 	out := make([]byte, rows*t.RowBytes(cols))
 	switch t {
-	case quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q6_K:
+	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_K, quant.Q6_K:
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(rng.NormFloat64())
@@ -36,7 +36,9 @@ func randomMatrix(rng *rand.Rand, t quant.Type, rows, cols int) []byte {
 		case quant.Q2_K:
 			binary.LittleEndian.PutUint16(b[80:], scale())
 			binary.LittleEndian.PutUint16(b[82:], scale())
-		case quant.Q5_K:
+		case quant.Q3_K:
+			binary.LittleEndian.PutUint16(b[108:], scale())
+		case quant.Q4_1, quant.Q5_1, quant.Q5_K:
 			binary.LittleEndian.PutUint16(b[0:], scale())
 			binary.LittleEndian.PutUint16(b[2:], scale())
 		case quant.IQ1_M:

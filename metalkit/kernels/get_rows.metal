@@ -24,6 +24,56 @@ kernel void get_rows_f16(
     get_rows_impl<fmt_f16>(args, table, ids, y, tgpig, tiitg);
 }
 
+kernel void get_rows_bf16(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_bf16>(args, table, ids, y, tgpig, tiitg);
+}
+
+kernel void get_rows_q4_0(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_q4_0>(args, table, ids, y, tgpig, tiitg);
+}
+
+kernel void get_rows_q4_1(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_q4_1>(args, table, ids, y, tgpig, tiitg);
+}
+
+kernel void get_rows_q5_0(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_q5_0>(args, table, ids, y, tgpig, tiitg);
+}
+
+kernel void get_rows_q5_1(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_q5_1>(args, table, ids, y, tgpig, tiitg);
+}
+
 kernel void get_rows_q8_0(
         constant get_rows_args & args [[buffer(0)]],
         device const uchar * table [[buffer(1)]],
@@ -42,6 +92,16 @@ kernel void get_rows_q2_K(
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]]) {
     get_rows_impl<fmt_q2_K>(args, table, ids, y, tgpig, tiitg);
+}
+
+kernel void get_rows_q3_K(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_q3_K>(args, table, ids, y, tgpig, tiitg);
 }
 
 kernel void get_rows_q4_K(
@@ -124,6 +184,16 @@ kernel void get_rows_iq3_s(
     get_rows_impl<fmt_iq3_s>(args, table, ids, y, tgpig, tiitg);
 }
 
+kernel void get_rows_iq1_s(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_iq1_s>(args, table, ids, y, tgpig, tiitg);
+}
+
 kernel void get_rows_iq1_m(
         constant get_rows_args & args [[buffer(0)]],
         device const uchar * table [[buffer(1)]],
@@ -132,6 +202,16 @@ kernel void get_rows_iq1_m(
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]]) {
     get_rows_impl<fmt_iq1_m>(args, table, ids, y, tgpig, tiitg);
+}
+
+kernel void get_rows_iq4_nl(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_iq4_nl>(args, table, ids, y, tgpig, tiitg);
 }
 
 kernel void get_rows_iq4_xs(

@@ -114,6 +114,281 @@ kernel void mul_mv_id_f16_f32(
     mul_mv_id_impl<fmt_f16>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_bf16_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_bf16>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_bf16_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_bf16>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_bf16_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_bf16>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_bf16_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_bf16>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_q4_0_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_q4_0>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_q4_0_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q4_0>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q4_0_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q4_0>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_q4_0_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_q4_0>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_q4_1_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_q4_1>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_q4_1_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q4_1>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q4_1_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q4_1>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_q4_1_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_q4_1>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_q5_0_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_q5_0>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_q5_0_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q5_0>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q5_0_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q5_0>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_q5_0_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_q5_0>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_q5_1_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_q5_1>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_q5_1_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q5_1>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q5_1_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q5_1>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_q5_1_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_q5_1>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_q8_0_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -222,6 +497,61 @@ kernel void mul_mv_id_q2_K_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_q2_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_q3_K_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_q3_K>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_q3_K_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_q3_K>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_q3_K_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_q3_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_q3_K_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_q3_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q4_K_f32(
@@ -664,6 +994,61 @@ kernel void mul_mv_id_iq3_s_f32(
     mul_mv_id_impl<fmt_iq3_s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_iq1_s_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_iq1_s>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_iq1_s_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq1_s>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq1_s_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq1_s>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_iq1_s_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_iq1_s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_iq1_m_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -717,6 +1102,61 @@ kernel void mul_mv_id_iq1_m_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_iq1_m>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_iq4_nl_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_iq4_nl>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_iq4_nl_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_iq4_nl>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_iq4_nl_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_iq4_nl>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_iq4_nl_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_iq4_nl>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq4_xs_f32(

@@ -55,6 +55,91 @@ struct fmt_f16 {
     }
 };
 
+struct fmt_bf16 {
+    enum { QK = 1, BYTES = 2 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        device const ushort * w = (device const ushort *)row;
+        for (int j = 0; j < 16; j++) {
+            const int i = 16 * c + j;
+            y[j] = i < cols ? as_type<float>(uint(w[i]) << 16) : 0.0f;
+        }
+    }
+};
+
+// Q4_0: d, 16 bytes: value j is the low nibble of byte j, value j+16 its high nibble, less 8.
+struct fmt_q4_0 {
+    enum { QK = 32, BYTES = 18 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        CHUNK_BLOCK(fmt_q4_0)
+        const float d = ld_half(b);
+        device const uchar * q = b + 2;
+        const int shift = 4 * il;
+        for (int j = 0; j < 16; j++) {
+            y[j] = float(int((q[j] >> shift) & 0xf) - 8) * d;
+        }
+    }
+};
+
+// Q4_1: d, m, 16 bytes of nibbles as Q4_0, unsigned: v·d + m.
+struct fmt_q4_1 {
+    enum { QK = 32, BYTES = 20 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        CHUNK_BLOCK(fmt_q4_1)
+        const float d = ld_half(b), m = ld_half(b + 2);
+        device const uchar * q = b + 4;
+        const int shift = 4 * il;
+        for (int j = 0; j < 16; j++) {
+            y[j] = float((q[j] >> shift) & 0xf) * d + m;
+        }
+    }
+};
+
+// Q5_0: d, qh (32 fifth bits: bit j for value j), 16 bytes of nibbles as Q4_0; less 16.
+struct fmt_q5_0 {
+    enum { QK = 32, BYTES = 22 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        CHUNK_BLOCK(fmt_q5_0)
+        const float d = ld_half(b);
+        const uint qh = ld_u32(b + 2);
+        device const uchar * q = b + 6;
+        const int shift = 4 * il;
+        for (int j = 0; j < 16; j++) {
+            const uint v = ((q[j] >> shift) & 0xf) | (((qh >> (16 * il + j)) & 1) << 4);
+            y[j] = float(int(v) - 16) * d;
+        }
+    }
+};
+
+// Q5_1: d, m, qh, 16 bytes: as Q5_0, unsigned: v·d + m.
+struct fmt_q5_1 {
+    enum { QK = 32, BYTES = 24 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        CHUNK_BLOCK(fmt_q5_1)
+        const float d = ld_half(b), m = ld_half(b + 2);
+        const uint qh = ld_u32(b + 4);
+        device const uchar * q = b + 8;
+        const int shift = 4 * il;
+        for (int j = 0; j < 16; j++) {
+            const uint v = ((q[j] >> shift) & 0xf) | (((qh >> (16 * il + j)) & 1) << 4);
+            y[j] = float(v) * d + m;
+        }
+    }
+};
+
+// IQ4_NL: d, 16 bytes of nibbles as Q4_0, levels kvalues_iq4nl.
+struct fmt_iq4_nl {
+    enum { QK = 32, BYTES = 18 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        CHUNK_BLOCK(fmt_iq4_nl)
+        const float d = ld_half(b);
+        device const uchar * q = b + 2;
+        const int shift = 4 * il;
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * kvalues_iq4nl[(q[j] >> shift) & 0xf];
+        }
+    }
+};
+
 // Q8_0: d (f16), 32 int8.
 struct fmt_q8_0 {
     enum { QK = 32, BYTES = 34 };
@@ -81,6 +166,30 @@ struct fmt_q2_K {
         const int shift = 2 * ((il % 8) / 2);
         for (int j = 0; j < 16; j++) {
             y[j] = dl * float((q[j] >> shift) & 3) - ml;
+        }
+    }
+};
+
+// Q3_K: hmask[32] (third bits), qs[64] (2 bits), scales[12] (16 6-bit scales biased by 32),
+// d. Laid out as Q2_K: chunk il takes bits 2((il%8)/2) of qs[32(il/8) + 16(il%2) + l] and bit
+// 4(il/8) + (il%8)/2 of hmask[16(il%2) + l]; a clear third bit subtracts 4.
+struct fmt_q3_K {
+    enum { QK = 256, BYTES = 110 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        CHUNK_BLOCK(fmt_q3_K)
+        // Scale il: low nibble of byte il%4 (+4 for odd il/4) shifted by 4·(il/8), high two bits
+        // from byte 8 + il%4 shifted by 2·(il/4).
+        const int wi = il / 4, bi = il % 4;
+        const uint lo = (b[96 + 4 * (wi % 2) + bi] >> (4 * (wi / 2))) & 0xf;
+        const uint hi = (b[104 + bi] >> (2 * wi)) & 3;
+        const float dl = ld_half(b + 108) * float(int(lo | (hi << 4)) - 32);
+        device const uchar * q = b + 32 + 32 * (il / 8) + 16 * (il % 2);
+        device const uchar * hm = b + 16 * (il % 2);
+        const int shift = 2 * ((il % 8) / 2);
+        const uint m = 1u << (4 * (il / 8) + (il % 8) / 2);
+        for (int j = 0; j < 16; j++) {
+            const int v = int((q[j] >> shift) & 3) - ((hm[j] & m) ? 0 : 4);
+            y[j] = dl * float(v);
         }
     }
 };
@@ -262,6 +371,26 @@ struct fmt_iq3_s {
             for (int j = 0; j < 4; j++) {
                 y[8 * h + j] = db * float(g1[j]) * sign_of(s, j);
                 y[8 * h + j + 4] = db * float(g2[j]) * sign_of(s, j + 4);
+            }
+        }
+    }
+};
+
+// IQ1_S: d, qs[32] (grid index low bits), qh[8] words (per group of 32: 3 index bits per 8
+// values, a 3-bit scale, the delta's sign).
+struct fmt_iq1_s {
+    enum { QK = 256, BYTES = 50 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        CHUNK_BLOCK(fmt_iq1_s)
+        const int ib = il / 2;
+        const uint qh = ld_u16(b + 34 + 2 * ib);
+        const float dl = ld_half(b) * float(2 * ((qh >> 12) & 7) + 1);
+        const float delta = (qh & 0x8000) ? -0.125f : 0.125f;
+        for (int h = 0; h < 2; h++) {
+            const int l = 2 * (il % 2) + h;
+            constant uchar * g = iq1s_grid[b[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
+            for (int j = 0; j < 8; j++) {
+                y[8 * h + j] = dl * (float(int(g[j] ^ 0x80) - 128) + delta);
             }
         }
     }
