@@ -385,3 +385,33 @@ func TestMatMulCoversQuant(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulExpertsOutside checks that a pair whose id is not an expert (out of range, or not
+// a whole number) gets a row of NaN, and the other pairs their products, in both kernels.
+func TestMatMulExpertsOutside(t *testing.T) {
+	dev := testDevice(t)
+	rng := rand.New(rand.NewPCG(15, 1))
+	typ, experts, rows, cols, k := quant.Q8_0, 2, 5, 64, 1
+	w := upload(t, dev, randomMatrix(rng, typ, experts*rows, cols))
+	for _, n := range []int{2, matVecMaxTokens + 1} {
+		ids := make([]float32, n)
+		for i := range ids {
+			ids[i] = float32(i % experts)
+		}
+		ids[0], ids[n-1] = float32(experts), 0.5
+		x := uploadF32(t, dev, randomVector(rng, n*cols))
+		y := upload(t, dev, make([]byte, 4*n*rows))
+		run(t, dev, func(e *encoder) {
+			e.matMulExperts(typ, w, experts, rows, cols, x, false, uploadF32(t, dev, ids), k, y, n)
+		})
+		got := readF32(t, y)
+		for p := 0; p < n; p++ {
+			bad := p == 0 || p == n-1
+			for r := 0; r < rows; r++ {
+				if v := got[p*rows+r]; math.IsNaN(float64(v)) != bad {
+					t.Errorf("n=%d: pair %d (id %g) row %d = %g", n, p, ids[p], r, v)
+				}
+			}
+		}
+	}
+}
