@@ -269,6 +269,13 @@ static inline float sign_of(uint s, int j) {
     return (s >> j) & 1 ? -1.0f : 1.0f;
 }
 
+// grid8_signed writes the 8 grid values g scaled by d with the signs of mask s.
+static inline void grid8_signed(constant uchar * g, uint s, float d, thread float * y) {
+    for (int j = 0; j < 8; j++) {
+        y[j] = d * float(g[j]) * sign_of(s, j);
+    }
+}
+
 // IQ2_XXS: d, then per 32-value group 4 grid indices and a word of four 7-bit sign indices
 // and a 4-bit scale.
 struct fmt_iq2_xxs {
@@ -283,9 +290,7 @@ struct fmt_iq2_xxs {
             const int l = 2 * (il % 2) + h;
             constant uchar * g = iq2xxs_grid[qs[l]];
             const uint s = ksigns_iq2xs[(aux >> (7 * l)) & 127];
-            for (int j = 0; j < 8; j++) {
-                y[8 * h + j] = db * float(g[j]) * sign_of(s, j);
-            }
+            grid8_signed(g, s, db, y + 8 * h);
         }
     }
 };
@@ -303,9 +308,7 @@ struct fmt_iq2_xs {
             const uint q = ld_u16(b + 2 + 2 * (4 * ib + l));
             constant uchar * g = iq2xs_grid[q & 511];
             const uint s = ksigns_iq2xs[q >> 9];
-            for (int j = 0; j < 8; j++) {
-                y[8 * h + j] = db * float(g[j]) * sign_of(s, j);
-            }
+            grid8_signed(g, s, db, y + 8 * h);
         }
     }
 };
@@ -323,9 +326,7 @@ struct fmt_iq2_s {
             const int l = 2 * (il % 2) + h;
             constant uchar * g = iq2s_grid[b[2 + 4 * ib + l] | ((qh << (8 - 2 * l)) & 0x300)];
             const uint s = b[34 + 4 * ib + l];
-            for (int j = 0; j < 8; j++) {
-                y[8 * h + j] = db * float(g[j]) * sign_of(s, j);
-            }
+            grid8_signed(g, s, db, y + 8 * h);
         }
     }
 };
