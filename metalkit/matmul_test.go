@@ -167,28 +167,40 @@ func compareProducts(t *testing.T, what string, got, want []float32, wn func(i, 
 }
 
 func TestMatMul(t *testing.T) {
-	dev := testDevice(t)
 	rng := rand.New(rand.NewPCG(11, 1))
 	const rows = 37 // not a multiple of the rows of a mat-vec threadgroup or a mat-mat tile
 	for _, typ := range kernels.MatMulTypes {
-		cols := testCols(typ)
-		w := randomMatrix(rng, typ, rows, cols)
-		wn := rowNorms(t, typ, w, rows, cols)
-		wr := upload(t, dev, w)
-		for _, n := range []int{1, 3, 64} {
-			t.Run(fmt.Sprintf("%v/n=%d", typ, n), func(t *testing.T) {
-				x := randomVector(rng, n*cols)
-				want := cpuPass(t, typ, w, []int{cols, rows}, func(c ml.Context, w ml.Weight) ml.Tensor {
-					return c.MatMul(w, c.Input(x, n, cols))
-				})
-				y := upload(t, dev, make([]byte, 4*n*rows))
-				run(t, dev, func(e *encoder) { e.matMul(typ, wr, rows, cols, uploadF32(t, dev, x), y, n) })
-				worst := compareProducts(t, "matmul", readF32(t, y), want,
-					func(_, r int) float64 { return wn[r] },
-					func(i int) float64 { return norm(x[i*cols : (i+1)*cols]) }, rows)
-				t.Logf("max error %.2g of ‖w‖‖x‖", worst)
+		testMatMul(t, rng, typ, rows, testCols(typ), []int{1, 3, 64})
+	}
+}
+
+// TestMatMulWide runs the mat-vec kernel on rows long enough for 16 lanes per row (2048
+// columns: the gate/up projections) and 32 (4096, and a plain row with a tail).
+func TestMatMulWide(t *testing.T) {
+	rng := rand.New(rand.NewPCG(16, 1))
+	testMatMul(t, rng, quant.IQ2_XXS, 9, 2048, []int{1, 3})
+	testMatMul(t, rng, quant.IQ1_M, 5, 4096, []int{1})
+	testMatMul(t, rng, quant.F16, 5, 4100, []int{2})
+}
+
+func testMatMul(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int, ns []int) {
+	dev := testDevice(t)
+	w := randomMatrix(rng, typ, rows, cols)
+	wn := rowNorms(t, typ, w, rows, cols)
+	wr := upload(t, dev, w)
+	for _, n := range ns {
+		t.Run(fmt.Sprintf("%v/cols=%d/n=%d", typ, cols, n), func(t *testing.T) {
+			x := randomVector(rng, n*cols)
+			want := cpuPass(t, typ, w, []int{cols, rows}, func(c ml.Context, w ml.Weight) ml.Tensor {
+				return c.MatMul(w, c.Input(x, n, cols))
 			})
-		}
+			y := upload(t, dev, make([]byte, 4*n*rows))
+			run(t, dev, func(e *encoder) { e.matMul(typ, wr, rows, cols, uploadF32(t, dev, x), y, n) })
+			worst := compareProducts(t, "matmul", readF32(t, y), want,
+				func(_, r int) float64 { return wn[r] },
+				func(i int) float64 { return norm(x[i*cols : (i+1)*cols]) }, rows)
+			t.Logf("max error %.2g of ‖w‖‖x‖", worst)
+		})
 	}
 }
 
