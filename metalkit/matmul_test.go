@@ -183,13 +183,27 @@ func TestMatMulWide(t *testing.T) {
 	testMatMul(t, rng, quant.F16, 5, 4100, []int{2})
 }
 
+// TestMatMulEdges runs both kernels around their tile and group sizes: one row, a row of
+// one block (or of 17 values), token counts around MV_TOKENS, matVecMaxTokens and MM_TN.
+func TestMatMulEdges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 1))
+	for _, c := range []struct {
+		typ  quant.Type
+		cols int
+	}{{quant.F32, 17}, {quant.Q8_0, 32}, {quant.Q4_K, 256}} {
+		for _, rows := range []int{1, 33, 65} {
+			testMatMul(t, rng, c.typ, rows, c.cols, []int{4, 5, matVecMaxTokens, matVecMaxTokens + 1, 33})
+		}
+	}
+}
+
 func testMatMul(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int, ns []int) {
 	dev := testDevice(t)
 	w := randomMatrix(rng, typ, rows, cols)
 	wn := rowNorms(t, typ, w, rows, cols)
 	wr := upload(t, dev, w)
 	for _, n := range ns {
-		t.Run(fmt.Sprintf("%v/cols=%d/n=%d", typ, cols, n), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v/%dx%d/n=%d", typ, rows, cols, n), func(t *testing.T) {
 			x := randomVector(rng, n*cols)
 			want := cpuPass(t, typ, w, []int{cols, rows}, func(c ml.Context, w ml.Weight) ml.Tensor {
 				return c.MatMul(w, c.Input(x, n, cols))
