@@ -1,0 +1,33 @@
+package kernels
+
+import (
+	"strings"
+
+	"github.com/redlite/batch/engine/quant"
+)
+
+//go:generate go run ./gen
+
+// MatMulTypes are the weight formats the matrix kernels (mul_mv_*, mul_mm_*, mul_mv_id_*,
+// mul_mm_id_*, get_rows_*) are written for: every type of the fixture models and of
+// Bartowski's Qwen3-Next GGUFs, and every other type engine/quant computes with, so that
+// the Metal backend runs any model the CPU backend runs. The kernel entry points in
+// mul_mat.metal and get_rows.metal are generated from this list (go generate), so adding a
+// type here and its decoder in quant_blocks.h is the whole change.
+var MatMulTypes = []quant.Type{
+	quant.F32, quant.F16, quant.BF16,
+	quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0,
+	quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K,
+	quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S,
+	quant.IQ1_S, quant.IQ1_M, quant.IQ4_NL, quant.IQ4_XS,
+}
+
+// TypeSuffix is the suffix of a kernel's name for weight type t, spelled as ggml spells its
+// type names: lower case but for the K of the K-quants ("q4_K", "iq2_xxs", "f16").
+func TypeSuffix(t quant.Type) string {
+	s := strings.ToLower(t.String())
+	if strings.HasSuffix(s, "_k") {
+		s = s[:len(s)-1] + "K"
+	}
+	return s
+}

@@ -1,0 +1,240 @@
+package metalkit
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/redlite/batch/engine/quant"
+	"github.com/redlite/batch/metalkit/device"
+	"github.com/redlite/batch/metalkit/kernels"
+)
+
+// Products of weights with activations: the mat-vec kernels for decode (a few tokens), the
+// tiled mat-mat kernel for prefill, the expert products over routed ids (mul_mat_id) and
+// the row lookups of embeddings. The kernels are in kernels/mul_mat.h; their dispatch
+// geometry here must match the constants there (MV_*, MM_*, GET_ROWS_THREADS).
+
+// matVecMaxTokens is the batch up to which matMul runs the mat-vec kernel: it decodes each
+// weight chunk once per mvTokens tokens and keeps every lane busy, which beats the tiled
+// kernel's threadgroup round trips while the batch is a few decoding sequences.
+const matVecMaxTokens = 8
+
+// Geometry of the kernels (kernels/mul_mat.h).
+const (
+	mvSimdgroups = 2  // MV_SIMDGROUPS
+	mvSpan       = 8  // MV_SPAN: chunks of 16 values a lane decodes before moving on
+	mvTokens     = 4  // MV_TOKENS
+	simdWidth    = 32 // lanes of a SIMD group on Apple GPUs (and in the harness)
+
+	mmRows    = 32  // MM_TM
+	mmTokens  = 32  // MM_TN
+	mmThreads = 128 // MM_THREADS
+
+	getRowsThreads = 64 // GET_ROWS_THREADS
+)
+
+// matMulSupported reports whether the matrix kernels exist for weights of type t.
+func matMulSupported(t quant.Type) bool { return slices.Contains(kernels.MatMulTypes, t) }
+
+// checkMatrix panics, as engine/ml says misuse does, when a matrix of type t cannot have cols
+// columns (the quantized kernels decode whole blocks).
+func checkMatrix(t quant.Type, rows, cols int) {
+	if !matMulSupported(t) {
+		panic(fmt.Sprintf("metalkit: no matrix kernels for type %v", t))
+	}
+	if rows <= 0 || cols <= 0 || cols%t.BlockSize() != 0 {
+		panic(fmt.Sprintf("metalkit: a %v matrix of %d rows by %d columns (columns must be a positive multiple of %d)", t, rows, cols, t.BlockSize()))
+	}
+}
+
+// mvLanes is the lanes of a SIMD group that share a row of cols values: one per span of
+// mvSpan chunks of 16, rounded down to a power of two, at most the SIMD width. 2048 columns
+// get 16 lanes (two per 256-value block), 256 columns two lanes and 16 rows per SIMD group.
+func mvLanes(cols int) int {
+	spans := (cols + 16*mvSpan - 1) / (16 * mvSpan)
+	l := 1
+	for l*2 <= spans && l*2 <= simdWidth {
+		l *= 2
+	}
+	return l
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// matMul encodes y[n, rows] = x[n, cols] · wᵀ for w the GGUF bytes of a [rows, cols] matrix
+// of type t.
+func (e *encoder) matMul(t quant.Type, w Region, rows, cols int, x, y Region, n int) {
+	checkMatrix(t, rows, cols)
+	rb := t.RowBytes(cols)
+	if n <= 0 {
+		panic(fmt.Sprintf("metalkit: matmul of %d tokens", n))
+	}
+	checkRegion("matmul weights", w, int64(rows)*int64(rb))
+	checkRegion("matmul input", x, int64(n)*int64(cols)*4)
+	checkRegion("matmul output", y, int64(n)*int64(rows)*4)
+	sfx := kernels.TypeSuffix(t)
+	if n <= matVecMaxTokens {
+		lanes := mvLanes(cols)
+		rowsPerGroup := mvSimdgroups * simdWidth / lanes
+		args := kernels.MulMvArgs{Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes), RowBytes: uint64(rb)}
+		e.dispatch("mul_mv_"+sfx+"_f32", nil,
+			[3]int{ceilDiv(rows, rowsPerGroup), ceilDiv(n, mvTokens), 1},
+			[3]int{mvSimdgroups * simdWidth, 1, 1},
+			0, matVecCost(t, rows, cols, n), args, w, x, y)
+		return
+	}
+	// Dense prefill on a Mac would go to MPSMatrixMultiplication here for F32/F16 weights
+	// (Red Lite: 12.6–12.9 against 10.1–10.8 TFLOPS of its own tiled GEMM), behind a switch
+	// with this kernel as the fallback; MPS cannot run in the harness and is not built yet.
+	args := kernels.MulMmArgs{Rows: int32(rows), Cols: int32(cols), N: int32(n), RowBytes: uint64(rb)}
+	e.dispatch("mul_mm_"+sfx+"_f32", nil,
+		[3]int{ceilDiv(rows, mmRows), ceilDiv(n, mmTokens), 1},
+		[3]int{mmThreads, 1, 1},
+		0, matMatCost(t, rows, cols, n), args, w, x, y)
+}
+
+// matMulExperts encodes ml.Context.MatMulExperts: for token i and slot j, y[i][j] = x · wᵀ
+// of expert ids[i][j] of w [experts, rows, cols], x [n, cols] shared by the k slots or
+// [n, k, cols] (xPerSlot); ids [n, k] float32; y [n, k, rows]. Up to matVecMaxTokens tokens
+// every (token, slot) pair is a mat-vec over its expert's rows (decode); beyond, each
+// expert's threadgroups gather the pairs routed to it on the GPU and run the tiled mat-mat
+// over them, decoding the expert's weights once per tile of pairs (prefill).
+func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k int, y Region, n int) {
+	checkMatrix(t, rows, cols)
+	if experts <= 0 || k <= 0 || n <= 0 {
+		panic(fmt.Sprintf("metalkit: expert matmul of %d tokens, %d slots, %d experts", n, k, experts))
+	}
+	rb := t.RowBytes(cols)
+	eb := int64(rows) * int64(rb)
+	checkRegion("expert weights", w, int64(experts)*eb)
+	xRows := int64(n)
+	if xPerSlot {
+		xRows *= int64(k)
+	}
+	checkRegion("expert input", x, xRows*int64(cols)*4)
+	checkRegion("expert ids", ids, int64(n)*int64(k)*4)
+	checkRegion("expert output", y, int64(n)*int64(k)*int64(rows)*4)
+	perSlot := int32(0)
+	if xPerSlot {
+		perSlot = 1
+	}
+	sfx := kernels.TypeSuffix(t)
+	if n <= matVecMaxTokens {
+		lanes := mvLanes(cols)
+		rowsPerGroup := mvSimdgroups * simdWidth / lanes
+		args := kernels.MulMvIdArgs{
+			Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes),
+			K: int32(k), Experts: int32(experts), XPerSlot: perSlot,
+			RowBytes: uint64(rb), ExpertBytes: uint64(eb),
+		}
+		e.dispatch("mul_mv_id_"+sfx+"_f32", nil,
+			[3]int{ceilDiv(rows, rowsPerGroup), n * k, 1},
+			[3]int{mvSimdgroups * simdWidth, 1, 1},
+			0, expertsVecCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
+		return
+	}
+	args := kernels.MulMmIdArgs{
+		Rows: int32(rows), Cols: int32(cols), N: int32(n), K: int32(k),
+		Experts: int32(experts), XPerSlot: perSlot,
+		RowBytes: uint64(rb), ExpertBytes: uint64(eb),
+	}
+	e.dispatch("mul_mm_id_"+sfx+"_f32", nil,
+		[3]int{ceilDiv(rows, mmRows), experts, 1},
+		[3]int{mmThreads, 1, 1},
+		0, expertsMatCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
+}
+
+// getRows encodes ml.Context.Embed: y[n, cols] = the rows ids[n] (float32) of table, a
+// [rows, cols] matrix of type t whose rows are the region's length over the row size. An id
+// outside the table yields a row of NaN (a kernel cannot fail the pass).
+func (e *encoder) getRows(t quant.Type, table Region, cols int, ids Region, y Region, n int) {
+	checkMatrix(t, 1, cols)
+	if n <= 0 {
+		panic(fmt.Sprintf("metalkit: lookup of %d rows", n))
+	}
+	rb := t.RowBytes(cols)
+	rows := table.Len / int64(rb)
+	checkRegion("lookup ids", ids, int64(n)*4)
+	checkRegion("lookup output", y, int64(n)*int64(cols)*4)
+	args := kernels.GetRowsArgs{Cols: int32(cols), N: int32(n), Rows: int32(min(rows, 1<<31-1)), RowBytes: uint64(rb)}
+	e.dispatch("get_rows_"+kernels.TypeSuffix(t), nil,
+		[3]int{ceilDiv(ceilDiv(cols, 16), getRowsThreads), n, 1},
+		[3]int{getRowsThreads, 1, 1},
+		0, getRowsCost(t, cols, n), args, table, ids, y)
+}
+
+// checkRegion panics when r is shorter than a tensor of need bytes: a kernel would read or
+// write past it, which a GPU does silently.
+func checkRegion(what string, r Region, need int64) {
+	if r.Len < need {
+		panic(fmt.Sprintf("metalkit: %s region of %d bytes, need %d", what, r.Len, need))
+	}
+}
+
+// ---- modelled costs, one function per kernel family (the roofline table sums them)
+
+func typeLabel(t quant.Type) string { return kernels.TypeSuffix(t) }
+
+// matVecCost: every weight byte read once (per mvTokens tokens, which stay in cache, so
+// once), the activations, the outputs.
+func matVecCost(t quant.Type, rows, cols, n int) device.Cost {
+	return device.Cost{
+		Label:   "matvec " + typeLabel(t),
+		Read:    int64(rows)*int64(t.RowBytes(cols)) + int64(n)*int64(cols)*4,
+		Written: int64(n) * int64(rows) * 4,
+		FLOPs:   2 * int64(rows) * int64(cols) * int64(n),
+	}
+}
+
+// matMatCost: the weights are read once per tile of mmTokens tokens, the activations once per
+// tile of mmRows rows (what a tiled GEMM streams from memory when neither fits in cache).
+func matMatCost(t quant.Type, rows, cols, n int) device.Cost {
+	wb := int64(rows) * int64(t.RowBytes(cols))
+	xb := int64(n) * int64(cols) * 4
+	return device.Cost{
+		Label:   "matmat " + typeLabel(t),
+		Read:    wb*int64(ceilDiv(n, mmTokens)) + xb*int64(ceilDiv(rows, mmRows)),
+		Written: int64(n) * int64(rows) * 4,
+		FLOPs:   2 * int64(rows) * int64(cols) * int64(n),
+	}
+}
+
+// expertsVecCost: the routed experts' weights (at most every expert once: pairs routed to
+// the same expert read it again from cache), the activations of every pair, the outputs.
+func expertsVecCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
+	pairs := int64(n) * int64(k)
+	xRows := int64(n)
+	if xPerSlot {
+		xRows = pairs
+	}
+	return device.Cost{
+		Label:   "matvec experts " + typeLabel(t),
+		Read:    min(pairs, int64(experts))*int64(rows)*int64(t.RowBytes(cols)) + xRows*int64(cols)*4 + pairs*4,
+		Written: pairs * int64(rows) * 4,
+		FLOPs:   2 * int64(rows) * int64(cols) * pairs,
+	}
+}
+
+// expertsMatCost: every expert's weights once per tile of mmTokens pairs routed to it (the
+// routing spread evenly: the model cannot know it), the activations once per tile of
+// mmRows rows, and the ids once per threadgroup.
+func expertsMatCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
+	pairs := int64(n) * int64(k)
+	tilesPerExpert := max(1, ceilDiv(int(pairs), experts*mmTokens))
+	groups := int64(ceilDiv(rows, mmRows)) * int64(experts)
+	return device.Cost{
+		Label:   "matmat experts " + typeLabel(t),
+		Read:    int64(experts)*int64(tilesPerExpert)*int64(rows)*int64(t.RowBytes(cols)) + pairs*int64(cols)*4*int64(ceilDiv(rows, mmRows)) + groups*pairs*4,
+		Written: pairs * int64(rows) * 4,
+		FLOPs:   2 * int64(rows) * int64(cols) * pairs,
+	}
+}
+
+// getRowsCost: the rows looked up and the ids.
+func getRowsCost(t quant.Type, cols, n int) device.Cost {
+	return device.Cost{
+		Label:   "get_rows " + typeLabel(t),
+		Read:    int64(n)*int64(t.RowBytes(cols)) + int64(n)*4,
+		Written: int64(n) * int64(cols) * 4,
+	}
+}
