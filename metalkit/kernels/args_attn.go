@@ -1,0 +1,52 @@
+package kernels
+
+// Go mirrors of the structs in args_attn.h, field for field: their encoding/binary packing
+// is the C layout.
+
+// Constants of args_attn.h the host sizes dispatches with.
+const (
+	AttnDecodeThreads  = 128
+	AttnMaxGroup       = 8
+	AttnPrefillQueries = 4
+	AttnMaxHeadDim     = 256
+	ConvMaxKernel      = 8
+	ConvThreads        = 128
+	DNThreads          = 128
+	DNTokenRows        = 4
+	DNChunkRows        = 8
+	DNMaxChunk         = 16
+	DNMaxDK            = 256
+)
+
+type KVStoreArgs struct {
+	N, Row, Pos0, BlockSize int32
+}
+
+type KVLoadArgs struct {
+	N, Row, Pos0, BlockSize int32
+}
+
+type AttnDecodeArgs struct {
+	Heads, KVHeads, HeadDim, Group, TGHeads int32
+	Positions, Split, NSplit, BlockSize     int32
+	Scale                                   float32
+}
+
+type AttnMergeArgs struct {
+	Heads, HeadDim, NSplit, Pad0 int32
+}
+
+type AttnPrefillArgs struct {
+	N, Heads, KVHeads, HeadDim, Group, Pos0, BlockSize int32
+	Scale                                              float32
+}
+
+type Conv1DCausalArgs struct {
+	N, Channels, Taps, Pad0 int32
+}
+
+type DeltaNetArgs struct {
+	N, KHeads, VHeads, DK, DV, Chunk int32
+	Scale                            float32
+	Pad0                             int32
+}

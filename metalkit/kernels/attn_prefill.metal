@@ -1,0 +1,113 @@
+// Prefill attention (metalkit/attention.go): n query tokens at positions pos0 … pos0+n−1
+// over the paged cache, causal, as flash attention does it: the positions go by in tiles of
+// 32, one per SIMD group's lanes, with a running max and sum of exponentials per query and
+// the output so far rescaled when the max grows, so no score matrix is ever stored.
+#include <metal_stdlib>
+using namespace metal;
+
+#include "args_attn.h"
+
+// One threadgroup per (ATTN_PREFILL_QUERIES query tokens, query head), one SIMD group per
+// token. Scores: lane j takes position p0+j of the tile (its row looked up in the block
+// table, so tiles may cross cache blocks) and a float4 dot product with the query, staged in
+// threadgroup memory. Values: lane j holds features j, j+32, … of the output and adds each
+// position's value row, its weight broadcast from the lane that scored it.
+template <typename K4, typename V>
+static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
+                         device const K4 *kc, device const V *vc, device const int32_t *table,
+                         device float *out, threadgroup float4 *sq,
+                         uint2 tg, uint tid, uint lane, uint sg) {
+    const int hd = a.head_dim;
+    const int hd4 = hd / 4;
+    const int h = int(tg.y);
+    const int g = h / a.group;
+    const int t0 = int(tg.x) * ATTN_PREFILL_QUERIES;
+    for (int i = int(tid); i < ATTN_PREFILL_QUERIES * hd4; i += ATTN_PREFILL_QUERIES * 32) {
+        const int t = t0 + i / hd4;
+        sq[i] = t < a.n ? q[(ulong(t) * ulong(a.heads) + ulong(h)) * ulong(hd4) + ulong(i % hd4)] : float4(0.0f);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    const int t = t0 + int(sg);
+    if (t >= a.n) {
+        return; // the whole SIMD group: no barrier follows
+    }
+    const int end = a.pos0 + t + 1; // causal: positions 0 … pos0+t
+    const int stride = a.kv_heads * hd;
+    const int nd = hd / 32;
+    threadgroup const float4 *qt = sq + int(sg) * hd4;
+
+    float o[ATTN_MAX_HEAD_DIM / 32];
+    for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
+        o[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int p0 = 0; p0 < end; p0 += 32) {
+        const int p = p0 + int(lane);
+        const bool ok = p < end;
+        const int row = ok ? table[p / a.block_size] * a.block_size + p % a.block_size : 0;
+        float s = -INFINITY;
+        if (ok) {
+            device const K4 *k = kc + (ulong(row) * ulong(stride) + ulong(g * hd)) / 4;
+            float acc = 0.0f;
+            for (int d = 0; d < hd4; d++) {
+                acc += dot(float4(k[d]), qt[d]);
+            }
+            s = acc * a.scale;
+        }
+        // Lane 0 always sees a position, so the new max is finite.
+        const float mn = max(m, simd_max(s));
+        const float corr = exp(m - mn);
+        const float w = ok ? exp(s - mn) : 0.0f;
+        l = l * corr + simd_sum(w);
+        for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
+            o[j] *= corr;
+        }
+        const int cnt = min(32, end - p0);
+        for (int jj = 0; jj < cnt; jj++) {
+            const float wj = simd_shuffle(w, ushort(jj));
+            const int rj = simd_shuffle(row, ushort(jj));
+            device const V *vr = vc + ulong(rj) * ulong(stride) + ulong(g * hd);
+            for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
+                if (j < nd) {
+                    o[j] += wj * float(vr[int(lane) + 32 * j]);
+                }
+            }
+        }
+        m = mn;
+    }
+    device float *dst = out + (ulong(t) * ulong(a.heads) + ulong(h)) * ulong(hd);
+    for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
+        if (j < nd) {
+            dst[int(lane) + 32 * j] = o[j] / l;
+        }
+    }
+}
+
+kernel void attn_prefill_f32(constant attn_prefill_args &a [[buffer(0)]],
+                             device const float4 *q [[buffer(1)]],
+                             device const float4 *kc [[buffer(2)]],
+                             device const float *vc [[buffer(3)]],
+                             device const int32_t *table [[buffer(4)]],
+                             device float *out [[buffer(5)]],
+                             threadgroup float4 *sq [[threadgroup(0)]],
+                             uint2 tg [[threadgroup_position_in_grid]],
+                             uint tid [[thread_index_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]]) {
+    attn_prefill<float4, float>(a, q, kc, vc, table, out, sq, tg, tid, lane, sg);
+}
+
+kernel void attn_prefill_f16(constant attn_prefill_args &a [[buffer(0)]],
+                             device const float4 *q [[buffer(1)]],
+                             device const half4 *kc [[buffer(2)]],
+                             device const half *vc [[buffer(3)]],
+                             device const int32_t *table [[buffer(4)]],
+                             device float *out [[buffer(5)]],
+                             threadgroup float4 *sq [[threadgroup(0)]],
+                             uint2 tg [[threadgroup_position_in_grid]],
+                             uint tid [[thread_index_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]]) {
+    attn_prefill<half4, half>(a, q, kc, vc, table, out, sq, tg, tid, lane, sg);
+}
