@@ -100,6 +100,9 @@ func maxDiff(t *testing.T, what string, a, b []float32) float64 {
 	}
 	var m float64
 	for i := range a {
+		if a[i] == b[i] { // infinities too
+			continue
+		}
 		d := math.Abs(float64(a[i]) - float64(b[i]))
 		if math.IsNaN(d) {
 			t.Fatalf("%s: value %d is %v against %v", what, i, a[i], b[i])
@@ -199,7 +202,7 @@ func TestKVStoreLoad(t *testing.T) {
 		t.Run(dt.String(), func(t *testing.T) {
 			r.t = t
 			const layers, kvHeads, hd = 2, 2, 32
-			seqs := r.pools(layers, kvHeads, hd, 12, 16, dt, 70, 40)
+			seqs := r.pools(layers, kvHeads, hd, 12, 16, dt, 70, 66)
 			row := kvHeads * hd
 			for si, s := range seqs {
 				// Two stores crossing blocks, the second at an offset; then a load that
@@ -288,10 +291,11 @@ func (r *kernelRig) attentionCase(sh attnShape, dt ml.DType, blocks, blockSize, 
 	}
 }
 
-// Tolerances: the kernels and the CPU sum in different orders (and exp differs in the last
+// Tolerance: the kernels and the CPU sum in different orders (and exp differs in the last
 // bits); outputs are weighted means of values in [−1, 1]. f16 caches hold the same rounded
-// keys and values on both backends, so the tolerance is the same.
-const attnTol = 2e-5
+// keys and values on both backends, so the tolerance is the same. The harness shows at most
+// 3.7e-7; the margin is for Metal's fast-math exp on a Mac.
+const attnTol = 1e-5
 
 func TestAttentionDecode(t *testing.T) {
 	r := newKernelRig(t)

@@ -70,7 +70,8 @@ type deltaShape struct{ kHeads, vHeads, dk, dv int }
 // TestDeltaNet runs calls of 1, 37, 2 and 20 tokens with the state carried between them
 // against the CPU (which runs 1 and 2 tokens in the recurrent form and more in its own
 // chunked form, chunks of 64), with the chunked form on and off here. Tolerance: the forms
-// and the backends sum in different orders; outputs and states are of order 1.
+// and the backends sum in different orders; states are of order 1, outputs of order 0.1;
+// the harness shows at most 2.4e-7 (states) and 2.6e-8 (outputs).
 func TestDeltaNet(t *testing.T) {
 	r := newKernelRig(t)
 	// Tiny qwen3next's layer; a key of 64 with value heads of 40 (a partial block of rows);
@@ -82,7 +83,7 @@ func TestDeltaNet(t *testing.T) {
 				defer func(c bool) { deltaNetChunked = c }(deltaNetChunked)
 				deltaNetChunked = chunked
 				r.t = t
-				r.deltaNetCase(sh, []int{1, 37, 2, 20}, 1e-4)
+				r.deltaNetCase(sh, []int{1, 37, 2, 20}, 1e-5)
 			})
 		}
 	}

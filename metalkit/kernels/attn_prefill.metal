@@ -11,11 +11,11 @@ using namespace metal;
 // token. Scores: lane j takes position p0+j of the tile (its row looked up in the block
 // table, so tiles may cross cache blocks) and a float4 dot product with the query, staged in
 // threadgroup memory. Values: lane j holds features j, j+32, … of the output and adds each
-// position's value row, its weight broadcast from the lane that scored it.
+// position's value row with the weight the position's lane left in threadgroup memory.
 template <typename K4, typename V>
 static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
                          device const K4 *kc, device const V *vc, device const int32_t *table,
-                         device float *out, threadgroup float4 *sq,
+                         device float *out, threadgroup float4 *sq, threadgroup float *sw, threadgroup int *srow,
                          uint2 tg, uint tid, uint lane, uint sg) {
     const int hd = a.head_dim;
     const int hd4 = hd / 4;
@@ -63,11 +63,17 @@ static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
         for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
             o[j] *= corr;
         }
+        // The tile's weights and rows go through the SIMD group's own threadgroup slots:
+        // two SIMD-group barriers instead of two shuffles per position.
+        threadgroup float *tw = sw + int(sg) * 32;
+        threadgroup int *trow = srow + int(sg) * 32;
+        tw[lane] = w;
+        trow[lane] = row;
+        simdgroup_barrier(mem_flags::mem_threadgroup);
         const int cnt = min(32, end - p0);
         for (int jj = 0; jj < cnt; jj++) {
-            const float wj = simd_shuffle(w, ushort(jj));
-            const int rj = simd_shuffle(row, ushort(jj));
-            device const V *vr = vc + ulong(rj) * ulong(stride) + ulong(g * hd);
+            const float wj = tw[jj];
+            device const V *vr = vc + ulong(trow[jj]) * ulong(stride) + ulong(g * hd);
             for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
                 if (j < nd) {
                     o[j] += wj * float(vr[int(lane) + 32 * j]);
@@ -75,6 +81,7 @@ static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
             }
         }
         m = mn;
+        simdgroup_barrier(mem_flags::mem_threadgroup); // before the next tile overwrites tw
     }
     device float *dst = out + (ulong(t) * ulong(a.heads) + ulong(h)) * ulong(hd);
     for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
@@ -95,7 +102,9 @@ kernel void attn_prefill_f32(constant attn_prefill_args &a [[buffer(0)]],
                              uint tid [[thread_index_in_threadgroup]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]]) {
-    attn_prefill<float4, float>(a, q, kc, vc, table, out, sq, tg, tid, lane, sg);
+    threadgroup float sw[ATTN_PREFILL_QUERIES * 32];
+    threadgroup int srow[ATTN_PREFILL_QUERIES * 32];
+    attn_prefill<float4, float>(a, q, kc, vc, table, out, sq, sw, srow, tg, tid, lane, sg);
 }
 
 kernel void attn_prefill_f16(constant attn_prefill_args &a [[buffer(0)]],
@@ -109,5 +118,7 @@ kernel void attn_prefill_f16(constant attn_prefill_args &a [[buffer(0)]],
                              uint tid [[thread_index_in_threadgroup]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]]) {
-    attn_prefill<half4, half>(a, q, kc, vc, table, out, sq, tg, tid, lane, sg);
+    threadgroup float sw[ATTN_PREFILL_QUERIES * 32];
+    threadgroup int srow[ATTN_PREFILL_QUERIES * 32];
+    attn_prefill<half4, half>(a, q, kc, vc, table, out, sq, sw, srow, tg, tid, lane, sg);
 }
