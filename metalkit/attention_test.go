@@ -384,3 +384,90 @@ func TestKVCacheLifecycle(t *testing.T) {
 	c.Free()
 	c.Free()
 }
+
+// attnRecorder is a device that runs nothing and keeps what was encoded: the kernel
+// sequence, dispatch sizes and costs, checked without the harness.
+type attnRecorder struct{ got []device.Dispatch }
+
+type attnRecBuf struct{ n int64 }
+type attnRecPipe struct{ name string }
+type attnRecCmds struct{ r *attnRecorder }
+
+func (r *attnRecorder) Name() string                             { return "recorder" }
+func (r *attnRecorder) NewBuffer(n int64) (device.Buffer, error) { return &attnRecBuf{n}, nil }
+func (r *attnRecorder) WrapBuffer(d []byte) (device.Buffer, error) {
+	return &attnRecBuf{int64(len(d))}, nil
+}
+func (r *attnRecorder) MaxBufferLength() int64 { return 1 << 40 }
+func (r *attnRecorder) Pipeline(name string, _ ...device.Constant) (device.Pipeline, error) {
+	return attnRecPipe{name}, nil
+}
+func (r *attnRecorder) NewCommands() device.Commands { return attnRecCmds{r} }
+func (r *attnRecorder) Close() error                 { return nil }
+func (b *attnRecBuf) Len() int64                     { return b.n }
+func (b *attnRecBuf) Write(int64, []byte) error      { return nil }
+func (b *attnRecBuf) Read(int64, []byte) error       { return nil }
+func (b *attnRecBuf) Release()                       {}
+func (p attnRecPipe) Name() string                   { return p.name }
+func (p attnRecPipe) MaxThreads() int                { return 1024 }
+func (p attnRecPipe) SIMDWidth() int                 { return 32 }
+func (c attnRecCmds) Encode(d device.Dispatch)       { c.r.got = append(c.r.got, d) }
+func (c attnRecCmds) Commit()                        {}
+func (c attnRecCmds) Wait() error                    { return nil }
+
+// TestAttentionDispatches checks what a Qwen3-Next layer's decode attention encodes at 300
+// positions: grouped, a threadgroup per (split, KV head), and the merge; per query head a
+// threadgroup per (split, query head); a pool's blocks of 64 make splits of 64; prefill
+// a threadgroup per (4 tokens, head).
+func TestAttentionDispatches(t *testing.T) {
+	dev := &attnRecorder{}
+	c, err := newCache(dev, 1, 2, 256, 4096, ml.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newKVPool(dev, 1, 2, 256, 8, 64, ml.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := p.alloc(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := dev.NewBuffer(1 << 20)
+	reg := Region{Buf: buf, Len: 1 << 20}
+	type want struct {
+		name    string
+		groups  [3]int
+		label   string
+		threads int
+	}
+	for _, tc := range []struct {
+		grouped bool
+		c       *cache
+		n       int
+		want    []want
+	}{
+		{true, c, 1, []want{{"attn_decode_f16", [3]int{3, 2, 1}, "attention decode", 128}, {"attn_merge_f32", [3]int{16, 1, 1}, "attention merge", 128}}},
+		{false, c, 1, []want{{"attn_decode_f16", [3]int{3, 16, 1}, "attention decode", 128}, {"attn_merge_f32", [3]int{16, 1, 1}, "attention merge", 128}}},
+		{true, pc, 1, []want{{"attn_decode_f32", [3]int{5, 2, 1}, "attention decode", 128}, {"attn_merge_f32", [3]int{16, 1, 1}, "attention merge", 128}}},
+		{true, c, 7, []want{{"attn_prefill_f16", [3]int{2, 16, 1}, "attention prefill", 128}}},
+	} {
+		dev.got = nil
+		attnGrouped = tc.grouped
+		e := &encoder{dev: dev, cmd: dev.NewCommands()}
+		e.attention(reg, tc.n, 16, tc.c, 0, 300-tc.n, 0.0625, reg)
+		attnGrouped = true
+		if e.err != nil {
+			t.Fatal(e.err)
+		}
+		if len(dev.got) != len(tc.want) {
+			t.Fatalf("%d dispatches, want %d", len(dev.got), len(tc.want))
+		}
+		for i, w := range tc.want {
+			d := dev.got[i]
+			if d.Pipeline.Name() != w.name || d.Groups != w.groups || d.Threads[0] != w.threads || d.Cost.Label != w.label || d.Cost.Read <= 0 || d.Cost.FLOPs <= 0 {
+				t.Errorf("dispatch %d: %s %v×%v cost %+v, want %s %v×%d %q", i, d.Pipeline.Name(), d.Groups, d.Threads, d.Cost, w.name, w.groups, w.threads, w.label)
+			}
+		}
+	}
+}

@@ -1,8 +1,7 @@
 // Argument structs of the KV cache, attention, causal convolution and Gated DeltaNet kernels
 // (metalkit/cache.go, attention.go, deltanet.go). Every field is 4 bytes, so the C layout
 // is the Go mirror's encoding/binary packing (args_attn.go) with no padding.
-#ifndef ARGS_ATTN_H
-#define ARGS_ATTN_H
+#pragma once
 
 // Threads per threadgroup of the decode attention kernels: one thread per position of a
 // split in the score phase, so a split is at most this many positions.
@@ -101,5 +100,3 @@ struct deltanet_args {
     float scale;
     int32_t pad0;
 };
-
-#endif // ARGS_ATTN_H
