@@ -320,7 +320,7 @@ func TestAttentionDecode(t *testing.T) {
 
 func TestAttentionPrefill(t *testing.T) {
 	r := newKernelRig(t)
-	for _, sh := range []attnShape{{16, 2, 256}, {4, 2, 64}} {
+	for _, sh := range []attnShape{{16, 2, 256}, {8, 2, 128}, {4, 2, 64}} {
 		for _, dt := range []ml.DType{ml.F32, ml.F16} {
 			t.Run(fmt.Sprintf("%v/%v", sh, dt), func(t *testing.T) {
 				r.t = t

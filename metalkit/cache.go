@@ -284,12 +284,12 @@ func (e *encoder) storeKV(c *cache, layer, pos0, n int, k, v Region) {
 		e.err = err
 		return
 	}
+	if n == 0 {
+		return
+	}
 	row := c.rowFloats()
 	if err := regionsHold("store kv", int64(4*n*row), k, v); err != nil {
 		e.err = err
-		return
-	}
-	if n == 0 {
 		return
 	}
 	const threads = 256
@@ -310,12 +310,12 @@ func (e *encoder) loadKV(c *cache, layer, pos0, n int, k, v Region) {
 		e.err = err
 		return
 	}
+	if n == 0 {
+		return
+	}
 	row := c.rowFloats()
 	if err := regionsHold("load kv", int64(4*n*row), k, v); err != nil {
 		e.err = err
-		return
-	}
-	if n == 0 {
 		return
 	}
 	const threads = 256

@@ -36,6 +36,9 @@ func (e *encoder) conv1dCausal(x Region, n, channels int, w Region, wType quant.
 		e.err = fmt.Errorf("metalkit: causal convolution of %d channels with a kernel of %d (at most %d)", channels, kernel, kernels.ConvMaxKernel)
 		return
 	}
+	if n == 0 {
+		return
+	}
 	err := regionsHold("conv1d", int64(4*n*channels), x, y)
 	if err == nil {
 		err = regionsHold("conv1d weight", int64(wBytes*kernel*channels), w)
@@ -45,9 +48,6 @@ func (e *encoder) conv1dCausal(x Region, n, channels int, w Region, wType quant.
 	}
 	if err != nil {
 		e.err = err
-		return
-	}
-	if n == 0 {
 		return
 	}
 	if kernel == 1 {
@@ -85,6 +85,9 @@ func (e *encoder) deltaNet(q, k, v, g, beta, state Region, n, kHeads, vHeads, dk
 		e.err = fmt.Errorf("metalkit: delta rule needs keys of a multiple of 32 features up to %d, not %d", kernels.DNMaxDK, dk)
 		return
 	}
+	if n == 0 {
+		return
+	}
 	err := regionsHold("delta net q, k", int64(4*n*kHeads*dk), q, k)
 	if err == nil {
 		err = regionsHold("delta net v, out", int64(4*n*vHeads*dv), v, out)
@@ -97,9 +100,6 @@ func (e *encoder) deltaNet(q, k, v, g, beta, state Region, n, kHeads, vHeads, dk
 	}
 	if err != nil {
 		e.err = err
-		return
-	}
-	if n == 0 {
 		return
 	}
 	args := kernels.DeltaNetArgs{N: int32(n), KHeads: int32(kHeads), VHeads: int32(vHeads), DK: int32(dk), DV: int32(dv), Scale: scale}
