@@ -3,6 +3,18 @@ package kernels
 // Go mirrors of the structs in args_attn.h, field for field: their encoding/binary packing
 // is the C layout.
 
+// attnArgs maps each argument struct of args_attn.h (KV cache, attention, convolution and
+// DeltaNet) by its C name to its Go mirror. TestArgLayouts checks both against clang.
+var attnArgs = map[string]any{
+	"kv_store_args":      KVStoreArgs{},
+	"kv_load_args":       KVLoadArgs{},
+	"attn_decode_args":   AttnDecodeArgs{},
+	"attn_merge_args":    AttnMergeArgs{},
+	"attn_prefill_args":  AttnPrefillArgs{},
+	"conv1d_causal_args": Conv1DCausalArgs{},
+	"deltanet_args":      DeltaNetArgs{},
+}
+
 // Constants of args_attn.h the host sizes dispatches with.
 const (
 	AttnDecodeThreads  = 128

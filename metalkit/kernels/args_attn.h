@@ -3,6 +3,8 @@
 // is the Go mirror's encoding/binary packing (args_attn.go) with no padding.
 #pragma once
 
+#include "common.h"
+
 // Threads per threadgroup of the decode attention kernels: one thread per position of a
 // split in the score phase, so a split is at most this many positions.
 #define ATTN_DECODE_THREADS 128
