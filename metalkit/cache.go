@@ -30,8 +30,9 @@ type kvPool struct {
 	blockSize, blocks int
 	k, v              []device.Buffer // per layer
 
-	mu      sync.Mutex
-	free    []int32 // free blocks, taken from the end
+	list *ml.BlockList
+
+	mu      sync.Mutex // guards the buffers below and the release of k and v
 	freed   bool
 	work    device.Buffer   // split-K partials of decode attention, grown on demand
 	retired []device.Buffer // smaller work buffers a pass not yet run may still use
@@ -87,10 +88,7 @@ func newKVPool(dev device.Device, layers, kvHeads, headDim, blocks, blockSize in
 		}
 		p.v = append(p.v, v)
 	}
-	p.free = make([]int32, blocks)
-	for i := range p.free {
-		p.free[i] = int32(blocks - 1 - i) // low blocks first
-	}
+	p.list = ml.NewBlockList(blocks, blockSize)
 	return p, nil
 }
 
@@ -119,30 +117,19 @@ func (p *kvPool) BlockBytes() int64 {
 }
 func (p *kvPool) Bytes() int64 { return int64(p.blocks) * p.BlockBytes() }
 
-func (p *kvPool) FreeBlocks() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.free)
-}
+func (p *kvPool) FreeBlocks() int { return p.list.Free() }
 
 func (p *kvPool) Alloc(positions int) (ml.Cache, error) { return p.alloc(positions) }
 
 func (p *kvPool) alloc(positions int) (*cache, error) {
-	if positions <= 0 {
-		return nil, fmt.Errorf("metalkit: a cache of %d positions", positions)
+	pages, err := p.list.Take(positions)
+	if err != nil {
+		return nil, fmt.Errorf("metalkit: %w", err)
 	}
-	need := ml.BlocksFor(positions, p.blockSize)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.freed {
-		return nil, fmt.Errorf("metalkit: allocation from a freed KV pool")
-	}
-	if need > len(p.free) {
-		return nil, fmt.Errorf("metalkit: %d positions need %d blocks of %d, %d of %d free: %w", positions, need, p.blockSize, len(p.free), p.blocks, ml.ErrPoolFull)
-	}
-	pages := append([]int32(nil), p.free[len(p.free)-need:]...)
+	need := len(pages)
 	table, err := p.dev.NewBuffer(int64(4 * need))
 	if err != nil {
+		p.list.Give(pages)
 		return nil, fmt.Errorf("metalkit: block table of %d blocks: %w", need, err)
 	}
 	raw := make([]byte, 4*need)
@@ -151,14 +138,15 @@ func (p *kvPool) alloc(positions int) (*cache, error) {
 	}
 	if err := table.Write(0, raw); err != nil {
 		table.Release()
+		p.list.Give(pages)
 		return nil, fmt.Errorf("metalkit: block table of %d blocks: %w", need, err)
 	}
-	p.free = p.free[:len(p.free)-need]
 	return &cache{pool: p, pages: pages, table: table, capacity: need * p.blockSize}, nil
 }
 
 // Free releases the pool's buffers; operations on its caches afterwards fail their pass.
 func (p *kvPool) Free() {
+	p.list.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range append(append(p.k, p.v...), p.retired...) {
@@ -168,7 +156,7 @@ func (p *kvPool) Free() {
 		p.work.Release()
 	}
 	p.k, p.v, p.retired, p.work = nil, nil, nil, nil
-	p.free, p.freed = nil, true
+	p.freed = true
 }
 
 // workspace returns size bytes of the pool's scratch for decode attention's partial
@@ -214,12 +202,7 @@ func (c *cache) Free() {
 		c.pool.Free()
 		return
 	}
-	p := c.pool
-	p.mu.Lock()
-	if !p.freed {
-		p.free = append(p.free, c.pages...)
-	}
-	p.mu.Unlock()
+	c.pool.list.Give(c.pages)
 	c.pages = nil
 }
 
@@ -277,36 +260,26 @@ func (c *cache) checkSpan(what string, layer, pos0, n int) error {
 // storeKV writes k and v [n, kvHeads, headDim] float32 at positions pos0 … of the cache's
 // layer, converted to the cache's type.
 func (e *encoder) storeKV(c *cache, layer, pos0, n int, k, v Region) {
-	if e.err != nil {
-		return
-	}
-	if err := c.checkSpan("store in", layer, pos0, n); err != nil {
-		e.err = err
-		return
-	}
-	if n == 0 {
-		return
-	}
-	row := c.rowFloats()
-	if err := regionsHold("store kv", int64(4*n*row), k, v); err != nil {
-		e.err = err
-		return
-	}
-	const threads = 256
-	total := n * row
-	e.dispatch("kv_store_"+c.pool.dtype.String(), nil, [3]int{ml.BlocksFor(total, threads), 1, 1}, [3]int{threads, 1, 1}, 0,
-		kvCopyCost("kv store", n, row, c.pool.dtype),
-		kernels.KVStoreArgs{N: int32(n), Row: int32(row), Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize)},
-		k, v, c.layerK(layer), c.layerV(layer), c.tableRegion())
+	e.kvCopy(true, c, layer, pos0, n, k, v)
 }
 
 // loadKV reads positions [pos0, pos0+n) of the cache's layer as float32 k and v
 // [n, kvHeads, headDim].
 func (e *encoder) loadKV(c *cache, layer, pos0, n int, k, v Region) {
+	e.kvCopy(false, c, layer, pos0, n, k, v)
+}
+
+// kvCopy encodes a store (kv_store_<type>) or a load (kv_load_<type>): one thread per
+// value, its row found through the block table.
+func (e *encoder) kvCopy(store bool, c *cache, layer, pos0, n int, k, v Region) {
 	if e.err != nil {
 		return
 	}
-	if err := c.checkSpan("load from", layer, pos0, n); err != nil {
+	what, name := "load from", "kv_load_"
+	if store {
+		what, name = "store in", "kv_store_"
+	}
+	if err := c.checkSpan(what, layer, pos0, n); err != nil {
 		e.err = err
 		return
 	}
@@ -314,26 +287,24 @@ func (e *encoder) loadKV(c *cache, layer, pos0, n int, k, v Region) {
 		return
 	}
 	row := c.rowFloats()
-	if err := regionsHold("load kv", int64(4*n*row), k, v); err != nil {
+	if err := regionsHold(name+"f32", int64(4*n*row), k, v); err != nil {
 		e.err = err
 		return
 	}
 	const threads = 256
-	total := n * row
-	e.dispatch("kv_load_"+c.pool.dtype.String(), nil, [3]int{ml.BlocksFor(total, threads), 1, 1}, [3]int{threads, 1, 1}, 0,
-		kvCopyCost("kv load", n, row, c.pool.dtype),
+	groups := [3]int{ml.BlocksFor(n*row, threads), 1, 1}
+	f32, cached := int64(2*n*row*4), int64(2*n*row*c.pool.dtype.Bytes())
+	if store {
+		e.dispatch(name+c.pool.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0,
+			device.Cost{Label: "kv store", Read: f32, Written: cached},
+			kernels.KVStoreArgs{N: int32(n), Row: int32(row), Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize)},
+			k, v, c.layerK(layer), c.layerV(layer), c.tableRegion())
+		return
+	}
+	e.dispatch(name+c.pool.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0,
+		device.Cost{Label: "kv load", Read: cached, Written: f32},
 		kernels.KVLoadArgs{N: int32(n), Row: int32(row), Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize)},
 		c.layerK(layer), c.layerV(layer), c.tableRegion(), k, v)
-}
-
-// kvCopyCost: keys and values of n positions cross between float32 tensors and the cache.
-func kvCopyCost(label string, n, row int, dt ml.DType) device.Cost {
-	f32 := int64(2 * n * row * 4)
-	cached := int64(2 * n * row * dt.Bytes())
-	if label == "kv load" {
-		return device.Cost{Label: label, Read: cached, Written: f32}
-	}
-	return device.Cost{Label: label, Read: f32, Written: cached}
 }
 
 // regionsHold checks that every region holds at least size bytes.
