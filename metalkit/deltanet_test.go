@@ -170,3 +170,30 @@ func (r *kernelRig) hostValues(x ml.Tensor) []float32 {
 	}
 	return v
 }
+
+// TestDeltaNetChunkedEqualsTokens: the chunked form (chunks of 16, and of 8 at keys of 256)
+// equals the token-by-token form from the same state up to rounding, on the device alone.
+func TestDeltaNetChunkedEqualsTokens(t *testing.T) {
+	r := newKernelRig(t)
+	for _, sh := range []deltaShape{{2, 4, 128, 64}, {1, 1, 256, 32}} {
+		const n = 37
+		st0 := r.floats(sh.vHeads*sh.dv*sh.dk, 0.5)
+		q, k := r.unitRows(n*sh.kHeads, sh.dk), r.unitRows(n*sh.kHeads, sh.dk)
+		v := r.floats(n*sh.vHeads*sh.dv, 1)
+		g, beta := make([]float32, n*sh.vHeads), make([]float32, n*sh.vHeads)
+		for i := range g {
+			g[i], beta[i] = -r.rng.Float32(), r.rng.Float32()
+		}
+		qr, kr, vr, gr, br := r.upload(q), r.upload(k), r.upload(v), r.upload(g), r.upload(beta)
+		var outs, states [2][]float32
+		for i, chunked := range []bool{false, true} {
+			st, out := r.upload(st0), r.upload(make([]float32, n*sh.vHeads*sh.dv))
+			deltaNetChunked = chunked
+			r.mustRun(func(e *encoder) { e.deltaNet(qr, kr, vr, gr, br, st, n, sh.kHeads, sh.vHeads, sh.dk, sh.dv, 0.1, out) })
+			outs[i], states[i] = r.read(out), r.read(st)
+		}
+		deltaNetChunked = true
+		within(t, fmt.Sprintf("dk %d: outputs", sh.dk), outs[1], outs[0], 1e-6)
+		within(t, fmt.Sprintf("dk %d: states", sh.dk), states[1], states[0], 1e-5)
+	}
+}
