@@ -16,6 +16,11 @@
 // Most features per head of the prefill kernel: 32 lanes × 8 accumulators.
 #define ATTN_MAX_HEAD_DIM 256
 
+// The score of a position a query does not see, and the running max before any: finite,
+// because Metal compiles with fast math, under which infinities (and exp(−inf − −inf))
+// are not to be relied on; exp of it minus any real score is 0.
+#define ATTN_NO_SCORE (-FLT_MAX / 2)
+
 // Conv1DCausal: most taps (Qwen3-Next uses 4).
 #define CONV_MAX_KERNEL 8
 #define CONV_THREADS 128

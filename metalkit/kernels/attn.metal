@@ -146,7 +146,7 @@ static void attn_decode(constant attn_decode_args &a, device const float4 *q,
     float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP];
     for (int h = 0; h < ATTN_MAX_GROUP; h++) {
         if (h < G) {
-            s[h] = ok ? s[h] * a.scale : -INFINITY;
+            s[h] = ok ? s[h] * a.scale : ATTN_NO_SCORE;
             const float mx = simd_max(s[h]);
             if (lane == 0) {
                 sred[int(sg) * ATTN_MAX_GROUP + h] = mx;
@@ -264,7 +264,7 @@ kernel void attn_merge_f32(constant attn_merge_args &a [[buffer(0)]],
                            device float *out [[buffer(3)]],
                            uint h [[threadgroup_position_in_grid]],
                            uint tid [[thread_index_in_threadgroup]]) {
-    float M = -INFINITY;
+    float M = ATTN_NO_SCORE;
     for (int s = 0; s < a.nsplit; s++) {
         M = max(M, pml[(ulong(s) * ulong(a.heads) + h) * 2]);
     }

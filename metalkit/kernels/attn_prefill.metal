@@ -41,12 +41,12 @@ static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
     for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
         o[j] = 0.0f;
     }
-    float m = -INFINITY, l = 0.0f;
+    float m = ATTN_NO_SCORE, l = 0.0f;
     for (int p0 = 0; p0 < end; p0 += 32) {
         const int p = p0 + int(lane);
         const bool ok = p < end;
         const int row = ok ? table[p / a.block_size] * a.block_size + p % a.block_size : 0;
-        float s = -INFINITY;
+        float s = ATTN_NO_SCORE;
         if (ok) {
             device const K4 *k = kc + (ulong(row) * ulong(stride) + ulong(g * hd)) / 4;
             float acc = 0.0f;
@@ -55,7 +55,8 @@ static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
             }
             s = acc * a.scale;
         }
-        // Lane 0 always sees a position, so the new max is finite.
+        // Lane 0 always sees a position, so the new max is a real score (and the first
+        // tile's correction exp(ATTN_NO_SCORE − max) is 0).
         const float mn = max(m, simd_max(s));
         const float corr = exp(m - mn);
         const float w = ok ? exp(s - mn) : 0.0f;
