@@ -293,18 +293,25 @@ func (e *encoder) kvCopy(store bool, c *cache, layer, pos0, n int, k, v Region) 
 	}
 	const threads = 256
 	groups := [3]int{ml.BlocksFor(n*row, threads), 1, 1}
-	f32, cached := int64(2*n*row*4), int64(2*n*row*c.pool.dtype.Bytes())
+	cost := kvCost(store, n, row, c.pool.dtype)
 	if store {
-		e.dispatch(name+c.pool.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0,
-			device.Cost{Label: "kv store", Read: f32, Written: cached},
+		e.dispatch(name+c.pool.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0, cost,
 			kernels.KVStoreArgs{N: int32(n), Row: int32(row), Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize)},
 			k, v, c.layerK(layer), c.layerV(layer), c.tableRegion())
 		return
 	}
-	e.dispatch(name+c.pool.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0,
-		device.Cost{Label: "kv load", Read: cached, Written: f32},
+	e.dispatch(name+c.pool.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0, cost,
 		kernels.KVLoadArgs{N: int32(n), Row: int32(row), Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize)},
 		c.layerK(layer), c.layerV(layer), c.tableRegion(), k, v)
+}
+
+// kvCost: the keys and values of n positions cross between float32 tensors and the cache.
+func kvCost(store bool, n, row int, dt ml.DType) device.Cost {
+	f32, cached := int64(2*n*row*4), int64(2*n*row*dt.Bytes())
+	if store {
+		return device.Cost{Label: "kv store", Read: f32, Written: cached}
+	}
+	return device.Cost{Label: "kv load", Read: cached, Written: f32}
 }
 
 // regionsHold checks that every region holds at least size bytes.
