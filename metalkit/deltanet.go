@@ -115,7 +115,8 @@ func (e *encoder) deltaNet(q, k, v, g, beta, state Region, n, kHeads, vHeads, dk
 	rows := sgs * kernels.DNChunkRows
 	args.Chunk = int32(c)
 	blocks := (dv + rows - 1) / rows
-	shared := 4 * (2*c*dk + 2*c*c + 2*c + 2*c*rows)
+	// Metal takes threadgroup memory in multiples of 16 bytes.
+	shared := (4*(2*c*dk+2*c*c+2*c+2*c*rows) + 15) &^ 15
 	e.dispatch("deltanet_chunk_f32", nil, [3]int{blocks, vHeads, 1}, [3]int{kernels.DNThreads, 1, 1}, shared,
 		deltaNetCost(n, kHeads, vHeads, dk, dv, c, blocks), args, q, k, v, g, beta, state, out)
 }
