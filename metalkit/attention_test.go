@@ -420,6 +420,7 @@ func (c attnRecCmds) Wait() error                    { return nil }
 // threadgroup per (split, query head); a pool's blocks of 64 make splits of 64; prefill
 // a threadgroup per (4 tokens, head).
 func TestAttentionDispatches(t *testing.T) {
+	defer func(g bool) { attnGrouped = g }(attnGrouped)
 	dev := &attnRecorder{}
 	c, err := newCache(dev, 1, 2, 256, 4096, ml.F16)
 	if err != nil {
@@ -456,7 +457,6 @@ func TestAttentionDispatches(t *testing.T) {
 		attnGrouped = tc.grouped
 		e := &encoder{dev: dev, cmd: dev.NewCommands()}
 		e.attention(reg, tc.n, 16, tc.c, 0, 300-tc.n, 0.0625, reg)
-		attnGrouped = true
 		if e.err != nil {
 			t.Fatal(e.err)
 		}

@@ -174,6 +174,7 @@ func (r *kernelRig) hostValues(x ml.Tensor) []float32 {
 // TestDeltaNetChunkedEqualsTokens: the chunked form (chunks of 16, and of 8 at keys of 256)
 // equals the token-by-token form from the same state up to rounding, on the device alone.
 func TestDeltaNetChunkedEqualsTokens(t *testing.T) {
+	defer func(c bool) { deltaNetChunked = c }(deltaNetChunked)
 	r := newKernelRig(t)
 	for _, sh := range []deltaShape{{2, 4, 128, 64}, {1, 1, 256, 32}} {
 		const n = 37
@@ -192,7 +193,6 @@ func TestDeltaNetChunkedEqualsTokens(t *testing.T) {
 			r.mustRun(func(e *encoder) { e.deltaNet(qr, kr, vr, gr, br, st, n, sh.kHeads, sh.vHeads, sh.dk, sh.dv, 0.1, out) })
 			outs[i], states[i] = r.read(out), r.read(st)
 		}
-		deltaNetChunked = true
 		within(t, fmt.Sprintf("dk %d: outputs", sh.dk), outs[1], outs[0], 1e-6)
 		within(t, fmt.Sprintf("dk %d: states", sh.dk), states[1], states[0], 1e-5)
 	}
