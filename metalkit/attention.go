@@ -8,12 +8,14 @@ import (
 	"github.com/redlite/batch/metalkit/kernels"
 )
 
-// attnGrouped selects the grouped decode kernel: one threadgroup per (split, KV head)
-// computes every query head sharing the KV head, reading each key and value row once.
-// false takes one threadgroup per (split, query head), which reads them once per query head
-// (Red Lite's RL_ENGINE_ATTN_GROUP=0: 252.8 ms against 164.3 for the grouped kernel on
-// splits of 256 at ~8400 positions, M4 Max). Groups wider than kernels.AttnMaxGroup always
-// take the per-head kernel.
+// attnGrouped selects the grouped attention kernels: one decode threadgroup per (split, KV
+// head) computes every query head sharing the KV head, reading each key and value row once;
+// in prefill each SIMD group computes up to kernels.AttnMaxGroup heads of its token, so each
+// key and value element loaded serves them all. false takes one threadgroup per query head,
+// which reads the rows once per query head (Red Lite's RL_ENGINE_ATTN_GROUP=0 for decode:
+// 252.8 ms against 164.3 for the grouped kernel on splits of 256 at ~8400 positions, M4
+// Max; the prefill variant is not measured). Decode groups wider than kernels.AttnMaxGroup
+// always take the per-head kernel.
 var attnGrouped = true
 
 // attention computes causal softmax attention of q [n, heads, headDim] at positions
@@ -87,13 +89,24 @@ func (e *encoder) attentionPrefill(q Region, n, heads int, c *cache, layer, pos0
 		e.err = fmt.Errorf("metalkit: prefill attention needs a head of a multiple of 32 features up to %d, not %d", kernels.AttnMaxHeadDim, hd)
 		return
 	}
+	group := heads / kvHeads
+	tgHeads := 1
+	if attnGrouped {
+		// The most heads of a group one SIMD group can hold that divide the group.
+		for d := min(group, kernels.AttnMaxGroup); d >= 1; d-- {
+			if group%d == 0 {
+				tgHeads = d
+				break
+			}
+		}
+	}
 	const tq = kernels.AttnPrefillQueries
 	args := kernels.AttnPrefillArgs{
-		N: int32(n), Heads: int32(heads), KVHeads: int32(kvHeads), HeadDim: int32(hd), Group: int32(heads / kvHeads),
+		N: int32(n), Heads: int32(heads), KVHeads: int32(kvHeads), HeadDim: int32(hd), Group: int32(group), TGHeads: int32(tgHeads),
 		Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize), Scale: scale,
 	}
-	e.dispatch("attn_prefill_"+dt.String(), nil, [3]int{ml.BlocksFor(n, tq), heads, 1}, [3]int{32 * tq, 1, 1}, 4*tq*hd,
-		attentionPrefillCost(n, heads, hd, pos0, dt), args,
+	e.dispatch("attn_prefill_"+dt.String(), nil, [3]int{ml.BlocksFor(n, tq), heads / tgHeads, 1}, [3]int{32 * tq, 1, 1}, 4*tq*tgHeads*hd,
+		attentionPrefillCost(n, heads, tgHeads, hd, pos0, dt), args,
 		q, c.layerK(layer), c.layerV(layer), c.tableRegion(), out)
 }
 
@@ -124,9 +137,9 @@ func attentionMergeCost(heads, hd, nsplit int) device.Cost {
 	}
 }
 
-// attentionPrefillCost: every threadgroup (tile of queries, query head) reads the key and
-// value rows its last query sees; each query scores and weighs the positions it sees.
-func attentionPrefillCost(n, heads, hd, pos0 int, dt ml.DType) device.Cost {
+// attentionPrefillCost: every threadgroup (tile of queries, tgHeads heads) reads the key
+// and value rows its last query sees; each query scores and weighs the positions it sees.
+func attentionPrefillCost(n, heads, tgHeads, hd, pos0 int, dt ml.DType) device.Cost {
 	const tq = kernels.AttnPrefillQueries
 	var rows, seen int64
 	for t0 := 0; t0 < n; t0 += tq {
@@ -137,7 +150,7 @@ func attentionPrefillCost(n, heads, hd, pos0 int, dt ml.DType) device.Cost {
 	}
 	return device.Cost{
 		Label:   "attention prefill",
-		Read:    int64(heads)*rows*int64(hd)*2*int64(dt.Bytes()) + int64(n*heads*hd*4),
+		Read:    int64(heads/tgHeads)*rows*int64(hd)*2*int64(dt.Bytes()) + int64(n*heads*hd*4),
 		Written: int64(n * heads * hd * 4),
 		FLOPs:   4 * int64(heads) * seen * int64(hd),
 	}

@@ -320,15 +320,25 @@ func TestAttentionDecode(t *testing.T) {
 
 func TestAttentionPrefill(t *testing.T) {
 	r := newKernelRig(t)
-	for _, sh := range []attnShape{{16, 2, 256}, {8, 2, 128}, {4, 2, 64}} {
-		for _, dt := range []ml.DType{ml.F32, ml.F16} {
-			t.Run(fmt.Sprintf("%v/%v", sh, dt), func(t *testing.T) {
-				r.t = t
-				// n = 5 and 40 at 0 and across blocks of 16 in one pool, and a private cache.
-				r.attentionCase(sh, dt, 40, 16, 5, []int{0, 150}, attnTol)
-				r.attentionCase(sh, dt, 40, 16, 40, []int{90, 0}, attnTol)
-				r.attentionCase(sh, dt, 0, 0, 40, []int{33}, attnTol)
-			})
+	// Qwen3-Next, head 128, tiny qwen3, a group of 16 (two threadgroups of 8 heads per KV
+	// head), a group of 6.
+	shapes := []attnShape{{16, 2, 256}, {8, 2, 128}, {4, 2, 64}, {16, 1, 64}, {12, 2, 64}}
+	for _, grouped := range []bool{true, false} {
+		if !grouped {
+			shapes = []attnShape{shapes[0], shapes[2]} // the same code with one head: fewer shapes
+		}
+		for _, sh := range shapes {
+			for _, dt := range []ml.DType{ml.F32, ml.F16} {
+				t.Run(fmt.Sprintf("grouped=%v/%v/%v", grouped, sh, dt), func(t *testing.T) {
+					defer func(g bool) { attnGrouped = g }(attnGrouped)
+					attnGrouped = grouped
+					r.t = t
+					// n = 5 and 40 at 0 and across blocks of 16 in one pool, and a private cache.
+					r.attentionCase(sh, dt, 40, 16, 5, []int{0, 150}, attnTol)
+					r.attentionCase(sh, dt, 40, 16, 40, []int{90, 0}, attnTol)
+					r.attentionCase(sh, dt, 0, 0, 40, []int{33}, attnTol)
+				})
+			}
 		}
 	}
 }
@@ -417,8 +427,8 @@ func (c attnRecCmds) Wait() error                    { return nil }
 
 // TestAttentionDispatches checks what a Qwen3-Next layer's decode attention encodes at 300
 // positions: grouped, a threadgroup per (split, KV head), and the merge; per query head a
-// threadgroup per (split, query head); a pool's blocks of 64 make splits of 64; prefill
-// a threadgroup per (4 tokens, head).
+// threadgroup per (split, query head); a pool's blocks of 64 make splits of 64; prefill a
+// threadgroup per (2 tokens, KV head), or per (2 tokens, query head).
 func TestAttentionDispatches(t *testing.T) {
 	defer func(g bool) { attnGrouped = g }(attnGrouped)
 	dev := &attnRecorder{}
@@ -451,7 +461,8 @@ func TestAttentionDispatches(t *testing.T) {
 		{true, c, 1, []want{{"attn_decode_f16", [3]int{3, 2, 1}, "attention decode", 128}, {"attn_merge_f32", [3]int{16, 1, 1}, "attention merge", 128}}},
 		{false, c, 1, []want{{"attn_decode_f16", [3]int{3, 16, 1}, "attention decode", 128}, {"attn_merge_f32", [3]int{16, 1, 1}, "attention merge", 128}}},
 		{true, pc, 1, []want{{"attn_decode_f32", [3]int{5, 2, 1}, "attention decode", 128}, {"attn_merge_f32", [3]int{16, 1, 1}, "attention merge", 128}}},
-		{true, c, 7, []want{{"attn_prefill_f16", [3]int{2, 16, 1}, "attention prefill", 128}}},
+		{true, c, 7, []want{{"attn_prefill_f16", [3]int{4, 2, 1}, "attention prefill", 64}}},
+		{false, c, 7, []want{{"attn_prefill_f16", [3]int{4, 16, 1}, "attention prefill", 64}}},
 	} {
 		dev.got = nil
 		attnGrouped = tc.grouped

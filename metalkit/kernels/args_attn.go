@@ -19,7 +19,7 @@ var attnArgs = map[string]any{
 const (
 	AttnDecodeThreads  = 128
 	AttnMaxGroup       = 8
-	AttnPrefillQueries = 4
+	AttnPrefillQueries = 2
 	AttnMaxHeadDim     = 256
 	ConvMaxKernel      = 8
 	ConvThreads        = 128
@@ -49,8 +49,8 @@ type AttnMergeArgs struct {
 }
 
 type AttnPrefillArgs struct {
-	N, Heads, KVHeads, HeadDim, Group, Pos0, BlockSize int32
-	Scale                                              float32
+	N, Heads, KVHeads, HeadDim, Group, TGHeads, Pos0, BlockSize int32
+	Scale                                                       float32
 }
 
 type Conv1DCausalArgs struct {

@@ -11,8 +11,9 @@
 // Most query heads one decode threadgroup computes (Qwen3-Next: 16 query heads over 2 KV
 // heads); more per KV head takes the per-query-head variant.
 #define ATTN_MAX_GROUP 8
-// Query tokens per prefill threadgroup: one SIMD group each.
-#define ATTN_PREFILL_QUERIES 4
+// Query tokens per prefill threadgroup: one SIMD group each. Their queries of up to
+// ATTN_MAX_GROUP heads of ATTN_MAX_HEAD_DIM take 16 KiB of threadgroup memory at 2.
+#define ATTN_PREFILL_QUERIES 2
 // Most features per head of the prefill kernel: 32 lanes × 8 accumulators.
 #define ATTN_MAX_HEAD_DIM 256
 
@@ -82,6 +83,7 @@ struct attn_prefill_args {
     int32_t kv_heads;
     int32_t head_dim;
     int32_t group;
+    int32_t tg_heads; // query heads per threadgroup, of one KV head: a divisor of group, or 1
     int32_t pos0;
     int32_t block_size;
     float scale;
