@@ -297,12 +297,13 @@ func (r *kernelRig) attentionCase(sh attnShape, dt ml.DType, blocks, blockSize, 
 // 3.7e-7; the margin is for Metal's fast-math exp on a Mac.
 const attnTol = 1e-5
 
-func TestAttentionDecode(t *testing.T) {
-	r := newKernelRig(t)
-	shapes := []attnShape{{16, 2, 256}, {8, 2, 128}, {4, 2, 64}, {16, 1, 64}} // Qwen3-Next, head 128, tiny qwen3, a group of 16 (per-head kernel)
+// attnVariants runs f as a subtest for each variant (grouped, then per query head), shape
+// and cache type; the per-query-head variant runs the same code with one head, so only on
+// perHead, smaller shapes.
+func (r *kernelRig) attnVariants(t *testing.T, shapes, perHead []attnShape, f func(sh attnShape, dt ml.DType)) {
 	for _, grouped := range []bool{true, false} {
 		if !grouped {
-			shapes = []attnShape{shapes[1], shapes[2]} // the same code with one head: fewer, smaller shapes
+			shapes = perHead
 		}
 		for _, sh := range shapes {
 			for _, dt := range []ml.DType{ml.F32, ml.F16} {
@@ -310,15 +311,24 @@ func TestAttentionDecode(t *testing.T) {
 					defer func(g bool) { attnGrouped = g }(attnGrouped)
 					attnGrouped = grouped
 					r.t = t
-					// Three sequences of a pool of blocks of 32 (splits of 32, non-contiguous
-					// tables): one split, many, and a last split of one position.
-					r.attentionCase(sh, dt, 20, 32, 1, []int{299, 20, 64}, attnTol)
-					// A private cache: splits of 128, the last partial.
-					r.attentionCase(sh, dt, 0, 0, 1, []int{299, 127}, attnTol)
+					f(sh, dt)
 				})
 			}
 		}
 	}
+}
+
+func TestAttentionDecode(t *testing.T) {
+	r := newKernelRig(t)
+	// Qwen3-Next, head 128, tiny qwen3, a group of 16 (the per-head kernel either way).
+	shapes := []attnShape{{16, 2, 256}, {8, 2, 128}, {4, 2, 64}, {16, 1, 64}}
+	r.attnVariants(t, shapes, shapes[1:3], func(sh attnShape, dt ml.DType) {
+		// Three sequences of a pool of blocks of 32 (splits of 32, non-contiguous tables):
+		// one split, many, and a last split of one position.
+		r.attentionCase(sh, dt, 20, 32, 1, []int{299, 20, 64}, attnTol)
+		// A private cache: splits of 128, the last partial.
+		r.attentionCase(sh, dt, 0, 0, 1, []int{299, 127}, attnTol)
+	})
 }
 
 func TestAttentionPrefill(t *testing.T) {
@@ -326,24 +336,12 @@ func TestAttentionPrefill(t *testing.T) {
 	// Qwen3-Next, head 128, tiny qwen3, a group of 16 (two threadgroups of 8 heads per KV
 	// head), a group of 6.
 	shapes := []attnShape{{16, 2, 256}, {8, 2, 128}, {4, 2, 64}, {16, 1, 64}, {12, 2, 64}}
-	for _, grouped := range []bool{true, false} {
-		if !grouped {
-			shapes = []attnShape{shapes[1], shapes[2]} // the same code with one head: fewer, smaller shapes
-		}
-		for _, sh := range shapes {
-			for _, dt := range []ml.DType{ml.F32, ml.F16} {
-				t.Run(fmt.Sprintf("grouped=%v/%v/%v", grouped, sh, dt), func(t *testing.T) {
-					defer func(g bool) { attnGrouped = g }(attnGrouped)
-					attnGrouped = grouped
-					r.t = t
-					// n = 5 and 40 at 0 and across blocks of 16 in one pool, and a private cache.
-					r.attentionCase(sh, dt, 40, 16, 5, []int{0, 150}, attnTol)
-					r.attentionCase(sh, dt, 40, 16, 40, []int{90, 0}, attnTol)
-					r.attentionCase(sh, dt, 0, 0, 40, []int{33}, attnTol)
-				})
-			}
-		}
-	}
+	r.attnVariants(t, shapes, shapes[1:3], func(sh attnShape, dt ml.DType) {
+		// n = 5 and 40 at 0 and across blocks of 16 in one pool, and a private cache.
+		r.attentionCase(sh, dt, 40, 16, 5, []int{0, 150}, attnTol)
+		r.attentionCase(sh, dt, 40, 16, 40, []int{90, 0}, attnTol)
+		r.attentionCase(sh, dt, 0, 0, 40, []int{33}, attnTol)
+	})
 }
 
 func TestKVCacheLifecycle(t *testing.T) {
