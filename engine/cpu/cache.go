@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
@@ -19,10 +18,7 @@ type kvPool struct {
 	blockSize, blocks int
 	k32, v32          [][]float32 // per layer: blocks·blockSize·kvHeads·headDim
 	k16, v16          [][]uint16
-
-	mu    sync.Mutex
-	free  []int32 // free blocks, taken from the end
-	freed bool
+	list              *ml.BlockList
 }
 
 // cache is one sequence's view of a pool: position p lives in block pages[p/blockSize].
@@ -60,10 +56,7 @@ func newKVPool(layers, kvHeads, headDim, blocks, blockSize int, dtype ml.DType) 
 			return nil, fmt.Errorf("cpu: cache precision %v not supported", dtype)
 		}
 	}
-	p.free = make([]int32, blocks)
-	for i := range p.free {
-		p.free[i] = int32(blocks - 1 - i) // low blocks first
-	}
+	p.list = ml.NewBlockList(blocks, blockSize)
 	return p, nil
 }
 
@@ -91,40 +84,23 @@ func (p *kvPool) BlockBytes() int64 {
 }
 func (p *kvPool) Bytes() int64 { return int64(p.blocks) * p.BlockBytes() }
 
-func (p *kvPool) FreeBlocks() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.free)
-}
+func (p *kvPool) FreeBlocks() int { return p.list.Free() }
 
 func (p *kvPool) Alloc(positions int) (ml.Cache, error) { return p.alloc(positions) }
 
 func (p *kvPool) alloc(positions int) (*cache, error) {
-	if positions <= 0 {
-		return nil, fmt.Errorf("cpu: a cache of %d positions", positions)
+	pages, err := p.list.Take(positions)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
-	need := ml.BlocksFor(positions, p.blockSize)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.freed {
-		return nil, fmt.Errorf("cpu: allocation from a freed KV pool")
-	}
-	if need > len(p.free) {
-		return nil, fmt.Errorf("cpu: %d positions need %d blocks of %d, %d of %d free: %w", positions, need, p.blockSize, len(p.free), p.blocks, ml.ErrPoolFull)
-	}
-	c := &cache{kvPool: p, capacity: need * p.blockSize}
-	c.pages = append([]int32(nil), p.free[len(p.free)-need:]...)
-	p.free = p.free[:len(p.free)-need]
-	return c, nil
+	return &cache{kvPool: p, pages: pages, capacity: len(pages) * p.blockSize}, nil
 }
 
 // Free drops the pool's memory; operations on its caches afterwards panic (and fail their
 // pass).
 func (p *kvPool) Free() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.list.Close()
 	p.k32, p.v32, p.k16, p.v16 = nil, nil, nil, nil
-	p.free, p.freed = nil, true
 }
 
 // Free gives the cache's blocks back to its pool (and frees a private pool).
@@ -137,18 +113,13 @@ func (c *cache) Free() {
 		c.kvPool.Free()
 		return
 	}
-	p := c.kvPool
-	p.mu.Lock()
-	if !p.freed {
-		p.free = append(p.free, c.pages...)
-	}
-	p.mu.Unlock()
+	c.kvPool.list.Give(c.pages)
 	c.pages = nil
 }
 
 // check refuses a freed cache where the operation is issued.
 func (c *cache) check(what string) {
-	if c.freed || c.kvPool.freed {
+	if c.freed || c.kvPool.list.Closed() {
 		panic("cpu: " + what + " a freed KV cache")
 	}
 }

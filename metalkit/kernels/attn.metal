@@ -1,0 +1,284 @@
+// The KV cache and decode attention (metalkit/cache.go, attention.go).
+//
+// A layer's keys (and values) are blocks of block_size positions, each position a row of
+// kv_heads·head_dim values in the cache's type; a sequence's block table maps its block i
+// to a block of the pool. Position p lives in row table[p / block_size]·block_size +
+// p % block_size.
+#include <metal_stdlib>
+using namespace metal;
+
+#include "args_attn.h"
+
+static inline int kv_row(device const int32_t *table, int p, int block_size) {
+    return table[p / block_size] * block_size + p % block_size;
+}
+
+// ---- store and load --------------------------------------------------------------------
+
+// One thread per value: k and v [n, row] float32 into the cache's rows of pos0 … pos0+n−1,
+// converted to the cache's type (half rounds to nearest even, as the CPU's F32ToF16).
+template <typename T>
+static void kv_store(constant kv_store_args &a, device const float *k, device const float *v,
+                     device T *kc, device T *vc, device const int32_t *table, uint i) {
+    const uint total = uint(a.n) * uint(a.row);
+    if (i >= total) {
+        return;
+    }
+    const int t = int(i / uint(a.row));
+    const int e = int(i % uint(a.row));
+    const ulong dst = ulong(kv_row(table, a.pos0 + t, a.block_size)) * ulong(a.row) + ulong(e);
+    kc[dst] = T(k[i]);
+    vc[dst] = T(v[i]);
+}
+
+kernel void kv_store_f32(constant kv_store_args &a [[buffer(0)]],
+                         device const float *k [[buffer(1)]],
+                         device const float *v [[buffer(2)]],
+                         device float *kc [[buffer(3)]],
+                         device float *vc [[buffer(4)]],
+                         device const int32_t *table [[buffer(5)]],
+                         uint i [[thread_position_in_grid]]) {
+    kv_store<float>(a, k, v, kc, vc, table, i);
+}
+
+kernel void kv_store_f16(constant kv_store_args &a [[buffer(0)]],
+                         device const float *k [[buffer(1)]],
+                         device const float *v [[buffer(2)]],
+                         device half *kc [[buffer(3)]],
+                         device half *vc [[buffer(4)]],
+                         device const int32_t *table [[buffer(5)]],
+                         uint i [[thread_position_in_grid]]) {
+    kv_store<half>(a, k, v, kc, vc, table, i);
+}
+
+template <typename T>
+static void kv_load(constant kv_load_args &a, device const T *kc, device const T *vc,
+                    device const int32_t *table, device float *k, device float *v, uint i) {
+    const uint total = uint(a.n) * uint(a.row);
+    if (i >= total) {
+        return;
+    }
+    const int t = int(i / uint(a.row));
+    const int e = int(i % uint(a.row));
+    const ulong src = ulong(kv_row(table, a.pos0 + t, a.block_size)) * ulong(a.row) + ulong(e);
+    k[i] = float(kc[src]);
+    v[i] = float(vc[src]);
+}
+
+kernel void kv_load_f32(constant kv_load_args &a [[buffer(0)]],
+                        device const float *kc [[buffer(1)]],
+                        device const float *vc [[buffer(2)]],
+                        device const int32_t *table [[buffer(3)]],
+                        device float *k [[buffer(4)]],
+                        device float *v [[buffer(5)]],
+                        uint i [[thread_position_in_grid]]) {
+    kv_load<float>(a, kc, vc, table, k, v, i);
+}
+
+kernel void kv_load_f16(constant kv_load_args &a [[buffer(0)]],
+                        device const half *kc [[buffer(1)]],
+                        device const half *vc [[buffer(2)]],
+                        device const int32_t *table [[buffer(3)]],
+                        device float *k [[buffer(4)]],
+                        device float *v [[buffer(5)]],
+                        uint i [[thread_position_in_grid]]) {
+    kv_load<half>(a, kc, vc, table, k, v, i);
+}
+
+// ---- decode: split-K ---------------------------------------------------------------------
+//
+// One threadgroup per (split of positions, KV head) computes every query head sharing that
+// KV head (Red Lite's grouped split-K: the group's heads read each K and V row once instead
+// of once per head), or per (split, query head) when tg_heads is 1. Scores: one thread per
+// position, float4 key loads, one accumulator per head. Values: one thread per feature, one
+// accumulator per head. The split's rows are contiguous because a split never crosses a
+// cache block (the host chooses the split so). With one split the output is normalised
+// here; otherwise each split leaves its max, sum of exponentials and unnormalised
+// accumulator for attn_merge_f32.
+template <typename K4, typename V>
+static void attn_decode(constant attn_decode_args &a, device const float4 *q,
+                        device const K4 *kc, device const V *vc, device const int32_t *table,
+                        device float *pacc, device float *pml, device float *out,
+                        threadgroup float4 *sq, threadgroup float *sp, threadgroup float *sred,
+                        uint2 tg, uint tid, uint lane, uint sg) {
+    const int G = a.tg_heads;
+    const int hd = a.head_dim;
+    const int hd4 = hd / 4;
+    int h0, g;
+    if (G == 1) {
+        h0 = int(tg.y);
+        g = h0 / a.group;
+    } else {
+        g = int(tg.y);
+        h0 = g * a.group;
+    }
+    for (int i = int(tid); i < G * hd4; i += ATTN_DECODE_THREADS) {
+        sq[i] = q[h0 * hd4 + i];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    const int split = int(tg.x);
+    const int p0 = split * a.split;
+    const int len = min(a.split, a.positions - p0);
+    const int row0 = kv_row(table, p0, a.block_size);
+    const int stride = a.kv_heads * hd;
+    const bool ok = int(tid) < len;
+
+    float s[ATTN_MAX_GROUP];
+    for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+        s[h] = 0.0f;
+    }
+    if (ok) {
+        device const K4 *k = kc + (ulong(row0 + int(tid)) * ulong(stride) + ulong(g * hd)) / 4;
+        for (int d = 0; d < hd4; d++) {
+            const float4 kv = float4(k[d]);
+            for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+                if (h < G) {
+                    s[h] += dot(kv, sq[h * hd4 + d]);
+                }
+            }
+        }
+    }
+
+    // Per head: the split's max, then exp(s − max) and their sum, reduced across the
+    // threadgroup's SIMD groups through sred.
+    const int nsg = ATTN_DECODE_THREADS / 32;
+    float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP];
+    for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+        if (h < G) {
+            s[h] = ok ? s[h] * a.scale : ATTN_NO_SCORE;
+            const float mx = simd_max(s[h]);
+            if (lane == 0) {
+                sred[int(sg) * ATTN_MAX_GROUP + h] = mx;
+            }
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+        if (h < G) {
+            float mx = sred[h];
+            for (int i = 1; i < nsg; i++) {
+                mx = max(mx, sred[i * ATTN_MAX_GROUP + h]);
+            }
+            m[h] = mx;
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+        if (h < G) {
+            const float p = ok ? exp(s[h] - m[h]) : 0.0f;
+            sp[h * ATTN_DECODE_THREADS + int(tid)] = p;
+            const float sum = simd_sum(p);
+            if (lane == 0) {
+                sred[int(sg) * ATTN_MAX_GROUP + h] = sum;
+            }
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+        if (h < G) {
+            float sum = 0.0f;
+            for (int i = 0; i < nsg; i++) {
+                sum += sred[i * ATTN_MAX_GROUP + h];
+            }
+            l[h] = sum;
+        }
+    }
+
+    for (int d = int(tid); d < hd; d += ATTN_DECODE_THREADS) {
+        float acc[ATTN_MAX_GROUP];
+        for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+            acc[h] = 0.0f;
+        }
+        device const V *vp = vc + ulong(row0) * ulong(stride) + ulong(g * hd + d);
+        for (int j = 0; j < len; j++) {
+            const float x = float(vp[ulong(j) * ulong(stride)]);
+            for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+                if (h < G) {
+                    acc[h] += sp[h * ATTN_DECODE_THREADS + j] * x;
+                }
+            }
+        }
+        for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+            if (h < G) {
+                if (a.nsplit == 1) {
+                    out[(h0 + h) * hd + d] = acc[h] / l[h];
+                } else {
+                    pacc[(ulong(split) * ulong(a.heads) + ulong(h0 + h)) * ulong(hd) + ulong(d)] = acc[h];
+                }
+            }
+        }
+    }
+    if (a.nsplit > 1 && tid == 0) {
+        for (int h = 0; h < ATTN_MAX_GROUP; h++) {
+            if (h < G) {
+                const ulong at = (ulong(split) * ulong(a.heads) + ulong(h0 + h)) * 2;
+                pml[at] = m[h];
+                pml[at + 1] = l[h];
+            }
+        }
+    }
+}
+
+kernel void attn_decode_f32(constant attn_decode_args &a [[buffer(0)]],
+                            device const float4 *q [[buffer(1)]],
+                            device const float4 *kc [[buffer(2)]],
+                            device const float *vc [[buffer(3)]],
+                            device const int32_t *table [[buffer(4)]],
+                            device float *pacc [[buffer(5)]],
+                            device float *pml [[buffer(6)]],
+                            device float *out [[buffer(7)]],
+                            threadgroup float4 *sq [[threadgroup(0)]],
+                            uint2 tg [[threadgroup_position_in_grid]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
+    threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
+    attn_decode<float4, float>(a, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+}
+
+kernel void attn_decode_f16(constant attn_decode_args &a [[buffer(0)]],
+                            device const float4 *q [[buffer(1)]],
+                            device const half4 *kc [[buffer(2)]],
+                            device const half *vc [[buffer(3)]],
+                            device const int32_t *table [[buffer(4)]],
+                            device float *pacc [[buffer(5)]],
+                            device float *pml [[buffer(6)]],
+                            device float *out [[buffer(7)]],
+                            threadgroup float4 *sq [[threadgroup(0)]],
+                            uint2 tg [[threadgroup_position_in_grid]],
+                            uint tid [[thread_index_in_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
+    threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
+    attn_decode<half4, half>(a, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+}
+
+// One threadgroup per query head: out = Σ_s e^(m_s − M)·acc_s / Σ_s e^(m_s − M)·l_s with M
+// the largest split max. Every split saw at least one position, so every m_s is finite.
+kernel void attn_merge_f32(constant attn_merge_args &a [[buffer(0)]],
+                           device const float *pacc [[buffer(1)]],
+                           device const float *pml [[buffer(2)]],
+                           device float *out [[buffer(3)]],
+                           uint h [[threadgroup_position_in_grid]],
+                           uint tid [[thread_index_in_threadgroup]]) {
+    float M = ATTN_NO_SCORE;
+    for (int s = 0; s < a.nsplit; s++) {
+        M = max(M, pml[(ulong(s) * ulong(a.heads) + h) * 2]);
+    }
+    float L = 0.0f;
+    for (int s = 0; s < a.nsplit; s++) {
+        const ulong at = (ulong(s) * ulong(a.heads) + h) * 2;
+        L += pml[at + 1] * exp(pml[at] - M);
+    }
+    for (int d = int(tid); d < a.head_dim; d += ATTN_DECODE_THREADS) {
+        float o = 0.0f;
+        for (int s = 0; s < a.nsplit; s++) {
+            const ulong at = ulong(s) * ulong(a.heads) + h;
+            o += pacc[at * ulong(a.head_dim) + ulong(d)] * exp(pml[at * 2] - M);
+        }
+        out[ulong(h) * ulong(a.head_dim) + ulong(d)] = o / L;
+    }
+}
