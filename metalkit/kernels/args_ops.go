@@ -1,0 +1,74 @@
+package kernels
+
+// Go mirrors of args_ops.h: the same fields in the same order, packed by encoding/binary
+// exactly as C lays them out (every field is 4 bytes).
+
+// Operations of unary_f32 (UNARY_* in args_ops.h).
+const (
+	UnarySigmoid  = 0
+	UnarySiLU     = 1
+	UnarySoftplus = 2
+	UnaryScale    = 3
+)
+
+// Operations of binary_f32 and bcast_f32 (BINARY_* in args_ops.h).
+const (
+	BinaryAdd    = 0
+	BinaryMul    = 1
+	BinarySwiGLU = 2
+)
+
+type UnaryF32Args struct {
+	N     int32
+	Op    int32
+	Scale float32
+	Pad   int32
+}
+
+type BinaryF32Args struct {
+	N, Op      int32
+	Pad0, Pad1 int32
+}
+
+type BcastF32Args struct {
+	N, D, Op int32
+	Pad      int32
+}
+
+type RMSNormF32Args struct {
+	Rows, D int32
+	Eps     float32
+	HasW    int32
+}
+
+type L2NormF32Args struct {
+	Rows, D int32
+	Eps     float32
+	Pad     int32
+}
+
+type RoPEF32Args struct {
+	N, Heads, HeadDim, Dims int32
+	NeoX                    int32
+	Pad0, Pad1, Pad2        int32
+}
+
+type RouteF32Args struct {
+	N, Experts, K, Norm int32
+	MinSum              float32
+	Pad0, Pad1, Pad2    int32
+}
+
+type WeightedSumF32Args struct {
+	N, K, D int32
+	Pad     int32
+}
+
+type ArgmaxF32Args struct {
+	Rows, D    int32
+	Pad0, Pad1 int32
+}
+
+type CopyF32Args struct {
+	Rows, Cols, SrcStride, DstStride int32
+}
