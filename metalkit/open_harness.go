@@ -1,14 +1,10 @@
 package metalkit
 
 import (
-	"errors"
-
 	"github.com/redlite/batch/metalkit/device"
+	"github.com/redlite/batch/metalkit/harness"
+	"github.com/redlite/batch/metalkit/kernels"
 )
 
-// openHarness makes the harness device with this package's kernels.
-//
-// PENDING: wired to harness.New(kernels.Source()) when branch harness merges.
-func openHarness() (device.Device, error) {
-	return nil, errors.New("metalkit: the harness device is not in this build yet")
-}
+// openHarness makes the harness device over this package's kernels.
+func openHarness() (device.Device, error) { return harness.New(kernels.Source()) }

@@ -495,7 +495,7 @@ func (e *encoder) route(logits, ids, weights Region, n, experts, k int, norm boo
 	if n == 0 {
 		return
 	}
-	e.dispatch("route_f32", nil, [3]int{n, 1, 1}, rowThreads(experts), 4*experts,
+	e.dispatch("route_f32", nil, [3]int{n, 1, 1}, rowThreads(experts), (4*experts+15)/16*16,
 		device.Cost{Label: "route", Read: 4 * int64(n*experts), Written: 8 * int64(n*k), FLOPs: int64(n * experts * (4 + k))},
 		kernels.RouteF32Args{N: int32(n), Experts: int32(experts), K: int32(k), Norm: b2i(norm), MinSum: minRouteWeightSum},
 		logits, ids, weights)

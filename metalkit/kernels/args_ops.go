@@ -1,7 +1,7 @@
 package kernels
 
-// Go mirrors of args_ops.h: the same fields in the same order, packed by encoding/binary
-// exactly as C lays them out (every field is 4 bytes).
+// Go mirrors of args_ops.h: the same fields in the same order (C's padding fields too),
+// packed by encoding/binary exactly as C lays them out (every field is 4 bytes).
 
 // Operations of unary_f32 (UNARY_* in args_ops.h).
 const (
@@ -17,6 +17,21 @@ const (
 	BinaryMul    = 1
 	BinarySwiGLU = 2
 )
+
+// opsArgs maps each argument struct of args_ops.h by its C name to its Go mirror.
+// TestArgLayouts checks both against clang.
+var opsArgs = map[string]any{
+	"unary_f32_args":        UnaryF32Args{},
+	"binary_f32_args":       BinaryF32Args{},
+	"bcast_f32_args":        BcastF32Args{},
+	"rms_norm_f32_args":     RMSNormF32Args{},
+	"l2_norm_f32_args":      L2NormF32Args{},
+	"rope_f32_args":         RoPEF32Args{},
+	"route_f32_args":        RouteF32Args{},
+	"weighted_sum_f32_args": WeightedSumF32Args{},
+	"argmax_f32_args":       ArgmaxF32Args{},
+	"copy_f32_args":         CopyF32Args{},
+}
 
 type UnaryF32Args struct {
 	N     int32

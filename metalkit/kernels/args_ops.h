@@ -1,8 +1,10 @@
-// Argument structs of the element-wise, norm, rope, routing and copy kernels (ops.metal).
-// Each struct's Go mirror is in args_ops.go, same fields in the same order; every field is
-// 4 bytes, so the C layout has no hidden padding and equals encoding/binary's packing.
-#ifndef REDLITE_ARGS_OPS_H
-#define REDLITE_ARGS_OPS_H
+// args_ops.h: argument structs of the element-wise operations, norms, RoPE, routing, … kernels
+// (ops.metal). Each struct's Go mirror is in args_ops.go, same fields in the same order;
+// every field is 4 bytes, so the C layout has no hidden padding and equals encoding/binary's
+// packing.
+#pragma once
+
+#include "common.h"
 
 // Operations of unary_f32, selected by its op field (one kernel, a uniform branch: the
 // choice costs nothing beside the memory traffic these kernels are bound by).
@@ -17,48 +19,48 @@
 #define BINARY_SWIGLU 2 // silu(a) · b
 
 // y[i] = op(x[i]) for i < n.
-typedef struct {
+struct unary_f32_args {
     int32_t n;
     int32_t op;
     float scale; // UNARY_SCALE's factor
     int32_t pad;
-} unary_f32_args;
+};
 
 // y[i] = a[i] op b[i] for i < n.
-typedef struct {
+struct binary_f32_args {
     int32_t n;
     int32_t op;
     int32_t pad0;
     int32_t pad1;
-} binary_f32_args;
+};
 
 // y[i] = x[i] op w[i % d] for i < n (w a vector of d values: biases, per-head constants).
-typedef struct {
+struct bcast_f32_args {
     int32_t n;
     int32_t d;
     int32_t op; // BINARY_ADD or BINARY_MUL
     int32_t pad;
-} bcast_f32_args;
+};
 
 // One threadgroup per row of d values: y = x / sqrt(mean(x²) + eps) · w (w when has_w).
-typedef struct {
+struct rms_norm_f32_args {
     int32_t rows;
     int32_t d;
     float eps;
     int32_t has_w;
-} rms_norm_f32_args;
+};
 
 // One threadgroup per row of d values: y = x / max(‖x‖₂, eps).
-typedef struct {
+struct l2_norm_f32_args {
     int32_t rows;
     int32_t d;
     float eps;
     int32_t pad;
-} l2_norm_f32_args;
+};
 
 // One thread per feature of x [n, heads, head_dim]; the first dims features of each head
 // rotate by the angles of table [n, dims/2] (cos) followed by [n, dims/2] (sin).
-typedef struct {
+struct rope_f32_args {
     int32_t n;
     int32_t heads;
     int32_t head_dim;
@@ -67,12 +69,12 @@ typedef struct {
     int32_t pad0;
     int32_t pad1;
     int32_t pad2;
-} rope_f32_args;
+};
 
 // One threadgroup per row of experts logits: softmax, the k largest (ties to the lower id)
 // as float ids and their probabilities, renormalised when norm is set. Threadgroup memory:
 // experts floats.
-typedef struct {
+struct route_f32_args {
     int32_t n;
     int32_t experts;
     int32_t k;
@@ -81,32 +83,31 @@ typedef struct {
     int32_t pad0;
     int32_t pad1;
     int32_t pad2;
-} route_f32_args;
+};
 
 // One thread per element of y [n, d] = Σ_j w[i][j] · x[i][j][:], in slot order.
-typedef struct {
+struct weighted_sum_f32_args {
     int32_t n;
     int32_t k;
     int32_t d;
     int32_t pad;
-} weighted_sum_f32_args;
+};
 
 // One threadgroup per row of d values: the index of the largest (the first on ties), as a
 // float.
-typedef struct {
+struct argmax_f32_args {
     int32_t rows;
     int32_t d;
     int32_t pad0;
     int32_t pad1;
-} argmax_f32_args;
+};
 
 // One thread per element: y[r·dst_stride + c] = x[r·src_stride + c] for r < rows, c < cols
 // (Slice, Concat, Assign; the regions' offsets place the columns).
-typedef struct {
+struct copy_f32_args {
     int32_t rows;
     int32_t cols;
     int32_t src_stride;
     int32_t dst_stride;
-} copy_f32_args;
+};
 
-#endif

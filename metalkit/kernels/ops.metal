@@ -4,7 +4,7 @@
 #include <metal_stdlib>
 using namespace metal;
 
-#include "args_ops.h"
+#include "args.h"
 
 // ops_sum returns the sum of v over the threadgroup to every thread. partial holds one value
 // per SIMD group (32 floats: up to 1024 threads); nsg is the number of SIMD groups.

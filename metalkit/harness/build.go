@@ -1,0 +1,236 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+var (
+	//go:embed cxx/msl.h
+	mslHeader string
+	//go:embed cxx/msl_swizzle.h
+	mslSwizzle string
+	//go:embed cxx/harness_abi.h
+	abiHeader string
+	//go:embed cxx/runtime.cpp
+	runtimeSource string
+)
+
+// Compiler is the clang the harness compiles with: Debian's clang-16 package. $REDLITE_CLANG
+// overrides it.
+func Compiler() string {
+	if c := os.Getenv("REDLITE_CLANG"); c != "" {
+		return c
+	}
+	return "clang++-16"
+}
+
+// ErrNoCompiler is returned when the compiler is not installed.
+var ErrNoCompiler = errors.New("harness: clang++-16 not found (apt-get install clang-16)")
+
+// cflags: C++20 for std::source_location and concepts; -O1 keeps ASan's cost bearable;
+// line tables are enough for ASan's symbolised reports.
+var cflags = []string{
+	"-std=c++20", "-O1", "-gline-tables-only", "-fsanitize=address", "-fno-omit-frame-pointer",
+	"-Wno-unknown-attributes", "-Wno-unknown-pragmas", "-Wno-gnu-anonymous-struct",
+	"-Wno-nested-anon-types", "-Wno-unused-value", "-ferror-limit=20", "-fno-color-diagnostics",
+}
+
+// cacheRoot is where built executables are kept, by the hash of everything they are built
+// from: $REDLITE_HARNESS_CACHE, else the user's cache directory.
+func cacheRoot() (string, error) {
+	if d := os.Getenv("REDLITE_HARNESS_CACHE"); d != "" {
+		return d, nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "redlite-harness"), nil
+	}
+	return filepath.Join(d, "redlite", "harness"), nil
+}
+
+var versionOnce struct {
+	sync.Once
+	v   string
+	err error
+}
+
+func compilerVersion() (string, error) {
+	versionOnce.Do(func() {
+		path, err := exec.LookPath(Compiler())
+		if err != nil {
+			versionOnce.err = fmt.Errorf("%w: %v", ErrNoCompiler, err)
+			return
+		}
+		out, err := exec.Command(path, "--version").Output()
+		if err != nil {
+			versionOnce.err = fmt.Errorf("harness: %s --version: %w", path, err)
+			return
+		}
+		versionOnce.v = path + "\n" + string(out)
+	})
+	return versionOnce.v, versionOnce.err
+}
+
+func hashOf(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d\n%s", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:24]
+}
+
+// writeShim puts the shim headers in dir.
+func writeShim(dir string) error {
+	for name, text := range map[string]string{"msl.h": mslHeader, "msl_swizzle.h": mslSwizzle, "harness_abi.h": abiHeader} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clang runs the compiler in dir and returns its messages as the error.
+func clang(ctx context.Context, dir string, args ...string) error {
+	cmd := exec.CommandContext(ctx, Compiler(), args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(out.String())
+		if len(msg) > 8000 {
+			msg = msg[:8000] + "\n…"
+		}
+		return fmt.Errorf("%v\n%s", err, msg)
+	}
+	return nil
+}
+
+// buildCached returns the path of the executable built from lib (the generated library
+// source) and the runtime, building it unless the cache holds it.
+func buildCached(ctx context.Context, lib string) (string, error) {
+	ver, err := compilerVersion()
+	if err != nil {
+		return "", err
+	}
+	root, err := cacheRoot()
+	if err != nil {
+		return "", err
+	}
+	flags := strings.Join(cflags, " ")
+	shim := mslHeader + mslSwizzle + abiHeader
+	exe := filepath.Join(root, hashOf("exe", ver, flags, shim, runtimeSource, lib), "harness")
+	if _, err := os.Stat(exe); err == nil {
+		return exe, nil
+	}
+	// The runtime object is cached on its own: it changes less often than the kernels.
+	rtObj := filepath.Join(root, hashOf("runtime", ver, flags, abiHeader, runtimeSource), "runtime.o")
+	if _, err := os.Stat(rtObj); err != nil {
+		if err := buildInto(rtObj, func(dir, out string) error {
+			if err := writeShim(dir); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, "runtime.cpp"), []byte(runtimeSource), 0o644); err != nil {
+				return err
+			}
+			if err := clang(ctx, dir, append(append([]string{}, cflags...), "-c", "runtime.cpp", "-o", out)...); err != nil {
+				return fmt.Errorf("harness: compiling the runtime: %w", err)
+			}
+			return nil
+		}); err != nil {
+			return "", err
+		}
+	}
+	err = buildInto(exe, func(dir, out string) error {
+		if err := writeShim(dir); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "library.cpp"), []byte("#include \"msl.h\"\n#line 1 \"library.metal\"\n"+lib), 0o644); err != nil {
+			return err
+		}
+		if err := clang(ctx, dir, append(append([]string{}, cflags...), "-c", "library.cpp", "-o", "library.o")...); err != nil {
+			return fmt.Errorf("harness: compiling the kernels: %w", err)
+		}
+		if err := clang(ctx, dir, "-fsanitize=address", "-pthread", "library.o", rtObj, "-o", out); err != nil {
+			return fmt.Errorf("harness: linking: %w", err)
+		}
+		return nil
+	})
+	return exe, err
+}
+
+// buildInto builds final's content in a fresh directory beside it and renames it into
+// place, so that concurrent test processes never see a half-written file.
+func buildInto(final string, build func(dir, out string) error) error {
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return fmt.Errorf("harness: cache: %w", err)
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(final), "build-")
+	if err != nil {
+		return fmt.Errorf("harness: cache: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "out")
+	if err := build(dir, out); err != nil {
+		return err
+	}
+	if err := os.Rename(out, final); err != nil {
+		return fmt.Errorf("harness: cache: %w", err)
+	}
+	return nil
+}
+
+// RunHost compiles prelude (MSL declarations: structs, constants; rewritten as the library
+// is) with body as the body of a host main function, runs it, and returns its standard
+// output. The kernels package's layout test prints clang's sizeof and offsetof with it.
+// printf is declared; nothing else of the C library is.
+func RunHost(ctx context.Context, prelude, body string) (string, error) {
+	if _, err := compilerVersion(); err != nil {
+		return "", err
+	}
+	g, err := generate(prelude)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "redlite-harness-host-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := writeShim(dir); err != nil {
+		return "", err
+	}
+	prog := "#include \"msl.h\"\nextern \"C\" int printf(const char *, ...);\n#line 1 \"prelude.metal\"\n" + g.Code +
+		"\n#line 1 \"main.cpp\"\n" + hostStubs + "int main() {\n" + body + "\nreturn 0;\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.cpp"), []byte(prog), 0o644); err != nil {
+		return "", err
+	}
+	if err := clang(ctx, dir, "-std=c++20", "-O0", "-w", "main.cpp", "-o", "main"); err != nil {
+		return "", fmt.Errorf("harness: compiling the host program: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(dir, "main")).Output()
+	if err != nil {
+		return "", fmt.Errorf("harness: running the host program: %w", err)
+	}
+	return string(out), nil
+}
+
+// hostStubs defines the runtime entry points a host program never calls.
+const hostStubs = `extern "C" {
+void __msl_barrier(const char *, const char *, uint32_t, uint32_t) {}
+void __msl_simd_sync(__msl_slot *, __msl_simd_fn, const char *, const char *, uint32_t, uint32_t) {}
+void *__msl_tg_alloc(const void *, size_t, size_t) { return nullptr; }
+void __msl_fail(const char *) {}
+int __msl_fc_register(int, void *, int, bool *) { return 0; }
+}
+`

@@ -1,0 +1,393 @@
+package harness
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redlite/batch/metalkit/device"
+	"github.com/redlite/batch/metalkit/kernels"
+)
+
+var shared struct {
+	sync.Once
+	d   *Device
+	err error
+}
+
+// selftest is a device over the library and the self-test kernels, shared by the tests
+// that leave it alive.
+func selftest(t *testing.T) *Device {
+	t.Helper()
+	shared.Do(func() { shared.d, shared.err = newSelftest() })
+	if errors.Is(shared.err, ErrNoCompiler) && os.Getenv("CI") == "" {
+		t.Skip(shared.err)
+	}
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.d
+}
+
+func newSelftest() (*Device, error) {
+	src, err := os.ReadFile("testdata/selftest.metal")
+	if err != nil {
+		return nil, err
+	}
+	return newDevice(kernels.Source() + "\n#line 1 \"selftest.metal\"\n" + string(src))
+}
+
+// fresh is a device of its own, for tests that kill it.
+func fresh(t *testing.T) *Device {
+	t.Helper()
+	selftest(t) // skips without a compiler; the build is cached afterwards
+	d, err := newSelftest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func f32bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func upload(t *testing.T, d device.Device, v []float32) device.Buffer {
+	t.Helper()
+	b, err := d.WrapBuffer(f32bytes(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Release)
+	return b
+}
+
+func alloc(t *testing.T, d device.Device, n int) device.Buffer {
+	t.Helper()
+	b, err := d.NewBuffer(int64(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Release)
+	return b
+}
+
+func download(t *testing.T, b device.Buffer) []float32 {
+	t.Helper()
+	raw := make([]byte, b.Len())
+	if err := b.Read(0, raw); err != nil {
+		t.Fatal(err)
+	}
+	v := make([]float32, len(raw)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return v
+}
+
+type stArgs struct {
+	N     int32
+	Scale float32
+}
+
+func argBytes(a any) []byte {
+	var b strings.Builder
+	binary.Write(&b, binary.LittleEndian, a)
+	return []byte(b.String())
+}
+
+// run encodes one dispatch and waits.
+func run(t *testing.T, d device.Device, name string, consts []device.Constant, groups, threads [3]int, args any, bufs []device.Buffer, shared ...device.SharedArg) error {
+	t.Helper()
+	p, err := d.Pipeline(name, consts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dd := device.Dispatch{Pipeline: p, Groups: groups, Threads: threads, Shared: shared}
+	if args != nil {
+		dd.Bytes = []device.BytesArg{{Index: 0, Data: argBytes(args)}}
+	}
+	for i, b := range bufs {
+		dd.Buffers = append(dd.Buffers, device.BufferArg{Index: i + 1, Buffer: b})
+	}
+	c := d.NewCommands()
+	c.Encode(dd)
+	c.Commit()
+	return c.Wait()
+}
+
+func mustRun(t *testing.T, d device.Device, name string, consts []device.Constant, groups, threads [3]int, args any, bufs []device.Buffer, shared ...device.SharedArg) {
+	t.Helper()
+	if err := run(t, d, name, consts, groups, threads, args, bufs, shared...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func near(a, b float32) bool { return math.Abs(float64(a-b)) <= 1e-5*math.Max(1, math.Abs(float64(b))) }
+
+func TestAdd(t *testing.T) {
+	d := selftest(t)
+	n := 1000
+	a, b := make([]float32, n), make([]float32, n)
+	for i := range a {
+		a[i], b[i] = float32(i), float32(2*i)+0.5
+	}
+	ba, bb, bc := upload(t, d, a), upload(t, d, b), alloc(t, d, 4*n)
+	// 4 groups of 256 threads: the last 24 threads are past n and must return.
+	mustRun(t, d, "st_add", nil, [3]int{4, 1, 1}, [3]int{256, 1, 1}, stArgs{N: int32(n), Scale: 2}, []device.Buffer{ba, bb, bc})
+	for i, got := range download(t, bc) {
+		if want := (a[i] + b[i]) * 2; got != want {
+			t.Fatalf("c[%d] = %v, want %v", i, got, want)
+		}
+	}
+}
+
+// TestSIMD checks every SIMD-group function against Metal's semantics, over a threadgroup
+// of 40 threads: one full SIMD group and one of 8 lanes.
+func TestSIMD(t *testing.T) {
+	d := selftest(t)
+	const n = 40
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32((i*7)%13) - 3
+	}
+	bx, out := upload(t, d, x), alloc(t, d, 4*12*n)
+	mustRun(t, d, "st_simd", nil, [3]int{1, 1, 1}, [3]int{n, 1, 1}, nil, []device.Buffer{bx, out})
+	got := download(t, out)
+	for tid := 0; tid < n; tid++ {
+		base := tid / 32 * 32
+		lanes := min(32, n-base)
+		lane := tid - base
+		val := func(l int) float32 { // lane l of this group, 0 when it does not exist
+			if l < 0 || l >= lanes {
+				return 0
+			}
+			return x[base+l]
+		}
+		var sum, incl, excl float32
+		mx, mn := float32(math.Inf(-1)), float32(math.Inf(1))
+		for l := 0; l < lanes; l++ {
+			sum += val(l)
+			mx, mn = max(mx, val(l)), min(mn, val(l))
+			if l < lane {
+				excl += val(l)
+			}
+			if l <= lane {
+				incl += val(l)
+			}
+		}
+		down := val(lane)
+		if lane+4 < 32 {
+			down = val(lane + 4)
+		}
+		up := val(lane)
+		if lane >= 1 {
+			up = val(lane - 1)
+		}
+		want := []float32{sum, mx, mn, incl, excl, val((lane + 3) % 32), down, val(lane ^ 1), val(2), up, val(0), 0}
+		names := []string{"sum", "max", "min", "prefix_inclusive_sum", "prefix_exclusive_sum", "shuffle", "shuffle_down", "shuffle_xor", "broadcast", "shuffle_up", "broadcast_first", "any"}
+		for j, w := range want {
+			if g := got[tid*12+j]; !near(g, w) {
+				t.Errorf("thread %d simd_%s = %v, want %v", tid, names[j], g, w)
+			}
+		}
+	}
+}
+
+// TestThreadgroupMemory sums each threadgroup's inputs through a [[threadgroup(0)]] buffer
+// and a kernel-scope threadgroup array, across barriers, on several OS threads.
+func TestThreadgroupMemory(t *testing.T) {
+	d := selftest(t)
+	const n, tg = 3000, 256
+	groups := (n + tg - 1) / tg
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i%17) * 0.25
+	}
+	bx, out := upload(t, d, x), alloc(t, d, 4*groups)
+	mustRun(t, d, "st_reduce", nil, [3]int{groups, 1, 1}, [3]int{tg, 1, 1}, stArgs{N: n}, []device.Buffer{bx, out}, device.SharedArg{Index: 0, Size: 4 * tg})
+	got := download(t, out)
+	for g := 0; g < groups; g++ {
+		var want float32
+		for i := g * tg; i < min(n, (g+1)*tg); i++ {
+			want += x[i]
+		}
+		if !near(got[g], want) {
+			t.Errorf("group %d sum = %v, want %v", g, got[g], want)
+		}
+	}
+}
+
+func TestFunctionConstants(t *testing.T) {
+	d := selftest(t)
+	out := alloc(t, d, 16)
+	mustRun(t, d, "st_consts", []device.Constant{{Index: 0, Value: int32(21)}, {Index: 1, Value: true}, {Index: 2, Value: float32(0.5)}}, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
+	if got, want := download(t, out), []float32{42, 1, 1, 0.5}; !equal(got, want) {
+		t.Errorf("with constants: %v, want %v", got, want)
+	}
+	// A second pipeline of the same kernel, FC_FLAG and FC_BIAS undefined.
+	mustRun(t, d, "st_consts", []device.Constant{{Index: 0, Value: int32(-3)}}, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
+	if got, want := download(t, out), []float32{-6, 0, 0, -1}; !equal(got, want) {
+		t.Errorf("with FC_FLAG undefined: %v, want %v", got, want)
+	}
+}
+
+func equal(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestHalf(t *testing.T) {
+	d := selftest(t)
+	// 1 + 2^-11 is halfway between two halves: rounds to even (1); 1 + 3·2^-11 rounds up.
+	x := []float32{1 + 1.0/2048, 1 + 3.0/2048, 65504, 70000, 1e-8, -2.5}
+	want := []float32{1, 1 + 2.0/1024, 65504, float32(math.Inf(1)), 0, -2.5}
+	bx, out, hout := upload(t, d, x), alloc(t, d, 4*len(x)), alloc(t, d, 2*len(x))
+	mustRun(t, d, "st_half", nil, [3]int{1, 1, 1}, [3]int{len(x), 1, 1}, nil, []device.Buffer{bx, out, hout})
+	if got := download(t, out); !equal(got, want) {
+		t.Errorf("float(half(x)) = %v, want %v", got, want)
+	}
+	raw := make([]byte, 2*len(x))
+	if err := hout.Read(0, raw); err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.LittleEndian.Uint16(raw[10:]); got != 0xbe00 { // -2.5 + 1 = -1.5
+		t.Errorf("half(-2.5) + 1.0h = %#04x, want 0xbe00 (-1.5)", got)
+	}
+}
+
+func TestVectors(t *testing.T) {
+	d := selftest(t)
+	x := []float32{1, 2, 3, 4, 5, -6, 7, 8}
+	bx, out := upload(t, d, x), alloc(t, d, 4*4*4*2)
+	mustRun(t, d, "st_vec", nil, [3]int{1, 1, 1}, [3]int{2, 1, 1}, nil, []device.Buffer{bx, out})
+	got := download(t, out)
+	for tid := 0; tid < 2; tid++ {
+		v := x[tid*4 : tid*4+4]
+		sel := float32(0)
+		if v[0] < v[1] {
+			sel = 1
+		}
+		want := []float32{
+			v[2], v[3], v[0], v[1],
+			v[3] + 1, v[2] + 1, v[1] + 1, 8,
+			2, v[1] * 10, v[2] * 10, 2,
+			v[0]*v[0] + v[1]*v[1] + v[2]*v[2] + v[3]*v[3], v[0] + v[1], max(v[0], v[3]), sel,
+		}
+		if g := got[tid*16 : tid*16+16]; !equal(g, want) {
+			t.Errorf("thread %d: %v, want %v", tid, g, want)
+		}
+	}
+}
+
+func TestTemplateKernels(t *testing.T) {
+	d := selftest(t)
+	x := []float32{1, -2, 3.5}
+	bx, out := upload(t, d, x), alloc(t, d, 12)
+	mustRun(t, d, "st_scale_f32", nil, [3]int{1, 1, 1}, [3]int{3, 1, 1}, nil, []device.Buffer{bx, out})
+	if got, want := download(t, out), []float32{3, -6, 10.5}; !equal(got, want) {
+		t.Errorf("st_scale_f32: %v, want %v", got, want)
+	}
+	hx, err := d.WrapBuffer([]byte{0x00, 0x3c, 0x00, 0xc0}) // half 1, -2
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hx.Release()
+	hy := alloc(t, d, 4)
+	mustRun(t, d, "st_scale_f16", nil, [3]int{1, 1, 1}, [3]int{2, 1, 1}, nil, []device.Buffer{hx, hy})
+	raw := make([]byte, 4)
+	hy.Read(0, raw)
+	if got := [2]uint16{binary.LittleEndian.Uint16(raw), binary.LittleEndian.Uint16(raw[2:])}; got != [2]uint16{0x4200, 0xc600} {
+		t.Errorf("st_scale_f16: %#04x, want [0x4200 0xc600] (3, -6)", got)
+	}
+}
+
+// TestOutOfBounds: a write one element past a buffer is an error naming the kernel, the
+// device is dead afterwards, and the test process lives on.
+func TestOutOfBounds(t *testing.T) {
+	d := fresh(t)
+	out := alloc(t, d, 4*64)
+	err := run(t, d, "st_oob", nil, [3]int{1, 1, 1}, [3]int{64, 1, 1}, stArgs{N: 64}, []device.Buffer{out})
+	var de *device.Error
+	if !errors.As(err, &de) {
+		t.Fatalf("got %v, want a *device.Error", err)
+	}
+	if de.Kernel != "st_oob" {
+		t.Errorf("error names kernel %q, want st_oob: %v", de.Kernel, err)
+	}
+	if !strings.Contains(err.Error(), "heap-buffer-overflow") {
+		t.Errorf("error lacks AddressSanitizer's report: %v", err)
+	}
+	if _, err := d.NewBuffer(16); err == nil {
+		t.Error("the device still works after its process died")
+	}
+}
+
+func TestDivergence(t *testing.T) {
+	d := selftest(t)
+	out := alloc(t, d, 4*32)
+	err := run(t, d, "st_diverge", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
+	if err == nil || !strings.Contains(err.Error(), "diverged") || !strings.Contains(err.Error(), "st_diverge") {
+		t.Fatalf("got %v, want a divergence error naming st_diverge", err)
+	}
+	err = run(t, d, "st_early_return", nil, [3]int{1, 1, 1}, [3]int{64, 1, 1}, nil, []device.Buffer{out})
+	if err == nil || !strings.Contains(err.Error(), "returned without reaching") {
+		t.Fatalf("got %v, want an error about threads that returned before a barrier", err)
+	}
+	// The device survives both.
+	mustRun(t, d, "st_scale_f32", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out, out})
+}
+
+func TestCompileError(t *testing.T) {
+	selftest(t)
+	_, err := New(kernels.Source() + "\n#line 1 \"broken.metal\"\nkernel void broken(device float * x [[buffer(0)]]) { x[0] = undefined_name; }\n")
+	if err == nil || !strings.Contains(err.Error(), "broken.metal:1") || !strings.Contains(err.Error(), "undefined_name") {
+		t.Fatalf("got %v, want clang's message naming broken.metal:1 and undefined_name", err)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	d := selftest(t)
+	p, err := d.Pipeline("st_add")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := alloc(t, d, 16)
+	for _, tc := range []struct {
+		name string
+		dd   device.Dispatch
+		want string
+	}{
+		{"MissingBuffer", device.Dispatch{Pipeline: p, Groups: [3]int{1, 1, 1}, Threads: [3]int{1, 1, 1}, Buffers: []device.BufferArg{{Index: 1, Buffer: out}}}, "not bound"},
+		{"TooManyThreads", device.Dispatch{Pipeline: p, Groups: [3]int{1, 1, 1}, Threads: [3]int{1025, 1, 1}}, "threads per threadgroup"},
+		{"ZeroGroups", device.Dispatch{Pipeline: p, Groups: [3]int{0, 1, 1}, Threads: [3]int{1, 1, 1}}, "positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := d.NewCommands()
+			c.Encode(tc.dd)
+			c.Commit()
+			if err := c.Wait(); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "st_add") {
+				t.Errorf("got %v, want an error naming st_add and %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := d.Pipeline("no_such_kernel"); err == nil {
+		t.Error("Pipeline of an unknown kernel succeeded")
+	}
+}
