@@ -2,7 +2,6 @@ package metalkit
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/redlite/batch/engine/ml"
@@ -153,10 +152,9 @@ type ropeKey struct {
 
 // ropeTable returns a tensor of the cos and sin of positions pos0 … pos0+n−1's dims/2
 // angles ([n, dims/2] of cos, then as many sin), made on the host once per Compute and
-// shared by every layer. The angles are those of the CPU backend (θ_k = pos·base^(−2k/dims)
-// by repeated float32 multiplication, cos and sin in float64): computed on the device, a
-// position of tens of thousands would lose the parity to float32 argument reduction, and
-// the table is small (a decode step's is dims floats).
+// shared by every layer. The angles are the CPU backend's (ml.RoPEAngles): computed on the
+// device, a position of tens of thousands would lose the parity to float32 argument
+// reduction, and the table is small (a decode step's is dims floats).
 func (c *context) ropeTable(pos0, n int, r ml.RoPE) *tensor {
 	key := ropeKey{pos0, n, r.Dims, r.Base}
 	if t, ok := c.rope[key]; ok {
@@ -165,14 +163,8 @@ func (c *context) ropeTable(pos0, n int, r ml.RoPE) *tensor {
 	half := r.Dims / 2
 	v := make([]float32, 2*n*half)
 	cos, sin := v[:n*half], v[n*half:]
-	thetaScale := float32(math.Pow(float64(r.Base), -2/float64(r.Dims)))
 	for i := 0; i < n; i++ {
-		theta := float32(pos0 + i)
-		for k := 0; k < half; k++ {
-			cos[i*half+k] = float32(math.Cos(float64(theta)))
-			sin[i*half+k] = float32(math.Sin(float64(theta)))
-			theta *= thetaScale
-		}
+		ml.RoPEAngles(cos[i*half:(i+1)*half], sin[i*half:(i+1)*half], pos0+i, r)
 	}
 	t := c.out(2, n, half)
 	t.host = v
