@@ -356,10 +356,6 @@ func (c *context) DeltaNet(q, k, v, g, beta, state ml.Tensor, scale float32) ml.
 	return out
 }
 
-// minRouteWeightSum keeps the renormalisation finite: the smallest normal float16, as
-// llama.cpp and the CPU backend clamp the sum of the chosen probabilities.
-const minRouteWeightSum = 6.103515625e-5
-
 func (c *context) Route(logits ml.Tensor, k int, norm bool) (ml.Tensor, ml.Tensor) {
 	t := logits.(*tensor)
 	n, experts := t.rows2()
@@ -489,7 +485,7 @@ func (e *encoder) route(logits, ids, weights Region, n, experts, k int, norm boo
 	}
 	e.dispatch("route_f32", nil, [3]int{n, 1, 1}, rowThreads(experts), (4*experts+15)/16*16,
 		device.Cost{Label: "route", Read: 4 * int64(n*experts), Written: 8 * int64(n*k), FLOPs: int64(n * experts * (4 + k))},
-		kernels.RouteF32Args{N: int32(n), Experts: int32(experts), K: int32(k), Norm: b2i(norm), MinSum: minRouteWeightSum},
+		kernels.RouteF32Args{N: int32(n), Experts: int32(experts), K: int32(k), Norm: b2i(norm), MinSum: ml.MinRouteWeightSum},
 		logits, ids, weights)
 }
 
