@@ -10,6 +10,7 @@ import (
 	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/metalkit"
 	"github.com/redlite/batch/planner"
 )
 
@@ -44,6 +45,9 @@ type Config struct {
 	// scheduler sharing a KV pool (batch.go); 1 runs each job alone in a session planned for
 	// it (the only mode with MTP and a per-job expert cache).
 	Concurrency int `env:"REDLITE_CONCURRENCY" envDefault:"4"`
+	// Backend runs the engine: auto (Metal on a Mac with a Metal device, else the CPU),
+	// cpu, metal, or metal-harness (the Metal kernels run on the CPU: tests, Linux).
+	Backend string `env:"REDLITE_BACKEND" envDefault:"auto"`
 	// Threads for the CPU backend; 0 means one per core.
 	Threads int `env:"REDLITE_THREADS" envDefault:"0"`
 
@@ -157,6 +161,9 @@ func (c Config) Validate() error {
 		if q == "" || w < 1 {
 			return bad("REDLITE_QUEUES", "queue %q has weight %d; want a name and a weight ≥ 1", q, w)
 		}
+	}
+	if _, err := metalkit.ParseKind(c.Backend); err != nil {
+		return bad("REDLITE_BACKEND", "%v", err)
 	}
 	if c.CapabilityTTL < time.Second {
 		return bad("REDLITE_CAPABILITY_TTL", "must be at least 1s, got %v", c.CapabilityTTL)

@@ -31,6 +31,7 @@ import (
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/metalkit"
 	"github.com/redlite/batch/planner"
 )
 
@@ -43,7 +44,7 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Observer receives pipeline events (tests).
 	Observer Observer
-	// Backend runs the engine; nil means the CPU backend with REDLITE_THREADS threads.
+	// Backend runs the engine; nil means the one REDLITE_BACKEND names (metalkit.Open).
 	// Tests inject a wrapped CPU backend to make an operation fail for one job.
 	Backend ml.Backend
 }
@@ -173,7 +174,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 		}
 		d.log.Warn("REDLITE_MODEL is not set: serving the built-in default model, whose random weights write meaningless text; set REDLITE_MODEL to a GGUF file for real output", "path", path)
 	}
-	lm, err := loadModel(path, d.cfg.ModelName, engine.Options{Backend: d.backend, Threads: d.cfg.Threads}, d.cfg.ChatTemplate)
+	backend := d.backend
+	if backend == nil {
+		var err error
+		if backend, err = metalkit.Open(d.cfg.Backend, d.cfg.Threads); err != nil {
+			return configErr(fmt.Errorf("REDLITE_BACKEND: %w", err))
+		}
+	}
+	lm, err := loadModel(path, d.cfg.ModelName, engine.Options{Backend: backend, Threads: d.cfg.Threads}, d.cfg.ChatTemplate)
 	if err != nil {
 		// A model file that cannot be loaded is a configuration error (exit 2).
 		return configErr(err)
@@ -207,8 +215,8 @@ func (d *Daemon) Start(ctx context.Context) error {
 		}
 	}
 	build := buildinfo.Get()
-	backend := lm.m.Backend.Name()
-	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backend, Build: build}, d.log); err != nil {
+	backendName := lm.m.Backend.Name()
+	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backendName, Build: build}, d.log); err != nil {
 		return err
 	}
 	pool, err := planPool(d.cfg, lm, cal, budget, policy)
@@ -237,9 +245,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.w = nil
 		return err
 	}
-	d.m.buildInfo.WithLabelValues(build.Version, build.Commit, build.Go, backend).Set(1)
+	d.m.buildInfo.WithLabelValues(build.Version, build.Commit, build.Go, backendName).Set(1)
 	d.hb.start()
-	d.log.Info("redlited started", "version", build.Version, "commit", build.Commit, "backend", backend, "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
+	d.log.Info("redlited started", "version", build.Version, "commit", build.Commit, "backend", backendName, "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
 		"load_time", lm.m.LoadTime.Round(time.Millisecond), "worker", name, "redis", d.redis.String(),
 		"queues", d.cfg.Queues, "concurrency", d.cfg.Concurrency,
 		"limit_mib", budget.UsableMiB(), "budget_source", budget.Source, "calibration", cal.Name)

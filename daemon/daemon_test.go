@@ -80,6 +80,7 @@ func setupURL(t *testing.T, redisURL string) *testBundle {
 	cfg.Model = model
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.WorkerName = "test-worker"
+	cfg.Backend = "cpu" // auto would take the GPU on a Mac; the tests expect the reference
 	cfg.GPULimitMiB = 4096
 	cfg.MaxChunk = 512
 	// One job at a time, planned per job: what most tests check (MTP, chunks, expert caches,

@@ -472,6 +472,7 @@ func (r *run) queueWait() (time.Duration, bool) {
 
 func (w *worker) resultPlan(p planner.Plan, g engine.Generation) jobs.Plan {
 	jp := resultPlan(p)
+	jp.Backend = w.lm.m.Backend.Name()
 	if w.sched != nil {
 		jp.BlockSize, jp.PoolBlocks, jp.Batch = w.pool.BlockSize, w.pool.Blocks, g.Batch
 	}

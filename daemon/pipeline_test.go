@@ -51,7 +51,7 @@ func checkResult(t *testing.T, res jobs.Result, maxTokens int, wantMeta string) 
 	}
 	p := res.Plan
 	if p.Context != u.PromptTokens+maxTokens || p.Chunk != 512 || p.KVPrecision != "f32" || p.ExpertResidency != "full" ||
-		p.Slots != 1 || p.NeedMiB <= 0 || p.NeedMiB > p.LimitMiB || p.LimitMiB != 4096 || p.MTP {
+		p.Slots != 1 || p.NeedMiB <= 0 || p.NeedMiB > p.LimitMiB || p.LimitMiB != 4096 || p.MTP || p.Backend != "cpu" {
 		t.Errorf("plan %+v (prompt %d + max_tokens %d)", p, u.PromptTokens, maxTokens)
 	}
 	if res.Model != "tiny-qwen3-Q8_0" && res.Model == "" {

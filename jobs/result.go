@@ -74,6 +74,8 @@ type Plan struct {
 	Batch    int `json:"batch,omitempty"`
 	NeedMiB  int `json:"need_mib"`  // planned GPU memory
 	LimitMiB int `json:"limit_mib"` // the device's limit
+	// Backend is the engine backend the job ran on: cpu, metal or metal-harness.
+	Backend string `json:"backend,omitempty"`
 }
 
 // Phase is where a running job is.

@@ -46,6 +46,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("bench", stderr)
 	modelPath := fs.String("model", "", "GGUF model `file` (required)")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "CPU threads")
+	backend := backendFlag(fs)
 	pp := fs.Int("p", 512, "prompt tokens for the prefill test (0 skips it)")
 	tg := fs.Int("n", 128, "tokens for the decode test (0 skips it)")
 	reps := fs.Int("r", 3, "repetitions of each test")
@@ -73,7 +74,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageErr("--kv: %v", err)
 	}
-	m, err := engine.Load(*modelPath, engine.Options{Threads: *threads})
+	m, err := loadModel(*modelPath, *backend, *threads)
 	if err != nil {
 		return err
 	}

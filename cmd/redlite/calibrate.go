@@ -42,6 +42,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	chunksFlag := fs.String("chunks", "512,1024", "prefill chunks to measure; the first must be the smallest chunk")
 	kvFlag := fs.String("kv", "f32,f16", "KV precisions to measure")
 	threads := fs.Int("threads", 0, "CPU threads (0: all)")
+	backend := backendFlag(fs)
 	out := fs.String("out", "", "write the fitted calibration JSON to `file`")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -81,7 +82,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			for _, chunk := range chunks {
 				// A fresh load per point: the backend's scratch pool starts empty, so each
 				// measurement includes what that configuration makes it hold.
-				m, err := engine.Load(*modelPath, engine.Options{Threads: *threads})
+				m, err := loadModel(*modelPath, *backend, *threads)
 				if err != nil {
 					return err
 				}

@@ -33,6 +33,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
 	ctxLen := fs.Int("context", 0, "session context (0: prompt + max tokens)")
 	threads := fs.Int("threads", 0, "CPU threads (0: all)")
+	backend := backendFlag(fs)
 	var stops stringList
 	fs.Var(&stops, "stop", "stop string (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
@@ -57,7 +58,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return usageErr("%v", err)
 	}
 
-	m, err := engine.Load(*modelPath, engine.Options{Threads: *threads})
+	m, err := loadModel(*modelPath, *backend, *threads)
 	if err != nil {
 		return err
 	}

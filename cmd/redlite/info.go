@@ -11,7 +11,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/redlite/batch/engine/gguf"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/modelinfo"
+	"github.com/redlite/batch/metalkit/device"
 )
 
 func init() {
@@ -21,8 +23,9 @@ func init() {
 func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("info", stderr)
 	asJSON := fs.Bool("json", false, "print the summary as JSON (stable fields, for scripts and the planner)")
+	backend := backendFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: redlite info MODEL.gguf [--json]")
+		fmt.Fprintln(stderr, "usage: redlite info MODEL.gguf [--json] [--backend auto|cpu|metal|metal-harness]")
 		fs.PrintDefaults()
 	}
 	// The model path may come before or after the flags.
@@ -52,14 +55,34 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// The backend the engine commands and the daemon would run the model on here.
+	b, err := openBackend(*backend, 0)
+	if err != nil {
+		return err
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		return enc.Encode(info)
+		return enc.Encode(struct {
+			modelinfo.Info
+			Backend string `json:"backend"`
+		}{info, b.Name()})
 	}
 	printInfo(stdout, info)
+	fmt.Fprintf(stdout, "\nbackend: %s\n", backendDescription(b))
 	return nil
+}
+
+// backendDescription names a backend and what it runs on.
+func backendDescription(b ml.Backend) string {
+	if d, ok := b.(interface{ Device() device.Device }); ok {
+		return fmt.Sprintf("%s (%s)", b.Name(), d.Device().Name())
+	}
+	if b.Threads() > 0 {
+		return fmt.Sprintf("%s (%d threads)", b.Name(), b.Threads())
+	}
+	return b.Name()
 }
 
 func printInfo(w io.Writer, info modelinfo.Info) {

@@ -33,7 +33,7 @@ func TestInfoCommand(t *testing.T) {
 		}
 		for _, want := range []string{"architecture:   qwen3next", "file type:      Q8_0 (7)",
 			"ssm.state_size", "routed_experts", "recurrent state per sequence  823,296 bytes",
-			"KV per position               2,048 bytes f32, 1,024 bytes f16", "chat template:  yes"} {
+			"KV per position               2,048 bytes f32, 1,024 bytes f16", "chat template:  yes", "\nbackend: "} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
@@ -53,6 +53,10 @@ func TestInfoCommand(t *testing.T) {
 				info.Hyperparameters["expert_count"] != float64(16) {
 				t.Errorf("%v: decoded %+v", args, info)
 			}
+			var withBackend struct{ Backend string }
+			if err := json.Unmarshal([]byte(out), &withBackend); err != nil || withBackend.Backend == "" {
+				t.Errorf("%v: backend %q, %v", args, withBackend.Backend, err)
+			}
 		}
 	})
 	t.Run("Errors", func(t *testing.T) {
@@ -64,6 +68,9 @@ func TestInfoCommand(t *testing.T) {
 		}
 		if code, _, errs := redlite(t, "info", filepath.Join(t.TempDir(), "none.gguf")); code != 1 || !strings.Contains(errs, "none.gguf") {
 			t.Errorf("missing file: exit %d, %s", code, errs)
+		}
+		if code, _, errs := redlite(t, "info", model, "--backend", "gpu"); code != 2 || !strings.Contains(errs, `--backend: unknown backend "gpu"`) {
+			t.Errorf("unknown backend: exit %d, %s", code, errs)
 		}
 	})
 }

@@ -28,6 +28,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	chunk := fs.Int("chunk", 0, "prefill chunk size (0: whole prompt)")
 	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
 	threads := fs.Int("threads", 0, "CPU threads (0: all)")
+	backend := backendFlag(fs)
 	out := fs.String("out", "", "output `file`: float32 little-endian, row-major [positions][vocab] (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -45,7 +46,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageErr("--kv: %v", err)
 	}
-	m, err := engine.Load(*modelPath, engine.Options{Threads: *threads})
+	m, err := loadModel(*modelPath, *backend, *threads)
 	if err != nil {
 		return err
 	}

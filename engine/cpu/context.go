@@ -201,16 +201,9 @@ func (c *context) ropeTable(pos0, n int, r ml.RoPE) *ropeTable {
 	}
 	half := r.Dims / 2
 	t := &ropeTable{cos: make([]float32, n*half), sin: make([]float32, n*half)}
-	thetaScale := float32(math.Pow(float64(r.Base), -2/float64(r.Dims)))
 	c.b.pool.parallel(n, 16, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			// theta_k = pos · base^(−2k/dims), built by repeated multiplication like ggml's cache.
-			theta := float32(pos0 + i)
-			for k := 0; k < half; k++ {
-				t.cos[i*half+k] = float32(math.Cos(float64(theta)))
-				t.sin[i*half+k] = float32(math.Sin(float64(theta)))
-				theta *= thetaScale
-			}
+			ml.RoPEAngles(t.cos[i*half:(i+1)*half], t.sin[i*half:(i+1)*half], pos0+i, r)
 		}
 	})
 	if c.rope == nil {

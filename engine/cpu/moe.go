@@ -14,10 +14,6 @@ import (
 // Mixture-of-experts operations: routing, the per-expert matrix products, and the cache
 // that decides where an expert's bytes are read from.
 
-// minRouteWeightSum keeps the renormalization finite; llama.cpp clamps the sum of the chosen
-// probabilities to the smallest normal float16.
-const minRouteWeightSum = 6.103515625e-5
-
 func (c *context) Route(logits ml.Tensor, k int, norm bool) (ml.Tensor, ml.Tensor) {
 	t := logits.(*tensor)
 	n, experts := t.rows2()
@@ -45,7 +41,7 @@ func (c *context) Route(logits ml.Tensor, k int, norm bool) (ml.Tensor, ml.Tenso
 					p[best] = -1 // taken; probabilities are ≥ 0
 				}
 				if norm {
-					s := max(float32(sum), minRouteWeightSum)
+					s := max(float32(sum), ml.MinRouteWeightSum)
 					for j := range w {
 						w[j] /= s
 					}

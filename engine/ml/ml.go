@@ -200,6 +200,11 @@ type ExpertStats struct {
 	Capacity                int64 // 0: all resident
 }
 
+// MinRouteWeightSum is the least sum of the chosen probabilities that Route's
+// renormalisation divides by (the smallest normal float16, as llama.cpp clamps it): it
+// keeps the weights finite.
+const MinRouteWeightSum = 6.103515625e-5
+
 // RoPE says how rotary position embedding applies.
 type RoPE struct {
 	Dims int     // rotated features per head (≤ head dim; partial rotary leaves the rest)

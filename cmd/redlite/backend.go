@@ -1,0 +1,34 @@
+package main
+
+import (
+	"flag"
+	"strings"
+
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/metalkit"
+)
+
+// backendFlag adds --backend to an engine command: the same choice as the daemon's
+// REDLITE_BACKEND.
+func backendFlag(fs *flag.FlagSet) *string {
+	return fs.String("backend", metalkit.KindAuto, "engine backend: "+strings.Join(metalkit.Kinds, ", ")+
+		" (auto: Metal on a Mac with a Metal device, else the CPU; metal-harness runs the Metal kernels on the CPU)")
+}
+
+// openBackend makes the backend --backend names; an unknown name is a usage error.
+func openBackend(kind string, threads int) (ml.Backend, error) {
+	if _, err := metalkit.ParseKind(kind); err != nil {
+		return nil, usageErr("--backend: %v", err)
+	}
+	return metalkit.Open(kind, threads)
+}
+
+// loadModel loads a model file on the backend --backend names.
+func loadModel(path, kind string, threads int) (*engine.Model, error) {
+	b, err := openBackend(kind, threads)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Load(path, engine.Options{Backend: b, Threads: threads})
+}
