@@ -29,7 +29,18 @@ func init() {
 // purego never has to return an empty struct.
 func isVoid[R any]() bool { return typeOf[R]() == typeOf[void]() }
 
-func (b *msgBase) register() { b.sel = sel(objc.RegisterName(b.name)) }
+// bind registers b's selector and binds objc_msgSend to the message's Go signature: fn for
+// a message with a result, fnv for one without. Once per message.
+func bind[F, V any](b *msgBase, void bool, fn *F, fnv *V) {
+	b.once.Do(func() {
+		b.sel = sel(objc.RegisterName(b.name))
+		if void {
+			purego.RegisterFunc(fnv, msgSendAddr)
+		} else {
+			purego.RegisterFunc(fn, msgSendAddr)
+		}
+	})
+}
 
 func (c *class) get() id {
 	c.once.Do(func() { c.id = id(objc.GetClass(c.name)) })
@@ -39,16 +50,7 @@ func (c *class) get() id {
 // selector is m's registered selector, for respondsToSelector:.
 func (m *msg1[R, A]) selector() sel { m.bind(); return m.sel }
 
-func (m *msg0[R]) bind() {
-	m.once.Do(func() {
-		m.register()
-		if isVoid[R]() {
-			purego.RegisterFunc(&m.fnv, msgSendAddr)
-		} else {
-			purego.RegisterFunc(&m.fn, msgSendAddr)
-		}
-	})
-}
+func (m *msg0[R]) bind() { bind(&m.msgBase, isVoid[R](), &m.fn, &m.fnv) }
 
 func (m *msg0[R]) send(o id) R {
 	m.bind()
@@ -60,16 +62,7 @@ func (m *msg0[R]) send(o id) R {
 	return m.fn(o, m.sel)
 }
 
-func (m *msg1[R, A]) bind() {
-	m.once.Do(func() {
-		m.register()
-		if isVoid[R]() {
-			purego.RegisterFunc(&m.fnv, msgSendAddr)
-		} else {
-			purego.RegisterFunc(&m.fn, msgSendAddr)
-		}
-	})
-}
+func (m *msg1[R, A]) bind() { bind(&m.msgBase, isVoid[R](), &m.fn, &m.fnv) }
 
 func (m *msg1[R, A]) send(o id, a A) R {
 	m.bind()
@@ -81,16 +74,7 @@ func (m *msg1[R, A]) send(o id, a A) R {
 	return m.fn(o, m.sel, a)
 }
 
-func (m *msg2[R, A, B]) bind() {
-	m.once.Do(func() {
-		m.register()
-		if isVoid[R]() {
-			purego.RegisterFunc(&m.fnv, msgSendAddr)
-		} else {
-			purego.RegisterFunc(&m.fn, msgSendAddr)
-		}
-	})
-}
+func (m *msg2[R, A, B]) bind() { bind(&m.msgBase, isVoid[R](), &m.fn, &m.fnv) }
 
 func (m *msg2[R, A, B]) send(o id, a A, b B) R {
 	m.bind()
@@ -102,16 +86,7 @@ func (m *msg2[R, A, B]) send(o id, a A, b B) R {
 	return m.fn(o, m.sel, a, b)
 }
 
-func (m *msg3[R, A, B, C]) bind() {
-	m.once.Do(func() {
-		m.register()
-		if isVoid[R]() {
-			purego.RegisterFunc(&m.fnv, msgSendAddr)
-		} else {
-			purego.RegisterFunc(&m.fn, msgSendAddr)
-		}
-	})
-}
+func (m *msg3[R, A, B, C]) bind() { bind(&m.msgBase, isVoid[R](), &m.fn, &m.fnv) }
 
 func (m *msg3[R, A, B, C]) send(o id, a A, b B, c C) R {
 	m.bind()
@@ -123,16 +98,7 @@ func (m *msg3[R, A, B, C]) send(o id, a A, b B, c C) R {
 	return m.fn(o, m.sel, a, b, c)
 }
 
-func (m *msg4[R, A, B, C, D]) bind() {
-	m.once.Do(func() {
-		m.register()
-		if isVoid[R]() {
-			purego.RegisterFunc(&m.fnv, msgSendAddr)
-		} else {
-			purego.RegisterFunc(&m.fn, msgSendAddr)
-		}
-	})
-}
+func (m *msg4[R, A, B, C, D]) bind() { bind(&m.msgBase, isVoid[R](), &m.fn, &m.fnv) }
 
 func (m *msg4[R, A, B, C, D]) send(o id, a A, b B, c C, d D) R {
 	m.bind()
