@@ -20,7 +20,9 @@ var attnGrouped = true
 
 // attention computes causal softmax attention of q [n, heads, headDim] at positions
 // pos0 … pos0+n−1 over the cache's layer into out [n, heads·headDim] (ml.Context.Attention).
-// One token (decode) goes by split-K, more (prefill) by the tiled flash kernel.
+// One token (decode) goes by split-K, more (prefill) by the tiled flash kernel. q and out
+// are contiguous; the kernels read q as float4, so its offset must be a multiple of 16
+// bytes (Metal's alignment for a float4 buffer binding).
 func (e *encoder) attention(q Region, n, heads int, c *cache, layer, pos0 int, scale float32, out Region) {
 	if e.err != nil {
 		return
@@ -36,6 +38,10 @@ func (e *encoder) attention(q Region, n, heads int, c *cache, layer, pos0 int, s
 	}
 	if err := regionsHold("attention", int64(4*n*heads*hd), q, out); err != nil {
 		e.err = err
+		return
+	}
+	if q.Off%16 != 0 {
+		e.err = fmt.Errorf("metalkit: attention queries at offset %d, not a multiple of 16 bytes", q.Off)
 		return
 	}
 	if n == 1 {

@@ -93,7 +93,8 @@ func (r *kernelRig) mustRun(encode func(e *encoder)) {
 }
 
 // maxDiff is the largest |a−b|; it fails the test on a length mismatch or a NaN.
-func maxDiff(t *testing.T, what string, a, b []float32) float64 {
+func (r *kernelRig) maxDiff(what string, a, b []float32) float64 {
+	t := r.t
 	t.Helper()
 	if len(a) != len(b) {
 		t.Fatalf("%s: %d values against %d", what, len(a), len(b))
@@ -112,9 +113,10 @@ func maxDiff(t *testing.T, what string, a, b []float32) float64 {
 	return m
 }
 
-func within(t *testing.T, what string, got, want []float32, tol float64) {
+func (r *kernelRig) within(what string, got, want []float32, tol float64) {
+	t := r.t
 	t.Helper()
-	d := maxDiff(t, what, got, want)
+	d := r.maxDiff(what, got, want)
 	t.Logf("%s: max abs error %.3g (tolerance %.3g)", what, d, tol)
 	if d > tol {
 		t.Errorf("%s: max abs error %.3g above %.3g", what, d, tol)
@@ -226,10 +228,10 @@ func TestKVStoreLoad(t *testing.T) {
 				want := r.compute(ctx, ck, cv)
 				ctx.Close()
 				// The same conversion: bit for bit.
-				if d := maxDiff(t, "keys", r.read(gk), want[0]); d != 0 {
+				if d := r.maxDiff("keys", r.read(gk), want[0]); d != 0 {
 					t.Errorf("sequence %d: keys differ from the CPU's by %g", si, d)
 				}
-				if d := maxDiff(t, "values", r.read(gv), want[1]); d != 0 {
+				if d := r.maxDiff("values", r.read(gv), want[1]); d != 0 {
 					t.Errorf("sequence %d: values differ from the CPU's by %g", si, d)
 				}
 			}
@@ -247,7 +249,6 @@ func (s attnShape) String() string { return fmt.Sprintf("%dq%dkv×%d", s.heads, 
 // attention of n tokens at pos0 for each and compares with the CPU. Every sequence's
 // work goes in one command list, as a batched step's would.
 func (r *kernelRig) attentionCase(sh attnShape, dt ml.DType, blocks, blockSize, n int, pos0s []int, tol float64) {
-	t := r.t
 	caps := make([]int, len(pos0s))
 	for i, p := range pos0s {
 		caps[i] = p + n
@@ -287,7 +288,7 @@ func (r *kernelRig) attentionCase(sh attnShape, dt ml.DType, blocks, blockSize, 
 		}
 	})
 	for i := range seqs {
-		within(t, fmt.Sprintf("sequence %d at %d", i, pos0s[i]), r.read(outs[i]), want[i], tol)
+		r.within(fmt.Sprintf("sequence %d at %d", i, pos0s[i]), r.read(outs[i]), want[i], tol)
 	}
 }
 

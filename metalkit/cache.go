@@ -193,10 +193,14 @@ func (c *cache) Bytes() int64    { return int64(len(c.pages)) * c.pool.BlockByte
 // Free gives the cache's blocks back to its pool (and frees a private pool). Calling it
 // twice is harmless.
 func (c *cache) Free() {
-	if c.freed {
+	// Under the pool's lock, as usable reads it where an operation is encoded.
+	c.pool.mu.Lock()
+	done := c.freed
+	c.freed = true
+	c.pool.mu.Unlock()
+	if done {
 		return
 	}
-	c.freed = true
 	c.table.Release()
 	if c.private {
 		c.pool.Free()

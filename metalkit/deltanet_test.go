@@ -56,9 +56,9 @@ func TestConv1DCausal(t *testing.T) {
 				y := ctx.Conv1DCausal(ctx.Input(x, n, channels), w, cst)
 				want := r.compute(ctx, y)[0]
 				ctx.Close()
-				within(t, fmt.Sprintf("y of %d tokens", n), r.read(yr), want, 1e-6)
+				r.within(fmt.Sprintf("y of %d tokens", n), r.read(yr), want, 1e-6)
 				cs := r.hostValues(cst)
-				within(t, fmt.Sprintf("state after %d tokens", n), r.read(gst), cs, 0)
+				r.within(fmt.Sprintf("state after %d tokens", n), r.read(gst), cs, 0)
 			}
 		})
 	}
@@ -123,9 +123,9 @@ func (r *kernelRig) deltaNetCase(sh deltaShape, calls []int, tol float64) {
 			ctx.Input(g, n, sh.vHeads), ctx.Input(beta, n, sh.vHeads), cst, scale)
 		want := r.compute(ctx, o)[0]
 		ctx.Close()
-		within(t, fmt.Sprintf("out of %d tokens", n), r.read(out), want, tol)
+		r.within(fmt.Sprintf("out of %d tokens", n), r.read(out), want, tol)
 		cs := r.hostValues(cst)
-		within(t, fmt.Sprintf("state after %d tokens", n), r.read(gst), cs, tol)
+		r.within(fmt.Sprintf("state after %d tokens", n), r.read(gst), cs, tol)
 	}
 }
 
@@ -193,7 +193,7 @@ func TestDeltaNetChunkedEqualsTokens(t *testing.T) {
 			r.mustRun(func(e *encoder) { e.deltaNet(qr, kr, vr, gr, br, st, n, sh.kHeads, sh.vHeads, sh.dk, sh.dv, 0.1, out) })
 			outs[i], states[i] = r.read(out), r.read(st)
 		}
-		within(t, fmt.Sprintf("dk %d: outputs", sh.dk), outs[1], outs[0], 1e-6)
-		within(t, fmt.Sprintf("dk %d: states", sh.dk), states[1], states[0], 1e-5)
+		r.within(fmt.Sprintf("dk %d: outputs", sh.dk), outs[1], outs[0], 1e-6)
+		r.within(fmt.Sprintf("dk %d: states", sh.dk), states[1], states[0], 1e-5)
 	}
 }
