@@ -200,7 +200,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.m.limitBytes.Set(float64(budget.UsableMiB() * planner.MiB))
 	d.checkWiredLimit(budget)
 	d.limitHeap(budget, lm)
-	cal, err := d.calibration()
+	cal, err := d.calibration(lm.m.Backend.Name())
 	if err != nil {
 		return configErr(err)
 	}
@@ -304,13 +304,11 @@ func (d *Daemon) checkWiredLimit(b planner.Budget) {
 	}
 }
 
-// DefaultCalibration is the backend calibration used when REDLITE_CALIBRATION is unset.
-func DefaultCalibration() planner.Calibration { return planner.CPUPlaceholder() }
-
-func (d *Daemon) calibration() (planner.Calibration, error) {
+// calibration is REDLITE_CALIBRATION's set, or the default of the backend the model runs on.
+func (d *Daemon) calibration(backend string) (planner.Calibration, error) {
 	if d.cfg.Calibration == "" {
-		c := DefaultCalibration()
-		d.log.Info("planning with the CPU placeholder calibration (not measured); set REDLITE_CALIBRATION to a measured set", "calibration", c.Name)
+		c := planner.DefaultCalibration(backend)
+		d.log.Info("planning with the backend's default calibration; set REDLITE_CALIBRATION to a set measured on this machine (redlite calibrate)", "calibration", c.Name, "status", c.Status)
 		return c, nil
 	}
 	f, err := os.Open(d.cfg.Calibration)

@@ -128,6 +128,18 @@ var redLiteMetal = sync.OnceValue(func() Calibration {
 // DESIGN.md's Planner table are reproduced.
 func RedLiteMetal() Calibration { return redLiteMetal() }
 
+// DefaultCalibration is what a backend plans with until a set measured on the machine is
+// given (REDLITE_CALIBRATION, from `redlite calibrate`): Red Lite's published constants on
+// Metal — and on the harness, which runs the Metal backend and stands in for a Mac in
+// tests — and the CPU placeholder on the CPU.
+func DefaultCalibration(backend string) Calibration {
+	switch backend {
+	case "metal", "metal-harness":
+		return RedLiteMetal()
+	}
+	return CPUPlaceholder()
+}
+
 // CPUPlaceholder returns the constants for our CPU backend until they are measured (issue 4,
 // part 2). TO BE MEASURED: the numbers are Red Lite's Metal set with the CPU page size, so
 // plans made with them are only as good as that guess; Status says "placeholder".

@@ -68,3 +68,16 @@ func TestFitCalibration(t *testing.T) {
 		}
 	})
 }
+
+func TestDefaultCalibration(t *testing.T) {
+	for backend, want := range map[string]string{
+		"metal":         RedLiteMetal().Name,
+		"metal-harness": RedLiteMetal().Name,
+		"cpu":           CPUPlaceholder().Name,
+		"":              CPUPlaceholder().Name,
+	} {
+		if got := DefaultCalibration(backend).Name; got != want {
+			t.Errorf("DefaultCalibration(%q) = %s, want %s", backend, got, want)
+		}
+	}
+}

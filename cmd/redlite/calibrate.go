@@ -68,13 +68,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		kvs = append(kvs, kv)
 	}
 
-	cal := daemon.DefaultCalibration()
-	cal.Name = "cpu-" + strings.TrimSuffix(filepath.Base(*modelPath), ".gguf")
-	cal.Backend = "cpu"
-	cal.Source = "redlite calibrate"
-	if chunks[0] != cal.MinChunk {
-		cal.MinChunk = chunks[0]
-	}
+	var cal planner.Calibration
 	var points []calibrationPoint
 	var profile planner.Profile
 	for _, kv := range kvs {
@@ -91,7 +85,15 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 						m.Close()
 						return err
 					}
+					// The fit starts from the default of the backend measured, and
+					// replaces its constants.
+					be := m.Backend.Name()
+					cal = planner.DefaultCalibration(be)
+					cal.Name = be + "-" + strings.TrimSuffix(filepath.Base(*modelPath), ".gguf")
+					cal.Backend = be
+					cal.Source = "redlite calibrate"
 					cal.Model = profile.Name
+					cal.MinChunk = chunks[0]
 				}
 				a, err := m.MeasureAllocation(ctx, engine.SessionOptions{Context: n, KV: kv}, chunk)
 				m.Close()

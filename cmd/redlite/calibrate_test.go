@@ -109,8 +109,7 @@ func TestCalibrationPredicts(t *testing.T) {
 			for _, c := range fit {
 				ms = append(ms, measure(c))
 			}
-			cal := daemon.DefaultCalibration()
-			cal.Backend = "cpu"
+			cal := planner.DefaultCalibration("cpu")
 			cal, err := planner.FitCalibration(cal, profile, ms)
 			if err != nil {
 				t.Fatal(err)

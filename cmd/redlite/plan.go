@@ -72,7 +72,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		cal = daemon.DefaultCalibration()
+		cal = planner.DefaultCalibration(m.Backend.Name())
 	} else if profile, err = readJSONFile(*profilePath, planner.ReadProfile); err != nil {
 		return err
 	}
