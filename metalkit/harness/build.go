@@ -43,6 +43,7 @@ var ErrNoCompiler = errors.New("harness: clang++-16 not found (apt-get install c
 // compiles in ~30 s against ~7 s at -O0, but their tests run 3 times faster.
 var cflags = []string{
 	"-std=c++20", optLevel(), "-gline-tables-only", "-fsanitize=address", "-fno-omit-frame-pointer",
+	"-fsigned-char", // MSL's char is signed; C++'s is not on arm64
 	"-Wno-unknown-attributes", "-Wno-unknown-pragmas", "-Wno-gnu-anonymous-struct",
 	"-Wno-nested-anon-types", "-Wno-unused-value", "-ferror-limit=20", "-fno-color-diagnostics",
 }
@@ -234,7 +235,7 @@ func RunHost(ctx context.Context, prelude, body string) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, "main.cpp"), []byte(prog), 0o644); err != nil {
 		return "", err
 	}
-	if err := clang(ctx, dir, "-std=c++20", "-O0", "-w", "main.cpp", "-o", "main"); err != nil {
+	if err := clang(ctx, dir, "-std=c++20", "-O0", "-fsigned-char", "-w", "main.cpp", "-o", "main"); err != nil {
 		return "", fmt.Errorf("harness: compiling the host program: %w", err)
 	}
 	out, err := exec.CommandContext(ctx, filepath.Join(dir, "main")).Output()
