@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 )
 
 var (
@@ -140,8 +141,11 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 	shim := mslHeader + mslSwizzle + abiHeader
 	exe := filepath.Join(root, hashOf("exe", ver, flags, shim, runtimeSource, lib), "harness")
 	if _, err := os.Stat(exe); err == nil {
+		now := time.Now()
+		os.Chtimes(filepath.Dir(exe), now, now) // used: keep it from pruning
 		return exe, nil
 	}
+	defer prune(root)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("harness: cache: %w", err)
 	}
@@ -187,6 +191,22 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 		return nil
 	})
 	return exe, err
+}
+
+// cacheMaxAge: builds unused for this long are removed when a new one is made (each is a
+// few MB; every edit of a kernel makes one).
+const cacheMaxAge = 7 * 24 * time.Hour
+
+func prune(root string) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && e.IsDir() && time.Since(info.ModTime()) > cacheMaxAge {
+			os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
 }
 
 // buildInto builds final's content in a fresh directory beside it and renames it into

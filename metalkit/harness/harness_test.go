@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/redlite/batch/metalkit/device"
-	"github.com/redlite/batch/metalkit/kernels"
 )
 
 var shared struct {
@@ -33,12 +32,15 @@ func selftest(t *testing.T) *Device {
 	return shared.d
 }
 
+// newSelftest builds the self-test kernels alone: with kernels.Source() beside them every
+// change to a kernel would rebuild them (a minute of clang); the library itself is built by
+// the kernels package's and the backend's tests.
 func newSelftest() (*Device, error) {
 	src, err := os.ReadFile("testdata/selftest.metal")
 	if err != nil {
 		return nil, err
 	}
-	return newDevice(kernels.Source() + "\n#line 1 \"selftest.metal\"\n" + string(src))
+	return newDevice("#line 1 \"selftest.metal\"\n" + string(src))
 }
 
 // fresh is a device of its own, for tests that kill it.
@@ -356,7 +358,7 @@ func TestDivergence(t *testing.T) {
 
 func TestCompileError(t *testing.T) {
 	selftest(t)
-	_, err := New(kernels.Source() + "\n#line 1 \"broken.metal\"\nkernel void broken(device float * x [[buffer(0)]]) { x[0] = undefined_name; }\n")
+	_, err := New("#line 1 \"broken.metal\"\nkernel void broken(device float * x [[buffer(0)]]) { x[0] = undefined_name; }\n")
 	if err == nil || !strings.Contains(err.Error(), "broken.metal:1") || !strings.Contains(err.Error(), "undefined_name") {
 		t.Fatalf("got %v, want clang's message naming broken.metal:1 and undefined_name", err)
 	}
