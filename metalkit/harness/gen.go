@@ -74,6 +74,7 @@ var (
 	reHalfLit     = regexp.MustCompile(`\b((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)[hH]\b`)
 	reMetalInc    = regexp.MustCompile(`(?m)^[ \t]*#[ \t]*include[ \t]*<metal_\w+>[^\n]*`)
 	reTGDecl      = regexp.MustCompile(`^threadgroup\s+([^\[]+?)\s*\b([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*)$`)
+	reBrackets    = regexp.MustCompile(`\[[^\]]*\]`)
 	reIdent       = regexp.MustCompile(`[A-Za-z_]\w*`)
 	reAttr        = regexp.MustCompile(`^\s*([A-Za-z_]\w*)\s*(?:\(\s*([^)]*?)\s*\))?`)
 	reIndexedAttr = regexp.MustCompile(`^\d+$`)
@@ -273,12 +274,16 @@ func threadgroupDecls(kname, src, masked string, start, end int) ([]edit, error)
 			return nil, fmt.Errorf("harness: kernel %s: unterminated threadgroup declaration", kname)
 		}
 		stmt := masked[pos : pos+semi]
-		m := reTGDecl.FindStringSubmatch(strings.TrimSpace(stmt))
-		if m == nil || strings.ContainsAny(m[1], "*&(=") || strings.Contains(stmt, "=") {
+		outside := reBrackets.ReplaceAllString(stmt, "[]") // array sizes may hold any expression
+		if strings.ContainsAny(outside, "*&(=") {
 			continue // a pointer into threadgroup memory, not a threadgroup variable
 		}
-		if strings.Contains(m[1], ",") || strings.Contains(m[2], ",") {
+		if strings.Contains(outside, ",") {
 			return nil, fmt.Errorf("harness: kernel %s: declare one threadgroup variable per statement: %q", kname, strings.TrimSpace(stmt))
+		}
+		m := reTGDecl.FindStringSubmatch(strings.TrimSpace(stmt))
+		if m == nil {
+			return nil, fmt.Errorf("harness: kernel %s: cannot read threadgroup declaration %q", kname, strings.TrimSpace(stmt))
 		}
 		typ := strings.TrimSpace(m[1])
 		name := m[2]

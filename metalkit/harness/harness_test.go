@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/redlite/batch/metalkit/device"
-	"github.com/redlite/batch/metalkit/kernels"
 )
 
 var shared struct {
@@ -33,12 +32,15 @@ func selftest(t *testing.T) *Device {
 	return shared.d
 }
 
+// newSelftest builds the self-test kernels alone: with kernels.Source() beside them every
+// change to a kernel would rebuild them (a minute of clang); the library itself is built by
+// the kernels package's and the backend's tests.
 func newSelftest() (*Device, error) {
 	src, err := os.ReadFile("testdata/selftest.metal")
 	if err != nil {
 		return nil, err
 	}
-	return newDevice(kernels.Source() + "\n#line 1 \"selftest.metal\"\n" + string(src))
+	return newDevice("#line 1 \"selftest.metal\"\n" + string(src))
 }
 
 // fresh is a device of its own, for tests that kill it.
@@ -356,7 +358,7 @@ func TestDivergence(t *testing.T) {
 
 func TestCompileError(t *testing.T) {
 	selftest(t)
-	_, err := New(kernels.Source() + "\n#line 1 \"broken.metal\"\nkernel void broken(device float * x [[buffer(0)]]) { x[0] = undefined_name; }\n")
+	_, err := New("#line 1 \"broken.metal\"\nkernel void broken(device float * x [[buffer(0)]]) { x[0] = undefined_name; }\n")
 	if err == nil || !strings.Contains(err.Error(), "broken.metal:1") || !strings.Contains(err.Error(), "undefined_name") {
 		t.Fatalf("got %v, want clang's message naming broken.metal:1 and undefined_name", err)
 	}
@@ -413,4 +415,33 @@ func TestSimdgroupMatrix(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkReduce: threadgroups of 256 threads with two barriers and a simd_sum each; the
+// cost is mostly fiber switches (reported per thread).
+func BenchmarkReduce(b *testing.B) {
+	d, err := newSelftest()
+	if err != nil {
+		b.Skip(err)
+	}
+	defer d.Close()
+	const n, tg = 1 << 18, 256
+	x := make([]float32, n)
+	bx, _ := d.WrapBuffer(f32bytes(x))
+	out, _ := d.NewBuffer(4 * n / tg)
+	p, _ := d.Pipeline("st_reduce")
+	dd := device.Dispatch{Pipeline: p, Groups: [3]int{n / tg, 1, 1}, Threads: [3]int{tg, 1, 1},
+		Bytes:   []device.BytesArg{{Index: 0, Data: argBytes(stArgs{N: n})}},
+		Buffers: []device.BufferArg{{Index: 1, Buffer: bx}, {Index: 2, Buffer: out}},
+		Shared:  []device.SharedArg{{Index: 0, Size: 4 * tg}}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := d.NewCommands()
+		c.Encode(dd)
+		c.Commit()
+		if err := c.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/thread")
 }

@@ -124,7 +124,7 @@ func layoutProblems(t *testing.T, header string, mirrors map[string]any) []strin
 		off := 0
 		for i := 0; i < v.NumField(); i++ {
 			gf := v.Type().Field(i)
-			gsize := binary.Size(v.Field(i).Interface())
+			gsize := binary.Size(reflect.New(gf.Type).Elem().Interface()) // blank fields are unexported
 			if gf.Name != "_" && normName(gf.Name) != normName(cf[i].name) {
 				problems = append(problems, fmt.Sprintf("%s field %d: C %s, Go %s", name, i, cf[i].name, gf.Name))
 			}
@@ -159,14 +159,15 @@ func TestArgLayoutsDetectMismatch(t *testing.T) {
 	}
 	type renamedArgs struct {
 		NE00 int32
+		_    int32
 		Bar  float32
 	}
 	header := `struct bad_args { int32_t a; uint64_t b; };
-struct renamed_args { int32_t ne00; float foo; };
+struct renamed_args { int32_t ne00; int32_t pad0; float foo; };
 struct lonely_args { int32_t n; };
 `
 	got := layoutProblems(t, header, map[string]any{"bad_args": badArgs{}, "renamed_args": renamedArgs{}, "ghost_args": badArgs{}})
-	for _, want := range []string{"bad_args: clang's size 16", "bad_args.b: clang offset 8", "renamed_args field 1: C foo, Go Bar", "struct lonely_args has no Go mirror", "ghost_args: no such struct"} {
+	for _, want := range []string{"bad_args: clang's size 16", "bad_args.b: clang offset 8", "renamed_args field 2: C foo, Go Bar", "struct lonely_args has no Go mirror", "ghost_args: no such struct"} {
 		found := false
 		for _, p := range got {
 			found = found || strings.Contains(p, want)
