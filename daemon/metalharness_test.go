@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
@@ -68,7 +69,10 @@ func TestMetalHarnessJob(t *testing.T) {
 // harness and returns the "not implemented yet" error of an operation still pending.
 func metalPending(t *testing.T) error {
 	be := metalkit.New(harnesstest.Device(t))
-	data := make([]byte, 4*8*8)
+	// On a page, as the file mappings Map takes start.
+	const page = 16 << 10
+	buf := make([]byte, 2*page)
+	data := buf[page-int(uintptr(unsafe.Pointer(&buf[0]))%page):][:4*8*8]
 	m, err := be.Map(data)
 	if err != nil {
 		t.Fatal(err)

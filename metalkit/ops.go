@@ -196,10 +196,10 @@ func (c *context) RoPE(x ml.Tensor, pos0 int, r ml.RoPE) ml.Tensor {
 func (c *context) StoreKV(cc ml.Cache, layer, pos0 int, k, v ml.Tensor) {
 	kc := cc.(*cache)
 	kt, vt := k.(*tensor), v.(*tensor)
-	row := kc.kvHeads * kc.headDim
-	if kt.n != vt.n || kt.n%row != 0 || layer < 0 || layer >= kc.layers || pos0 < 0 || pos0+kt.n/row > kc.capacity {
+	row := kc.pool.kvHeads * kc.pool.headDim
+	if kt.n != vt.n || kt.n%row != 0 || layer < 0 || layer >= kc.pool.layers || pos0 < 0 || pos0+kt.n/row > kc.capacity {
 		panic(fmt.Sprintf("metalkit: store k %v, v %v at %d of layer %d in a cache of %d layers × %d × %d×%d",
-			kt.shape, vt.shape, pos0, layer, kc.layers, kc.capacity, kc.kvHeads, kc.headDim))
+			kt.shape, vt.shape, pos0, layer, kc.pool.layers, kc.capacity, kc.pool.kvHeads, kc.pool.headDim))
 	}
 	n := kt.n / row
 	c.record("store kv", false, func(e *encoder) { e.storeKV(kc, layer, pos0, n, c.region(kt), c.region(vt)) }, nil, kt, vt)
@@ -208,10 +208,10 @@ func (c *context) StoreKV(cc ml.Cache, layer, pos0 int, k, v ml.Tensor) {
 func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32) ml.Tensor {
 	kc := cc.(*cache)
 	qt := q.(*tensor)
-	if len(qt.shape) != 3 || qt.shape[2] != kc.headDim || qt.shape[1]%kc.kvHeads != 0 || layer < 0 || layer >= kc.layers ||
+	if len(qt.shape) != 3 || qt.shape[2] != kc.pool.headDim || qt.shape[1]%kc.pool.kvHeads != 0 || layer < 0 || layer >= kc.pool.layers ||
 		pos0 < 0 || pos0+qt.shape[0] > kc.capacity {
 		panic(fmt.Sprintf("metalkit: attention of q %v at %d of layer %d over a cache of %d layers × %d × %d×%d",
-			qt.shape, pos0, layer, kc.layers, kc.capacity, kc.kvHeads, kc.headDim))
+			qt.shape, pos0, layer, kc.pool.layers, kc.capacity, kc.pool.kvHeads, kc.pool.headDim))
 	}
 	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
 	out := c.out(n, heads*hd)
@@ -223,10 +223,10 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 
 func (c *context) LoadKV(cc ml.Cache, layer, pos0, n int) (ml.Tensor, ml.Tensor) {
 	kc := cc.(*cache)
-	if layer < 0 || layer >= kc.layers || pos0 < 0 || n < 0 || pos0+n > kc.capacity {
-		panic(fmt.Sprintf("metalkit: load of positions [%d, %d) of layer %d from a cache of %d layers × %d", pos0, pos0+n, layer, kc.layers, kc.capacity))
+	if layer < 0 || layer >= kc.pool.layers || pos0 < 0 || n < 0 || pos0+n > kc.capacity {
+		panic(fmt.Sprintf("metalkit: load of positions [%d, %d) of layer %d from a cache of %d layers × %d", pos0, pos0+n, layer, kc.pool.layers, kc.capacity))
 	}
-	k, v := c.out(n, kc.kvHeads, kc.headDim), c.out(n, kc.kvHeads, kc.headDim)
+	k, v := c.out(n, kc.pool.kvHeads, kc.pool.headDim), c.out(n, kc.pool.kvHeads, kc.pool.headDim)
 	c.record("load kv", false, func(e *encoder) { e.loadKV(kc, layer, pos0, n, c.region(k), c.region(v)) }, []*tensor{k, v})
 	return k, v
 }

@@ -6,8 +6,7 @@ package metalkit
 // matrix kernels (branch matmul: matmul.go) and the KV cache, attention and recurrent-state
 // kernels (branch attn: cache.go, attention.go, deltanet.go). They let this branch build and
 // test alone: binding works, and a pass that uses one of these operations fails at Compute
-// with "metalkit: <op> not implemented yet". The signatures are the contracts'; the cache's
-// fields (layers, kvHeads, headDim, capacity) are what context.go's shape checks read.
+// with "metalkit: <op> not implemented yet". The signatures are the contracts'.
 
 import (
 	"errors"
@@ -38,23 +37,28 @@ func (e *encoder) getRows(t quant.Type, table Region, cols int, ids Region, y Re
 	e.pending("Embed")
 }
 
+// cache and kvPool: the fields context.go's shape checks read are the attn branch's.
 type cache struct {
-	layers, kvHeads, headDim, capacity int
-	dtype                              ml.DType
+	pool     *kvPool
+	capacity int
 }
 
-func (c *cache) DType() ml.DType { return c.dtype }
+func (c *cache) DType() ml.DType { return c.pool.dtype }
 func (c *cache) Capacity() int   { return c.capacity }
 func (c *cache) Bytes() int64    { return 0 }
 func (c *cache) Free()           {}
+
+type kvPool struct {
+	ml.KVPool
+	layers, kvHeads, headDim int
+	dtype                    ml.DType
+}
 
 var errPendingCache = errors.New("metalkit: KV caches not implemented yet")
 
 func newCache(dev device.Device, layers, kvHeads, headDim, capacity int, dt ml.DType) (*cache, error) {
 	return nil, errPendingCache
 }
-
-type kvPool struct{ ml.KVPool }
 
 func newKVPool(dev device.Device, layers, kvHeads, headDim, blocks, blockSize int, dt ml.DType) (*kvPool, error) {
 	return nil, errPendingCache
