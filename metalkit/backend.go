@@ -57,21 +57,26 @@ const maxOverlap = 1 << 30
 // mapping is the tensor section of a mapped model file, wrapped in windows: device buffers
 // of at most the device's MaxBufferLength over overlapping ranges of it.
 //
+// Metal binds host memory in place only from a page boundary, and a GGUF's tensor section
+// starts where its header ends, mid-page. So the windows are laid over base, the memory
+// from the page boundary at or before the section's start: the bytes before the section are
+// the file's header, mapped with it (gguf.Open maps the whole file from a page boundary).
+//
 // The backend learns the weights only one by one (Weight), after Map, so the windows cannot
 // break at tensor boundaries. Instead consecutive windows overlap by O bytes (a quarter of
-// the device's largest buffer, at most maxOverlap): a weight of at most O bytes then lies
-// wholly inside the window whose start is the last one at or before its own. Windows after
-// the first start on page boundaries of the memory (data's own start need not be one: a
-// GGUF's tensor section starts at its header's end; the Metal device rounds the first
-// window down to the page, whose bytes before data are the file's header, mapped too). The
-// overlap costs address space, not memory: the windows are views of the same pages.
+// the device's largest buffer, at most maxOverlap), each starting on a page: a weight of at
+// most O bytes then lies wholly inside the last window starting at or before it. A larger
+// weight across a boundary gets a window of its own at Weight. The overlap costs address
+// space, not memory: the windows are views of the same pages.
 type mapping struct {
-	data []byte
+	data []byte // the section
+	base []byte // from the page boundary at or before data[0] to data's end
+	lead int64  // data[0] is base[lead]
 	mu   sync.Mutex
 	wins []window
 }
 
-// window is bytes [start, end) of a mapping's data in one device buffer.
+// window is bytes [start, end) of a mapping's base in one device buffer.
 type window struct {
 	start, end int64
 	buf        device.Buffer
@@ -79,44 +84,59 @@ type window struct {
 
 func (m *mapping) Bytes() int64 { return int64(len(m.data)) }
 
-// windowPlan returns the ranges [start, end) of the windows over n bytes of memory whose
-// first byte is lead bytes past a page boundary, for buffers of at most max bytes.
-func windowPlan(n, lead, max int64) [][2]int64 {
+// windowPlan returns the ranges [start, end) of the windows over n bytes of page-aligned
+// memory, for buffers of at most max bytes: every start is on a page.
+func windowPlan(n, max int64) [][2]int64 {
 	max -= max % pageSize
-	if n+lead <= max {
+	if n <= max {
 		return [][2]int64{{0, n}}
 	}
 	overlap := min(max/4, maxOverlap)
 	overlap -= overlap % pageSize
 	stride := max - overlap // a multiple of the page
-	plan := [][2]int64{{0, max - lead}}
-	for s := stride - lead; plan[len(plan)-1][1] < n; s += stride {
+	plan := [][2]int64{{0, max}}
+	for s := stride; plan[len(plan)-1][1] < n; s += stride {
 		plan = append(plan, [2]int64{s, min(n, s+max)})
 	}
 	return plan
 }
 
-// Map wraps data in the device buffers weights are addressed in.
+// pageBase extends data back to the page boundary at or before its start. The memory
+// between must be mapped and readable, as a file mapping's header is; data on the Go heap
+// (tests) must start on a page, or the collector may find a pointer before its object.
+func pageBase(data []byte) ([]byte, int64) {
+	p := unsafe.Pointer(unsafe.SliceData(data))
+	lead := int64(uintptr(p) % pageSize)
+	if lead == 0 {
+		return data, 0
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(p, -lead)), lead+int64(len(data))), lead
+}
+
+// Map wraps data in the device buffers weights are addressed in. data is a file mapping's
+// tensor section (pageBase says why it must be one, or start on a page).
 func (b *Backend) Map(data []byte) (ml.Mapping, error) {
 	m := &mapping{data: data}
 	if len(data) == 0 {
 		return m, nil
 	}
-	lead := int64(uintptr(unsafe.Pointer(unsafe.SliceData(data))) % pageSize)
-	for _, r := range windowPlan(int64(len(data)), lead, b.dev.MaxBufferLength()) {
-		buf, err := b.dev.WrapBuffer(data[r[0]:r[1]:r[1]])
+	m.base, m.lead = pageBase(data)
+	for _, r := range windowPlan(int64(len(m.base)), b.dev.MaxBufferLength()) {
+		buf, err := b.dev.WrapBuffer(m.base[r[0]:r[1]:r[1]])
 		if err != nil {
 			m.release()
-			return nil, fmt.Errorf("metalkit: wrap bytes [%d, %d) of the model: %w", r[0], r[1], err)
+			return nil, fmt.Errorf("metalkit: wrap bytes [%d, %d) of the model: %w", r[0]-m.lead, r[1]-m.lead, err)
 		}
 		m.wins = append(m.wins, window{start: r[0], end: r[1], buf: buf})
 	}
 	return m, nil
 }
 
-// region returns the window holding bytes [off, off+n), making a window for them when
-// none does (a weight larger than the overlap across a boundary).
+// region returns where bytes [off, off+n) of the section are: in the window holding them,
+// or in a window made for them when none does (a weight larger than the overlap across a
+// boundary).
 func (m *mapping) region(dev device.Device, off, n int64) (Region, error) {
+	off += m.lead
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, w := range m.wins {
@@ -124,12 +144,11 @@ func (m *mapping) region(dev device.Device, off, n int64) (Region, error) {
 			return Region{Buf: w.buf, Off: off - w.start, Len: n}, nil
 		}
 	}
-	if n > dev.MaxBufferLength()-pageSize {
+	start := off - off%pageSize
+	if off+n-start > dev.MaxBufferLength() {
 		return Region{}, fmt.Errorf("%d bytes exceed the device's largest buffer (%d)", n, dev.MaxBufferLength())
 	}
-	lead := int64(uintptr(unsafe.Pointer(unsafe.SliceData(m.data))) % pageSize)
-	start := max(0, off-(lead+off)%pageSize)
-	buf, err := dev.WrapBuffer(m.data[start : off+n : off+n])
+	buf, err := dev.WrapBuffer(m.base[start : off+n : off+n])
 	if err != nil {
 		return Region{}, err
 	}

@@ -56,7 +56,10 @@ func encodeWeights(t *testing.T, ws []wspec) ([]byte, []int64) {
 			t.Fatalf("test weights of type %s", w.typ)
 		}
 	}
-	return data, offs
+	// On a page, as a file mapping starts (Map reads from the page boundary before data).
+	aligned := pageAligned(len(data))
+	copy(aligned, data)
+	return aligned, offs
 }
 
 // run builds the graph on both backends and returns the outputs' values (CPU, Metal).
