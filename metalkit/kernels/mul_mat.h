@@ -7,6 +7,7 @@
 
 #include "args_matmul.h"
 #include "quant_blocks.h"
+#include "mul_mat_geometry.h" // MV_*, MM_*, GET_ROWS_THREADS: kernels/matmul.go
 
 // ---- mat-vec (decode: n small)
 //
@@ -16,9 +17,6 @@
 // lanes spans: for the 2048-column gate/up rows that is 16 lanes, at most 2 per 256-value
 // block (Red Lite measured 16 lanes faster than 32 and 8 on those rows). Each threadgroup
 // takes MV_TOKENS tokens, so a weight is decoded once per MV_TOKENS tokens.
-#define MV_SIMDGROUPS 2
-#define MV_SPAN 8
-#define MV_TOKENS 4
 
 // mul_mv_rows dots `row` (a row of w) with nt tokens of x (stride cols), leaving each token's
 // partial sum in acc; the lanes of the row are lane j of `lanes`.
@@ -65,7 +63,7 @@ void mul_mv_impl(constant mul_mv_args & a, device const uchar * w, device const 
     const int j = tiisg % lanes;
     const int t0 = int(tgpig.y) * MV_TOKENS;
     const int nt = min(MV_TOKENS, a.n - t0);
-    float acc[MV_TOKENS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[MV_TOKENS] = {0.0f};
     if (row < a.rows) {
         mul_mv_row<F>(w + (uint64_t)row * a.row_bytes, a.cols, x + (uint64_t)t0 * a.cols, nt, lanes, j, acc);
     }
@@ -91,7 +89,7 @@ void mul_mv_id_impl(constant mul_mv_id_args & a, device const uchar * w, device 
     const int e = int(fe);
     const bool ok = fe >= 0.0f && e < a.experts && float(e) == fe;
     device const float * xp = x + (uint64_t)(a.x_per_slot ? pair : pair / a.k) * a.cols;
-    float acc[MV_TOKENS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[MV_TOKENS] = {0.0f};
     if (ok && row < a.rows) {
         mul_mv_row<F>(w + (uint64_t)e * a.expert_bytes + (uint64_t)row * a.row_bytes, a.cols, xp, 1, lanes, j, acc);
     }
@@ -109,13 +107,7 @@ void mul_mv_id_impl(constant mul_mv_id_args & a, device const uchar * w, device 
 // every thread accumulates MM_RT rows by MM_CT tokens from threadgroup memory. Plain
 // threadgroup tiles, no simdgroup matrices, so the harness runs it as written; the Mac's
 // dense prefill would switch to MPSMatrixMultiplication in the backend (not built here).
-#define MM_TM 32
-#define MM_TN 32
-#define MM_TK 32
 #define MM_LD (MM_TK + 1) // padded row of a tile
-#define MM_THREADS 128
-#define MM_RT 2 // rows per thread
-#define MM_CT 4 // tokens per thread
 
 // mm_tile computes a tile of rows [r0, r0 + MM_TM) by the nt ≤ MM_TN tokens whose inputs are
 // rows xrow[t] of x and whose outputs are rows yrow[t] of y (xrow, yrow in threadgroup
@@ -273,7 +265,6 @@ void mul_mm_id_impl(constant mul_mm_id_args & a, device const uchar * w, device 
 
 // ---- row lookups (embeddings): y[i] = row ids[i] of the table, decoded. tgpig.y is the
 // token; each thread decodes one chunk of 16. An id outside the table gives a row of NaN.
-#define GET_ROWS_THREADS 64
 
 template <typename F>
 void get_rows_impl(constant get_rows_args & a, device const uchar * table, device const float * ids,
