@@ -391,3 +391,26 @@ func TestValidation(t *testing.T) {
 		t.Error("Pipeline of an unknown kernel succeeded")
 	}
 }
+
+func TestSimdgroupMatrix(t *testing.T) {
+	d := selftest(t)
+	a, bt := make([]float32, 16*8), make([]float32, 16*8)
+	for i := range a {
+		a[i] = float32(i%5) - 2 // exact in half
+		bt[i] = float32(i%7) * 0.5
+	}
+	ba, bb, bc := upload(t, d, a), upload(t, d, bt), alloc(t, d, 4*16*16)
+	mustRun(t, d, "st_simdgroup_matrix", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{ba, bb, bc})
+	got := download(t, bc)
+	for i := 0; i < 16; i++ {
+		for j := 0; j < 16; j++ {
+			want := float32(1)
+			for k := 0; k < 8; k++ {
+				want += a[i*8+k] * bt[j*8+k]
+			}
+			if g := got[i*16+j]; g != want {
+				t.Fatalf("c[%d][%d] = %v, want %v", i, j, g, want)
+			}
+		}
+	}
+}

@@ -700,6 +700,66 @@ template <class T, class U> inline T atomic_fetch_and_explicit(_atomic<T> *a, U 
 template <class T, class U> inline T atomic_fetch_or_explicit(_atomic<T> *a, U x, memory_order) { return __atomic_rmw(a, [&](T o) { return T(o | T(x)); }); }
 template <class T, class U> inline T atomic_fetch_xor_explicit(_atomic<T> *a, U x, memory_order) { return __atomic_rmw(a, [&](T o) { return T(o ^ T(x)); }); }
 
+// ---------------------------------------------------------------- SIMD-group matrices
+// Every lane holds the whole 8×8 matrix (on a GPU each holds two elements): loads, stores
+// and products are computed by each lane on its own, so they need no exchange between
+// lanes. They are collective in Metal; here a lane that calls one alone is not detected.
+template <class T, int Cols, int Rows = Cols> struct simdgroup_matrix {
+	T m[Rows][Cols];
+	simdgroup_matrix() = default;
+	simdgroup_matrix(T v) {
+		for (int r = 0; r < Rows; r++)
+			for (int c = 0; c < Cols; c++) m[r][c] = v;
+	}
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+
+template <class T, int Cols, int Rows = Cols> inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T v) {
+	return simdgroup_matrix<T, Cols, Rows>(v);
+}
+
+// simdgroup_load: element (r, c) from src[(origin.y + r) * elements_per_row + origin.x + c],
+// or the transpose of that block.
+template <class T, int C, int R, class S>
+inline void simdgroup_load(simdgroup_matrix<T, C, R> &d, const S *src, ulong elements_per_row = C, ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
+	if (!transpose_matrix) {
+		for (int r = 0; r < R; r++)
+			for (int c = 0; c < C; c++) d.m[r][c] = T(src[(matrix_origin.y + r) * elements_per_row + matrix_origin.x + c]);
+	} else {
+		for (int r = 0; r < R; r++)
+			for (int c = 0; c < C; c++) d.m[r][c] = T(src[(matrix_origin.y + c) * elements_per_row + matrix_origin.x + r]);
+	}
+}
+
+template <class T, int C, int R, class S>
+inline void simdgroup_store(const simdgroup_matrix<T, C, R> &a, S *dst, ulong elements_per_row = C, ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++) {
+			if (!transpose_matrix)
+				dst[(matrix_origin.y + r) * elements_per_row + matrix_origin.x + c] = S(a.m[r][c]);
+			else
+				dst[(matrix_origin.y + c) * elements_per_row + matrix_origin.x + r] = S(a.m[r][c]);
+		}
+}
+
+// d = a·b + c, accumulated in float whatever the element types.
+template <class TD, class TA, class TB, class TC, int M, int N, int K>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a, const simdgroup_matrix<TB, N, K> &b, const simdgroup_matrix<TC, N, M> &c) {
+	simdgroup_matrix<TD, N, M> r;
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			float s = float(c.m[i][j]);
+			for (int k = 0; k < K; k++) s += float(a.m[i][k]) * float(b.m[k][j]);
+			r.m[i][j] = TD(s);
+		}
+	d = r;
+}
+template <class TD, class TA, class TB, int M, int N, int K>
+inline void simdgroup_multiply(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a, const simdgroup_matrix<TB, N, K> &b) {
+	simdgroup_multiply_accumulate(d, a, b, simdgroup_matrix<TD, N, M>(TD(0)));
+}
+
 } // namespace metal
 
 // ---------------------------------------------------------------- glue helpers

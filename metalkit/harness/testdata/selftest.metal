@@ -168,3 +168,30 @@ kernel void st_early_return(
 	threadgroup_barrier(mem_flags::mem_threadgroup);
 	out[tid] = t[(tid + 1) % 32];
 }
+
+// c[16×16] = a[16×8]·b[8×16] + 1 with SIMD-group matrices: a through threadgroup memory as
+// half, b from device memory transposed (bt is b's transpose, 16×8).
+kernel void st_simdgroup_matrix(
+		device const float * a  [[buffer(1)]],
+		device const float * bt [[buffer(2)]],
+		device float * c        [[buffer(3)]],
+		ushort tiitg [[thread_index_in_threadgroup]]) {
+	threadgroup half ta[16 * 8];
+	for (int i = tiitg; i < 16 * 8; i += 32) {
+		ta[i] = half(a[i]);
+	}
+	threadgroup_barrier(mem_flags::mem_threadgroup);
+	simdgroup_half8x8 ma[2];
+	simdgroup_float8x8 mb[2];
+	for (int i = 0; i < 2; i++) {
+		simdgroup_load(ma[i], ta + 64 * i, 8);
+		simdgroup_load(mb[i], bt, 8, ulong2(0, 8 * i), true);
+	}
+	for (int i = 0; i < 2; i++) {
+		for (int j = 0; j < 2; j++) {
+			simdgroup_float8x8 mc = make_filled_simdgroup_matrix<float, 8>(1.0f);
+			simdgroup_multiply_accumulate(mc, ma[i], mb[j], mc);
+			simdgroup_store(mc, c, 16, ulong2(8 * j, 8 * i));
+		}
+	}
+}
