@@ -32,16 +32,13 @@ const (
 	MvSpan       = 8
 	MvTokens     = 4
 	// Mat-mat: a threadgroup of MmThreads threads computes MmRows rows by MmTokens tokens,
-	// MmDepth columns at a time, MmRowsPerThread × MmTokensPerThread outputs per thread
-	// (MmThreads = MmRows/MmRowsPerThread · MmTokens/MmTokensPerThread, and the weight tile's
+	// MmDepth columns at a time, a SIMD group per 16 × 16 part; the weight tile's
 	// MmRows·MmDepth/16 chunks are decoded by that many threads, the activations copied by
-	// the rest).
-	MmRows            = 32
-	MmTokens          = 32
-	MmDepth           = 32
-	MmThreads         = 128
-	MmRowsPerThread   = 2
-	MmTokensPerThread = 4
+	// the rest (kernels/mul_mat.h asserts what these must satisfy).
+	MmRows    = 32
+	MmTokens  = 32
+	MmDepth   = 32
+	MmThreads = 128
 	// Row lookups: threads per threadgroup, one chunk of 16 values each.
 	GetRowsThreads = 64
 )

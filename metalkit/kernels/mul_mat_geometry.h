@@ -10,6 +10,4 @@
 #define MM_TN 32
 #define MM_TK 32
 #define MM_THREADS 128
-#define MM_RT 2
-#define MM_CT 4
 #define GET_ROWS_THREADS 64

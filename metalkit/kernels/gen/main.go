@@ -280,8 +280,6 @@ func geometry() []byte {
 		{"MM_TN", kernels.MmTokens},
 		{"MM_TK", kernels.MmDepth},
 		{"MM_THREADS", kernels.MmThreads},
-		{"MM_RT", kernels.MmRowsPerThread},
-		{"MM_CT", kernels.MmTokensPerThread},
 		{"GET_ROWS_THREADS", kernels.GetRowsThreads},
 	} {
 		fmt.Fprintf(&b, "#define %s %d\n", d.name, d.v)
