@@ -414,3 +414,32 @@ func TestSimdgroupMatrix(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReduce: threadgroups of 256 threads with two barriers and a simd_sum each; the
+// cost is mostly fiber switches (reported per thread).
+func BenchmarkReduce(b *testing.B) {
+	d, err := newSelftest()
+	if err != nil {
+		b.Skip(err)
+	}
+	defer d.Close()
+	const n, tg = 1 << 18, 256
+	x := make([]float32, n)
+	bx, _ := d.WrapBuffer(f32bytes(x))
+	out, _ := d.NewBuffer(4 * n / tg)
+	p, _ := d.Pipeline("st_reduce")
+	dd := device.Dispatch{Pipeline: p, Groups: [3]int{n / tg, 1, 1}, Threads: [3]int{tg, 1, 1},
+		Bytes:   []device.BytesArg{{Index: 0, Data: argBytes(stArgs{N: n})}},
+		Buffers: []device.BufferArg{{Index: 1, Buffer: bx}, {Index: 2, Buffer: out}},
+		Shared:  []device.SharedArg{{Index: 0, Size: 4 * tg}}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := d.NewCommands()
+		c.Encode(dd)
+		c.Commit()
+		if err := c.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/thread")
+}

@@ -504,7 +504,7 @@ static Pool pool;
 
 // ---------------------------------------------------------------- protocol
 static void rd(void *p, size_t n) {
-	if (n && fread(p, 1, n, stdin) != n) exit(0); // the Go side closed the pipe: quit
+	if (n && fread(p, 1, n, stdin) != n) _exit(0); // the Go side closed the pipe: quit
 }
 template <class T> static T rd() {
 	T v;
@@ -512,7 +512,7 @@ template <class T> static T rd() {
 	return v;
 }
 static void wr(const void *p, size_t n) {
-	if (n && fwrite(p, 1, n, stdout) != n) exit(0);
+	if (n && fwrite(p, 1, n, stdout) != n) _exit(0);
 }
 template <class T> static void wr(T v) { wr(&v, sizeof v); }
 static void reply_ok() {
@@ -639,7 +639,9 @@ int main(int argc, char **argv) {
 	fflush(stdout);
 	for (;;) {
 		int op = fgetc(stdin);
-		if (op == EOF) return 0;
+		// The Go side closed the pipe: quit at once (returning from main would destroy the
+		// worker pool's threads while they wait).
+		if (op == EOF) _exit(0);
 		switch (op) {
 		case OP_NEW: {
 			uint32_t id = rd<uint32_t>();
