@@ -11,27 +11,16 @@ import (
 
 // Products of weights with activations: the mat-vec kernels for decode (a few tokens), the
 // tiled mat-mat kernel for prefill, the expert products over routed ids (mul_mat_id) and
-// the row lookups of embeddings. The kernels are in kernels/mul_mat.h; their dispatch
-// geometry here must match the constants there (MV_*, MM_*, GET_ROWS_THREADS).
+// the row lookups of embeddings. The kernels are in kernels/mul_mat.h; their geometry
+// (kernels.Mv*, Mm*, GetRowsThreads) is defined once in package kernels.
 
 // matVecMaxTokens is the batch up to which matMul runs the mat-vec kernel: it decodes each
-// weight chunk once per mvTokens tokens and keeps every lane busy, which beats the tiled
-// kernel's threadgroup round trips while the batch is a few decoding sequences.
+// weight chunk once per kernels.MvTokens tokens and keeps every lane busy, which beats the
+// tiled kernel's threadgroup round trips while the batch is a few decoding sequences.
 const matVecMaxTokens = 8
 
-// Geometry of the kernels (kernels/mul_mat.h).
-const (
-	mvSimdgroups = 2  // MV_SIMDGROUPS
-	mvSpan       = 8  // MV_SPAN: chunks of 16 values a lane decodes before moving on
-	mvTokens     = 4  // MV_TOKENS
-	simdWidth    = 32 // lanes of a SIMD group on Apple GPUs (and in the harness)
-
-	mmRows    = 32  // MM_TM
-	mmTokens  = 32  // MM_TN
-	mmThreads = 128 // MM_THREADS
-
-	getRowsThreads = 64 // GET_ROWS_THREADS
-)
+// simdWidth is the lanes of a SIMD group on Apple GPUs (and in the harness).
+const simdWidth = 32
 
 // matMulSupported reports whether the matrix kernels exist for weights of type t.
 func matMulSupported(t quant.Type) bool { return slices.Contains(kernels.MatMulTypes, t) }
@@ -48,10 +37,11 @@ func checkMatrix(t quant.Type, rows, cols int) {
 }
 
 // mvLanes is the lanes of a SIMD group that share a row of cols values: one per span of
-// mvSpan chunks of 16, rounded down to a power of two, at most the SIMD width. 2048 columns
-// get 16 lanes (two per 256-value block), 256 columns two lanes and 16 rows per SIMD group.
+// kernels.MvSpan chunks of 16, rounded down to a power of two, at most the SIMD width.
+// 2048 columns get 16 lanes (two per 256-value block), 256 columns two lanes and 16 rows
+// per SIMD group.
 func mvLanes(cols int) int {
-	spans := (cols + 16*mvSpan - 1) / (16 * mvSpan)
+	spans := (cols + 16*kernels.MvSpan - 1) / (16 * kernels.MvSpan)
 	l := 1
 	for l*2 <= spans && l*2 <= simdWidth {
 		l *= 2
@@ -75,11 +65,11 @@ func (e *encoder) matMul(t quant.Type, w Region, rows, cols int, x, y Region, n 
 	sfx := kernels.TypeSuffix(t)
 	if n <= matVecMaxTokens {
 		lanes := mvLanes(cols)
-		rowsPerGroup := mvSimdgroups * simdWidth / lanes
+		rowsPerGroup := kernels.MvSimdgroups * simdWidth / lanes
 		args := kernels.MulMvArgs{Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes), RowBytes: uint64(rb)}
 		e.dispatch("mul_mv_"+sfx+"_f32", nil,
-			[3]int{ceilDiv(rows, rowsPerGroup), ceilDiv(n, mvTokens), 1},
-			[3]int{mvSimdgroups * simdWidth, 1, 1},
+			[3]int{ceilDiv(rows, rowsPerGroup), ceilDiv(n, kernels.MvTokens), 1},
+			[3]int{kernels.MvSimdgroups * simdWidth, 1, 1},
 			0, matVecCost(t, rows, cols, n), args, w, x, y)
 		return
 	}
@@ -88,8 +78,8 @@ func (e *encoder) matMul(t quant.Type, w Region, rows, cols int, x, y Region, n 
 	// with this kernel as the fallback; MPS cannot run in the harness and is not built yet.
 	args := kernels.MulMmArgs{Rows: int32(rows), Cols: int32(cols), N: int32(n), RowBytes: uint64(rb)}
 	e.dispatch("mul_mm_"+sfx+"_f32", nil,
-		[3]int{ceilDiv(rows, mmRows), ceilDiv(n, mmTokens), 1},
-		[3]int{mmThreads, 1, 1},
+		[3]int{ceilDiv(rows, kernels.MmRows), ceilDiv(n, kernels.MmTokens), 1},
+		[3]int{kernels.MmThreads, 1, 1},
 		0, matMatCost(t, rows, cols, n), args, w, x, y)
 }
 
@@ -121,7 +111,7 @@ func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int,
 	sfx := kernels.TypeSuffix(t)
 	if n <= matVecMaxTokens {
 		lanes := mvLanes(cols)
-		rowsPerGroup := mvSimdgroups * simdWidth / lanes
+		rowsPerGroup := kernels.MvSimdgroups * simdWidth / lanes
 		args := kernels.MulMvIdArgs{
 			Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes),
 			K: int32(k), Experts: int32(experts), XPerSlot: perSlot,
@@ -129,7 +119,7 @@ func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int,
 		}
 		e.dispatch("mul_mv_id_"+sfx+"_f32", nil,
 			[3]int{ceilDiv(rows, rowsPerGroup), n * k, 1},
-			[3]int{mvSimdgroups * simdWidth, 1, 1},
+			[3]int{kernels.MvSimdgroups * simdWidth, 1, 1},
 			0, expertsVecCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
 		return
 	}
@@ -139,8 +129,8 @@ func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int,
 		RowBytes: uint64(rb), ExpertBytes: uint64(eb),
 	}
 	e.dispatch("mul_mm_id_"+sfx+"_f32", nil,
-		[3]int{ceilDiv(rows, mmRows), experts, 1},
-		[3]int{mmThreads, 1, 1},
+		[3]int{ceilDiv(rows, kernels.MmRows), experts, 1},
+		[3]int{kernels.MmThreads, 1, 1},
 		0, expertsMatCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
 }
 
@@ -158,8 +148,8 @@ func (e *encoder) getRows(t quant.Type, table Region, cols int, ids Region, y Re
 	checkRegion("lookup output", y, int64(n)*int64(cols)*4)
 	args := kernels.GetRowsArgs{Cols: int32(cols), N: int32(n), Rows: int32(min(rows, 1<<31-1)), RowBytes: uint64(rb)}
 	e.dispatch("get_rows_"+kernels.TypeSuffix(t), nil,
-		[3]int{ceilDiv(ceilDiv(cols, 16), getRowsThreads), n, 1},
-		[3]int{getRowsThreads, 1, 1},
+		[3]int{ceilDiv(ceilDiv(cols, 16), kernels.GetRowsThreads), n, 1},
+		[3]int{kernels.GetRowsThreads, 1, 1},
 		0, getRowsCost(t, cols, n), args, table, ids, y)
 }
 
@@ -173,27 +163,26 @@ func checkRegion(what string, r Region, need int64) {
 
 // ---- modelled costs, one function per kernel family (the roofline table sums them)
 
-func typeLabel(t quant.Type) string { return kernels.TypeSuffix(t) }
-
-// matVecCost: every weight byte read once (per mvTokens tokens, which stay in cache, so
-// once), the activations, the outputs.
+// matVecCost: every weight byte read once (again per kernels.MvTokens tokens, from cache),
+// the activations, the outputs.
 func matVecCost(t quant.Type, rows, cols, n int) device.Cost {
 	return device.Cost{
-		Label:   "matvec " + typeLabel(t),
+		Label:   "matvec " + kernels.TypeSuffix(t),
 		Read:    int64(rows)*int64(t.RowBytes(cols)) + int64(n)*int64(cols)*4,
 		Written: int64(n) * int64(rows) * 4,
 		FLOPs:   2 * int64(rows) * int64(cols) * int64(n),
 	}
 }
 
-// matMatCost: the weights are read once per tile of mmTokens tokens, the activations once per
-// tile of mmRows rows (what a tiled GEMM streams from memory when neither fits in cache).
+// matMatCost: the weights are read once per tile of kernels.MmTokens tokens, the
+// activations once per tile of kernels.MmRows rows (what a tiled GEMM streams from memory
+// when neither fits in cache).
 func matMatCost(t quant.Type, rows, cols, n int) device.Cost {
 	wb := int64(rows) * int64(t.RowBytes(cols))
 	xb := int64(n) * int64(cols) * 4
 	return device.Cost{
-		Label:   "matmat " + typeLabel(t),
-		Read:    wb*int64(ceilDiv(n, mmTokens)) + xb*int64(ceilDiv(rows, mmRows)),
+		Label:   "matmat " + kernels.TypeSuffix(t),
+		Read:    wb*int64(ceilDiv(n, kernels.MmTokens)) + xb*int64(ceilDiv(rows, kernels.MmRows)),
 		Written: int64(n) * int64(rows) * 4,
 		FLOPs:   2 * int64(rows) * int64(cols) * int64(n),
 	}
@@ -208,23 +197,23 @@ func expertsVecCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) 
 		xRows = pairs
 	}
 	return device.Cost{
-		Label:   "matvec experts " + typeLabel(t),
+		Label:   "matvec experts " + kernels.TypeSuffix(t),
 		Read:    min(pairs, int64(experts))*int64(rows)*int64(t.RowBytes(cols)) + xRows*int64(cols)*4 + pairs*4,
 		Written: pairs * int64(rows) * 4,
 		FLOPs:   2 * int64(rows) * int64(cols) * pairs,
 	}
 }
 
-// expertsMatCost: every expert's weights once per tile of mmTokens pairs routed to it (the
-// routing spread evenly: the model cannot know it), the activations once per tile of
-// mmRows rows, and the ids once per threadgroup.
+// expertsMatCost: every expert's weights once per tile of kernels.MmTokens pairs routed to
+// it (the routing spread evenly: the model cannot know it), the activations once per tile
+// of kernels.MmRows rows, and the ids once per threadgroup.
 func expertsMatCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
 	pairs := int64(n) * int64(k)
-	tilesPerExpert := max(1, ceilDiv(int(pairs), experts*mmTokens))
-	groups := int64(ceilDiv(rows, mmRows)) * int64(experts)
+	tilesPerExpert := max(1, ceilDiv(int(pairs), experts*kernels.MmTokens))
+	groups := int64(ceilDiv(rows, kernels.MmRows)) * int64(experts)
 	return device.Cost{
-		Label:   "matmat experts " + typeLabel(t),
-		Read:    int64(experts)*int64(tilesPerExpert)*int64(rows)*int64(t.RowBytes(cols)) + pairs*int64(cols)*4*int64(ceilDiv(rows, mmRows)) + groups*pairs*4,
+		Label:   "matmat experts " + kernels.TypeSuffix(t),
+		Read:    int64(experts)*int64(tilesPerExpert)*int64(rows)*int64(t.RowBytes(cols)) + pairs*int64(cols)*4*int64(ceilDiv(rows, kernels.MmRows)) + groups*pairs*4,
 		Written: pairs * int64(rows) * 4,
 		FLOPs:   2 * int64(rows) * int64(cols) * pairs,
 	}
@@ -233,7 +222,7 @@ func expertsMatCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) 
 // getRowsCost: the rows looked up and the ids.
 func getRowsCost(t quant.Type, cols, n int) device.Cost {
 	return device.Cost{
-		Label:   "get_rows " + typeLabel(t),
+		Label:   "get_rows " + kernels.TypeSuffix(t),
 		Read:    int64(n)*int64(t.RowBytes(cols)) + int64(n)*4,
 		Written: int64(n) * int64(cols) * 4,
 	}

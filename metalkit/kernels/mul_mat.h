@@ -7,6 +7,7 @@
 
 #include "args_matmul.h"
 #include "quant_blocks.h"
+#include "mul_mat_geometry.h" // MV_*, MM_*, GET_ROWS_THREADS: kernels/matmul.go
 
 // ---- mat-vec (decode: n small)
 //
@@ -16,9 +17,6 @@
 // lanes spans: for the 2048-column gate/up rows that is 16 lanes, at most 2 per 256-value
 // block (Red Lite measured 16 lanes faster than 32 and 8 on those rows). Each threadgroup
 // takes MV_TOKENS tokens, so a weight is decoded once per MV_TOKENS tokens.
-#define MV_SIMDGROUPS 2
-#define MV_SPAN 8
-#define MV_TOKENS 4
 
 // mul_mv_rows dots `row` (a row of w) with nt tokens of x (stride cols), leaving each token's
 // partial sum in acc; the lanes of the row are lane j of `lanes`.
@@ -65,7 +63,7 @@ void mul_mv_impl(constant mul_mv_args & a, device const uchar * w, device const 
     const int j = tiisg % lanes;
     const int t0 = int(tgpig.y) * MV_TOKENS;
     const int nt = min(MV_TOKENS, a.n - t0);
-    float acc[MV_TOKENS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[MV_TOKENS] = {0.0f};
     if (row < a.rows) {
         mul_mv_row<F>(w + (uint64_t)row * a.row_bytes, a.cols, x + (uint64_t)t0 * a.cols, nt, lanes, j, acc);
     }
@@ -91,7 +89,7 @@ void mul_mv_id_impl(constant mul_mv_id_args & a, device const uchar * w, device 
     const int e = int(fe);
     const bool ok = fe >= 0.0f && e < a.experts && float(e) == fe;
     device const float * xp = x + (uint64_t)(a.x_per_slot ? pair : pair / a.k) * a.cols;
-    float acc[MV_TOKENS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[MV_TOKENS] = {0.0f};
     if (ok && row < a.rows) {
         mul_mv_row<F>(w + (uint64_t)e * a.expert_bytes + (uint64_t)row * a.row_bytes, a.cols, xp, 1, lanes, j, acc);
     }
@@ -106,16 +104,13 @@ void mul_mv_id_impl(constant mul_mv_id_args & a, device const uchar * w, device 
 // A threadgroup of MM_THREADS threads computes a tile of MM_TM rows by MM_TN tokens,
 // stepping over the columns MM_TK at a time: half the threads decode the weight tile (one
 // chunk of 16 each) into threadgroup memory while the other half copy the activations, then
-// every thread accumulates MM_RT rows by MM_CT tokens from threadgroup memory. Plain
-// threadgroup tiles, no simdgroup matrices, so the harness runs it as written; the Mac's
-// dense prefill would switch to MPSMatrixMultiplication in the backend (not built here).
-#define MM_TM 32
-#define MM_TN 32
-#define MM_TK 32
+// each SIMD group multiplies its 16 × 16 part of the tile with simdgroup_float8x8 matrices.
+// The Mac's dense prefill would switch to MPSMatrixMultiplication in the backend (not built
+// here; see matMul in metalkit/matmul.go).
 #define MM_LD (MM_TK + 1) // padded row of a tile
-#define MM_THREADS 128
-#define MM_RT 2 // rows per thread
-#define MM_CT 4 // tokens per thread
+static_assert((MM_TM / 16) * (MM_TN / 16) == MM_THREADS / 32, "one 16 x 16 part of the tile per SIMD group");
+static_assert(MM_TM * (MM_TK / 16) < MM_THREADS, "threads left to copy the activations");
+static_assert(MM_TK % 16 == 0, "whole chunks per step");
 
 // mm_tile computes a tile of rows [r0, r0 + MM_TM) by the nt ≤ MM_TN tokens whose inputs are
 // rows xrow[t] of x and whose outputs are rows yrow[t] of y (xrow, yrow in threadgroup
@@ -125,12 +120,14 @@ static void mm_tile(device const uchar * w, uint64_t row_bytes, int rows, int co
                     device const float * x, device float * y,
                     threadgroup const int * xrow, threadgroup const int * yrow, int nt,
                     threadgroup float * ws, threadgroup float * xs, int tid) {
-    const int tr = (tid / (MM_TN / MM_CT)) * MM_RT; // first row of this thread in the tile
-    const int tc = (tid % (MM_TN / MM_CT)) * MM_CT; // first token
-    float acc[MM_RT][MM_CT];
-    for (int r = 0; r < MM_RT; r++) {
-        for (int c = 0; c < MM_CT; c++) {
-            acc[r][c] = 0.0f;
+    // SIMD group sg computes rows [sr, sr + 16) by tokens [st, st + 16) of the tile as 2 × 2
+    // 8×8 matrices.
+    const int sg = tid / 32;
+    const int sr = (sg / (MM_TN / 16)) * 16, st = (sg % (MM_TN / 16)) * 16;
+    simdgroup_float8x8 acc[2][2];
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 2; j++) {
+            acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
         }
     }
     for (int k0 = 0; k0 < cols; k0 += MM_TK) {
@@ -160,30 +157,37 @@ static void mm_tile(device const uchar * w, uint64_t row_bytes, int rows, int co
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (int k = 0; k < MM_TK; k++) {
-            float wv[MM_RT], xv[MM_CT];
-            for (int r = 0; r < MM_RT; r++) {
-                wv[r] = ws[(tr + r) * MM_LD + k];
+        for (int k = 0; k < MM_TK; k += 8) {
+            // a: 8 rows by 8 columns of the weights; b: 8 columns by 8 tokens, the transpose of
+            // the activations as they lie in xs.
+            simdgroup_float8x8 wa[2], xb[2];
+            for (int i = 0; i < 2; i++) {
+                simdgroup_load(wa[i], ws, MM_LD, ulong2(k, sr + 8 * i));
+                simdgroup_load(xb[i], xs, MM_LD, ulong2(k, st + 8 * i), true);
             }
-            for (int c = 0; c < MM_CT; c++) {
-                xv[c] = xs[(tc + c) * MM_LD + k];
-            }
-            for (int r = 0; r < MM_RT; r++) {
-                for (int c = 0; c < MM_CT; c++) {
-                    acc[r][c] += wv[r] * xv[c];
+            for (int i = 0; i < 2; i++) {
+                for (int j = 0; j < 2; j++) {
+                    simdgroup_multiply_accumulate(acc[i][j], wa[i], xb[j], acc[i][j]);
                 }
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }
-    for (int r = 0; r < MM_RT; r++) {
-        for (int c = 0; c < MM_CT; c++) {
-            const int row = r0 + tr + r, t = tc + c;
-            if (row < rows && t < nt) {
-                y[(uint64_t)yrow[t] * rows + row] = acc[r][c];
-            }
+    // The tile goes through threadgroup memory (ws, rows by tokens) so that rows and tokens
+    // past the ends are left out and y is written a row of tokens at a time.
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 2; j++) {
+            simdgroup_store(acc[i][j], ws, MM_LD, ulong2(st + 8 * j, sr + 8 * i));
         }
     }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int e = tid; e < MM_TM * MM_TN; e += MM_THREADS) {
+        const int t = e / MM_TM, r = e % MM_TM;
+        if (r0 + r < rows && t < nt) {
+            y[(uint64_t)yrow[t] * rows + r0 + r] = ws[r * MM_LD + t];
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
 }
 
 template <typename F>
@@ -273,7 +277,6 @@ void mul_mm_id_impl(constant mul_mm_id_args & a, device const uchar * w, device 
 
 // ---- row lookups (embeddings): y[i] = row ids[i] of the table, decoded. tgpig.y is the
 // token; each thread decodes one chunk of 16. An id outside the table gives a row of NaN.
-#define GET_ROWS_THREADS 64
 
 template <typename F>
 void get_rows_impl(constant get_rows_args & a, device const uchar * table, device const float * ids,

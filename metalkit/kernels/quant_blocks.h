@@ -276,6 +276,22 @@ static inline void grid8_signed(constant uchar * g, uint s, float d, thread floa
     }
 }
 
+// grid44_signed writes two 4-value grid points g1, g2 scaled by d with the signs of mask s.
+static inline void grid44_signed(constant uchar * g1, constant uchar * g2, uint s, float d, thread float * y) {
+    for (int j = 0; j < 4; j++) {
+        y[j] = d * float(g1[j]) * sign_of(s, j);
+        y[j + 4] = d * float(g2[j]) * sign_of(s, j + 4);
+    }
+}
+
+// grid8_delta writes the 8 values of an IQ1 grid point g (int8 -1, 0, 1 as bytes) plus
+// delta, scaled by d: flipping the top bit of a byte and subtracting 128 signs it.
+static inline void grid8_delta(constant uchar * g, float delta, float d, thread float * y) {
+    for (int j = 0; j < 8; j++) {
+        y[j] = d * (float(int(g[j] ^ 0x80) - 128) + delta);
+    }
+}
+
 // IQ2_XXS: d, then per 32-value group 4 grid indices and a word of four 7-bit sign indices
 // and a 4-bit scale.
 struct fmt_iq2_xxs {
@@ -346,10 +362,7 @@ struct fmt_iq3_xxs {
             const uint s = ksigns_iq2xs[(aux >> (7 * l)) & 127];
             constant uchar * g1 = iq3xxs_grid[q[2 * l]];
             constant uchar * g2 = iq3xxs_grid[q[2 * l + 1]];
-            for (int j = 0; j < 4; j++) {
-                y[8 * h + j] = db * float(g1[j]) * sign_of(s, j);
-                y[8 * h + j + 4] = db * float(g2[j]) * sign_of(s, j + 4);
-            }
+            grid44_signed(g1, g2, s, db, y + 8 * h);
         }
     }
 };
@@ -369,10 +382,7 @@ struct fmt_iq3_s {
             constant uchar * g1 = iq3s_grid[q[2 * l] | ((qh << (8 - 2 * l)) & 256)];
             constant uchar * g2 = iq3s_grid[q[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)];
             const uint s = b[74 + 4 * ib + l];
-            for (int j = 0; j < 4; j++) {
-                y[8 * h + j] = db * float(g1[j]) * sign_of(s, j);
-                y[8 * h + j + 4] = db * float(g2[j]) * sign_of(s, j + 4);
-            }
+            grid44_signed(g1, g2, s, db, y + 8 * h);
         }
     }
 };
@@ -390,9 +400,7 @@ struct fmt_iq1_s {
         for (int h = 0; h < 2; h++) {
             const int l = 2 * (il % 2) + h;
             constant uchar * g = iq1s_grid[b[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
-            for (int j = 0; j < 8; j++) {
-                y[8 * h + j] = dl * (float(int(g[j] ^ 0x80) - 128) + delta);
-            }
+            grid8_delta(g, delta, dl, y + 8 * h);
         }
     }
 };
@@ -418,11 +426,8 @@ struct fmt_iq1_m {
         const float delta1 = (h & 0x80) ? -0.125f : 0.125f;
         constant uchar * g0 = iq1s_grid[idx0];
         constant uchar * g1 = iq1s_grid[idx1];
-        for (int j = 0; j < 8; j++) {
-            // Grid bytes are int8 -1, 0, 1: flipping the top bit and subtracting 128 signs them.
-            y[j] = dl * (float(int(g0[j] ^ 0x80) - 128) + delta0);
-            y[8 + j] = dl * (float(int(g1[j] ^ 0x80) - 128) + delta1);
-        }
+        grid8_delta(g0, delta0, dl, y);
+        grid8_delta(g1, delta1, dl, y + 8);
     }
 };
 

@@ -47,9 +47,10 @@ func outputs(grids string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("%s: %w", filepath.Base(grids), err)
 	}
 	return map[string][]byte{
-		"quant_tables.h": tables,
-		"mul_mat.metal":  mulMatKernels(),
-		"get_rows.metal": getRowsKernels(),
+		"quant_tables.h":     tables,
+		"mul_mat.metal":      mulMatKernels(),
+		"get_rows.metal":     getRowsKernels(),
+		"mul_mat_geometry.h": geometry(),
 	}, nil
 }
 
@@ -259,6 +260,29 @@ kernel void mul_mv_id_%[1]s_f32(
     mul_mv_id_impl<fmt_%[1]s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 `, s)
+	}
+	return b.Bytes()
+}
+
+// geometry writes the kernels' sizes (kernels.Mv*, Mm*, GetRowsThreads) as macros.
+func geometry() []byte {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("// The geometry of the matrix kernels, defined in metalkit/kernels/matmul.go.\n#pragma once\n\n")
+	for _, d := range []struct {
+		name string
+		v    int
+	}{
+		{"MV_SIMDGROUPS", kernels.MvSimdgroups},
+		{"MV_SPAN", kernels.MvSpan},
+		{"MV_TOKENS", kernels.MvTokens},
+		{"MM_TM", kernels.MmRows},
+		{"MM_TN", kernels.MmTokens},
+		{"MM_TK", kernels.MmDepth},
+		{"MM_THREADS", kernels.MmThreads},
+		{"GET_ROWS_THREADS", kernels.GetRowsThreads},
+	} {
+		fmt.Fprintf(&b, "#define %s %d\n", d.name, d.v)
 	}
 	return b.Bytes()
 }

@@ -22,6 +22,27 @@ var MatMulTypes = []quant.Type{
 	quant.IQ1_S, quant.IQ1_M, quant.IQ4_NL, quant.IQ4_XS,
 }
 
+// Geometry of the matrix kernels. go generate writes it into mul_mat_geometry.h as the
+// kernels' macros, so that the kernels and the host's dispatch sizes (package metalkit)
+// share one definition.
+const (
+	// Mat-vec: MvSimdgroups SIMD groups of 32 lanes per threadgroup, MvTokens tokens per
+	// threadgroup; a lane decodes MvSpan chunks of 16 values of a row before moving on.
+	MvSimdgroups = 2
+	MvSpan       = 8
+	MvTokens     = 4
+	// Mat-mat: a threadgroup of MmThreads threads computes MmRows rows by MmTokens tokens,
+	// MmDepth columns at a time, a SIMD group per 16 × 16 part; the weight tile's
+	// MmRows·MmDepth/16 chunks are decoded by that many threads, the activations copied by
+	// the rest (kernels/mul_mat.h asserts what these must satisfy).
+	MmRows    = 32
+	MmTokens  = 32
+	MmDepth   = 32
+	MmThreads = 128
+	// Row lookups: threads per threadgroup, one chunk of 16 values each.
+	GetRowsThreads = 64
+)
+
 // TypeSuffix is the suffix of a kernel's name for weight type t, spelled as ggml spells its
 // type names: lower case but for the K of the K-quants ("q4_K", "iq2_xxs", "f16").
 func TypeSuffix(t quant.Type) string {
