@@ -445,3 +445,30 @@ func BenchmarkReduce(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/thread")
 }
+
+// BenchmarkDispatch: the fixed cost of a small dispatch (one threadgroup of 32 threads), in
+// lists of 100 as a forward pass encodes them.
+func BenchmarkDispatch(b *testing.B) {
+	d, err := newSelftest()
+	if err != nil {
+		b.Skip(err)
+	}
+	defer d.Close()
+	x, _ := d.NewBuffer(4 * 32)
+	p, _ := d.Pipeline("st_add")
+	dd := device.Dispatch{Pipeline: p, Groups: [3]int{1, 1, 1}, Threads: [3]int{32, 1, 1},
+		Bytes:   []device.BytesArg{{Index: 0, Data: argBytes(stArgs{N: 32, Scale: 1})}},
+		Buffers: []device.BufferArg{{Index: 1, Buffer: x}, {Index: 2, Buffer: x}, {Index: 3, Buffer: x}}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := d.NewCommands()
+		for j := 0; j < 100; j++ {
+			c.Encode(dd)
+		}
+		c.Commit()
+		if err := c.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/dispatch")
+}

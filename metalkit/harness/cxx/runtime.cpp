@@ -25,7 +25,9 @@
 
 #include "harness_abi.h"
 
-#if defined(__has_feature)
+// MSL_ASAN: the executable links AddressSanitizer (the runtime itself is compiled without
+// instrumentation, so __has_feature cannot tell).
+#if defined(__has_feature) && !defined(MSL_ASAN)
 #if __has_feature(address_sanitizer)
 #define MSL_ASAN 1
 #endif
@@ -63,14 +65,8 @@ __msl_switch:
 	pushq %r13
 	pushq %r14
 	pushq %r15
-	subq $8, %rsp
-	stmxcsr (%rsp)
-	fnstcw 4(%rsp)
 	movq %rsp, (%rdi)
 	movq %rsi, %rsp
-	ldmxcsr (%rsp)
-	fldcw 4(%rsp)
-	addq $8, %rsp
 	popq %r15
 	popq %r14
 	popq %r13
@@ -87,18 +83,18 @@ __msl_trampoline:
 	ud2
 .size __msl_trampoline,.-__msl_trampoline
 )");
-// The frame __msl_switch pops on a fresh stack: control words, r15..rbp, return address.
+// The frame __msl_switch pops on a fresh stack: r15..rbp, return address. MXCSR and the
+// x87 control word are not switched: no kernel changes them, and every fiber shares them.
 static void *fiber_init(char *stack, size_t size, void (*fn)(void *), void *arg) {
 	uintptr_t top = ((uintptr_t)(stack + size) & ~(uintptr_t)15) - 16;
-	uint64_t *sp = (uint64_t *)(top - 64); // 16-aligned, so the trampoline starts aligned
-	sp[0] = 0x1F80 | ((uint64_t)0x037F << 32); // mxcsr, x87 control word
-	sp[1] = 0;                                 // r15
-	sp[2] = 0;                                 // r14
-	sp[3] = (uint64_t)fn;                      // r13
-	sp[4] = (uint64_t)arg;                     // r12
-	sp[5] = 0;                                 // rbx
-	sp[6] = 0;                                 // rbp
-	sp[7] = (uint64_t)&__msl_trampoline;       // return address
+	uint64_t *sp = (uint64_t *)(top - 56); // the trampoline starts 16-aligned, as after a call
+	sp[0] = 0;                           // r15
+	sp[1] = 0;                           // r14
+	sp[2] = (uint64_t)fn;                // r13
+	sp[3] = (uint64_t)arg;               // r12
+	sp[4] = 0;                           // rbx
+	sp[5] = 0;                           // rbp
+	sp[6] = (uint64_t)&__msl_trampoline; // return address
 	return sp;
 }
 #elif defined(__aarch64__)
