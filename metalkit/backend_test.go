@@ -335,17 +335,6 @@ func TestContextErrors(t *testing.T) {
 			t.Errorf("compute after a failed pass: %v", err)
 		}
 	})
-	t.Run("Pending", func(t *testing.T) {
-		ctx := b.NewContext()
-		defer ctx.Close()
-		data := pageAligned(64 * 64 * 4)
-		m, _ := b.Map(data)
-		w, _ := b.Weight(m, "w", quant.F32, []int{64, 64}, 0)
-		ctx.MatMul(w, ctx.Input(make([]float32, 64), 1, 64))
-		if err := ctx.Compute(); err == nil || !strings.Contains(err.Error(), "not implemented yet") {
-			t.Errorf("compute of a pending op: %v", err)
-		}
-	})
 	t.Run("ShapesPanic", func(t *testing.T) {
 		ctx := b.NewContext()
 		defer ctx.Close()
