@@ -1,0 +1,111 @@
+//go:build arm64 && !purego
+
+package quant
+
+import "golang.org/x/sys/cpu"
+
+// On arm64 the quantized dots run NEON kernels (dot_arm64.s) that give the same bits as the
+// Go kernels of dot.go: the Go compiler fuses a += b*c into FMADD on arm64 and the NEON
+// kernels use FMLA in the same order. Which kernel runs is decided once, here.
+
+// rowsKernel computes out[r], for nrows ≥ 1 contiguous rows of nblocks ≥ 1 blocks, as the
+// dot product of row r with x.
+type rowsKernel func(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+// kernelTable is the set of kernels for one level of CPU features; a nil entry means the
+// pure-Go kernel.
+type kernelTable struct {
+	name                  string
+	q8_0, q4_K, q6_K, iq2 rowsKernel
+}
+
+// goTable runs the pure-Go kernels; the tests compare the others against it.
+var goTable = kernelTable{name: "go"}
+
+// neonTable needs only Advanced SIMD, which every arm64 CPU Go runs on has.
+var neonTable = kernelTable{
+	name: "neon",
+	q8_0: dotQ8_0RowsNEON,
+	q4_K: dotQ4_KRowsNEON,
+	q6_K: dotQ6_KRowsNEON,
+	iq2:  dotIQ2_XXSRowsNEON,
+}
+
+// kernels is the table in use: the best one the CPU supports.
+var kernels = chooseKernels()
+
+func chooseKernels() kernelTable {
+	if cpu.ARM64.HasASIMD {
+		return neonTable
+	}
+	return goTable
+}
+
+// useAsm and useAVX512 exist for the tests shared with amd64.
+var useAsm = kernels.name != "go"
+
+var useAVX512 = false
+
+//go:noescape
+func dotQ8_0RowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+//go:noescape
+func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+//go:noescape
+func dotQ6_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+//go:noescape
+func dotIQ2_XXSRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+// kernelFor returns the table's kernel for t and its block size, or nil.
+func (k *kernelTable) kernelFor(t Type) (rowsKernel, int) {
+	switch t {
+	case Q8_0:
+		return k.q8_0, 32
+	case Q4_K:
+		return k.q4_K, QK_K
+	case Q6_K:
+		return k.q6_K, QK_K
+	case IQ2_XXS:
+		return k.iq2, QK_K
+	}
+	return nil, 0
+}
+
+// dot1 runs the table's kernel for one row, or the Go kernel when there is none.
+func (k *kernelTable) dot1(t Type, row []byte, x []float32, pure func([]byte, []float32) float32) float32 {
+	fn, bs := k.kernelFor(t)
+	if fn == nil || len(x) == 0 {
+		return pure(row, x)
+	}
+	var out float32
+	fn(&row[0], &x[0], len(x)/bs, 1, &out)
+	return out
+}
+
+// dotRowsFast computes out[r] for len(out) contiguous rows of type t with one assembly
+// call when the table has a kernel for t; the caller has checked the lengths.
+func dotRowsFast(t Type, rows []byte, x []float32, out []float32) bool {
+	fn, bs := kernels.kernelFor(t)
+	if fn == nil || len(out) == 0 || len(x) == 0 {
+		return false
+	}
+	fn(&rows[0], &x[0], len(x)/bs, len(out), &out[0])
+	return true
+}
+
+func dotRows4Fast(Type, []byte, []float32, int, []float32, int) bool { return false }
+
+func dotQ8_0(row []byte, x []float32) float32    { return kernels.dot1(Q8_0, row, x, dotQ8_0Go) }
+func dotQ4_K(row []byte, x []float32) float32    { return kernels.dot1(Q4_K, row, x, dotQ4_KGo) }
+func dotQ6_K(row []byte, x []float32) float32    { return kernels.dot1(Q6_K, row, x, dotQ6_KGo) }
+func dotIQ2_XXS(row []byte, x []float32) float32 { return kernels.dot1(IQ2_XXS, row, x, dotIQ2_XXSGo) }
+
+// The rest have no NEON kernel yet.
+
+func dotF32(a, b []float32) float32           { return dotF32Go(a, b) }
+func axpy(alpha float32, x, y []float32)      { axpyGo(alpha, x, y) }
+func dotF16(h []uint16, x []float32) float32  { return dotF16Go(h, x) }
+func dotQ5_K(row []byte, x []float32) float32 { return dotQ5_KGo(row, x) }
+func dotQ8_0Q8_0(w, a []byte) float32         { return dotQ8_0Q8_0Go(w, a) }

@@ -1,0 +1,411 @@
+//go:build arm64 && !purego
+
+#include "textflag.h"
+#include "neon_arm64.h"
+
+// NEON kernels for the quantized dot products. Each computes out[r] for nrows contiguous
+// rows of nblocks blocks against the same x, in exactly the order of operations of the Go
+// kernel of dot.go as the Go compiler builds it for arm64 (where a += b*c is one fused
+// multiply-add), so that both give the same bits. nblocks and nrows are at least 1.
+
+// Q8_0 block (34 bytes): f16 d, 32 × int8. As dotQ8_0Go: lane i of an accumulator sums
+// q[j]·x[j] for j ≡ i mod 4 in j order, the lanes fold as (s0+s1)+(s2+s3), and the row
+// total takes d·fold with one fused multiply-add.
+// func dotQ8_0RowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+TEXT ·dotQ8_0RowsNEON(SB), NOSPLIT, $0-40
+	MOVD rows+0(FP), R0
+	MOVD x+8(FP), R1
+	MOVD nblocks+16(FP), R2
+	MOVD nrows+24(FP), R3
+	MOVD out+32(FP), R4
+
+q80row:
+	MOVD  R1, R5
+	MOVD  R2, R6
+	FMOVS ZR, F30
+
+q80block:
+	MOVHU.P 2(R0), R7
+	FMOVS   R7, F29
+	FCVTHS  F29, F29
+	VLD1.P  32(R0), [V0.B16, V1.B16]
+	VLD1.P  64(R5), [V16.S4, V17.S4, V18.S4, V19.S4]
+	VLD1.P  64(R5), [V20.S4, V21.S4, V22.S4, V23.S4]
+	SXTL8H(2, 0)
+	SXTL28H(3, 0)
+	SXTL8H(4, 1)
+	SXTL28H(5, 1)
+	SXTL4S(6, 2)
+	SXTL24S(7, 2)
+	SXTL4S(8, 3)
+	SXTL24S(9, 3)
+	SXTL4S(10, 4)
+	SXTL24S(11, 4)
+	SXTL4S(12, 5)
+	SXTL24S(13, 5)
+	SCVTF4S(6, 6)
+	SCVTF4S(7, 7)
+	SCVTF4S(8, 8)
+	SCVTF4S(9, 9)
+	SCVTF4S(10, 10)
+	SCVTF4S(11, 11)
+	SCVTF4S(12, 12)
+	SCVTF4S(13, 13)
+	VEOR    V24.B16, V24.B16, V24.B16
+	FMLA4S(24, 6, 16)
+	FMLA4S(24, 7, 17)
+	FMLA4S(24, 8, 18)
+	FMLA4S(24, 9, 19)
+	FMLA4S(24, 10, 20)
+	FMLA4S(24, 11, 21)
+	FMLA4S(24, 12, 22)
+	FMLA4S(24, 13, 23)
+	FADDP4S(25, 24, 24)
+	FADDP2S(25, 25)
+	FMADDS  F25, F30, F29, F30
+	SUBS    $1, R6
+	BNE     q80block
+
+	FMOVS.P F30, 4(R4)
+	SUBS    $1, R3
+	BNE     q80row
+	RET
+
+// Q4_K super-block (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128
+// bytes of nibbles; byte l of 32-byte chunk j holds element 64j+l (low nibble, sub-block
+// 2j) and 64j+32+l (high nibble, sub-block 2j+1). As dotQ4_KGo: per chunk, four
+// accumulators (Σq·x and Σx for either nibble) with lane i summing l ≡ i mod 4; then
+// A += (d·sc)·Σq·x, A −= (dmin·m)·Σx for the low sub-block, B likewise for the high one.
+//
+// Registers: V20..V23 the chunk's sums, V24 A, V25 B, V26/V27 d·sc for sub-blocks 0-3/4-7,
+// V29/V30 dmin·m, V31 the nibble mask.
+
+// Q4KSTEP converts 16 nibbles (8 in each of H0, H1 as halfwords), loads their 16 x and
+// adds to the product sum P and the x sum S.
+#define Q4KSTEP(H0, H1, PQ, SX) \
+	UXTL4S(12, H0); \
+	UXTL24S(13, H0); \
+	UXTL4S(14, H1); \
+	UXTL24S(15, H1); \
+	UCVTF4S(12, 12); \
+	UCVTF4S(13, 13); \
+	UCVTF4S(14, 14); \
+	UCVTF4S(15, 15); \
+	VLD1.P 64(R5), [V16.S4, V17.S4, V18.S4, V19.S4]; \
+	FMLA4S(PQ, 12, 16); \
+	FMLA4S(PQ, 13, 17); \
+	FMLA4S(PQ, 14, 18); \
+	FMLA4S(PQ, 15, 19); \
+	FADD4S(SX, SX, 16); \
+	FADD4S(SX, SX, 17); \
+	FADD4S(SX, SX, 18); \
+	FADD4S(SX, SX, 19)
+
+// Q4KCHUNK does chunk j, whose sub-blocks' scales are lanes LO and LO+1 of DS and DM.
+#define Q4KCHUNK(DS, DM, LO) \
+	VLD1.P 32(R0), [V0.B16, V1.B16]; \
+	VAND   V31.B16, V0.B16, V2.B16; \
+	VAND   V31.B16, V1.B16, V3.B16; \
+	VUSHR  $4, V0.B16, V0.B16; \
+	VUSHR  $4, V1.B16, V1.B16; \
+	UXTL8H(4, 2); \
+	UXTL28H(5, 2); \
+	UXTL8H(6, 3); \
+	UXTL28H(7, 3); \
+	UXTL8H(8, 0); \
+	UXTL28H(9, 0); \
+	UXTL8H(10, 1); \
+	UXTL28H(11, 1); \
+	VEOR   V20.B16, V20.B16, V20.B16; \
+	VEOR   V21.B16, V21.B16, V21.B16; \
+	VEOR   V22.B16, V22.B16, V22.B16; \
+	VEOR   V23.B16, V23.B16, V23.B16; \
+	Q4KSTEP(4, 5, 20, 22); \
+	Q4KSTEP(6, 7, 20, 22); \
+	Q4KSTEP(8, 9, 21, 23); \
+	Q4KSTEP(10, 11, 21, 23); \
+	FMLAE(24, 20, DS, LO); \
+	FMLSE(24, 22, DM, LO); \
+	FMLAE(25, 21, DS, LO+1); \
+	FMLSE(25, 23, DM, LO+1)
+
+// func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+TEXT ·dotQ4_KRowsNEON(SB), NOSPLIT, $0-40
+	MOVD  rows+0(FP), R0
+	MOVD  x+8(FP), R1
+	MOVD  nblocks+16(FP), R2
+	MOVD  nrows+24(FP), R3
+	MOVD  out+32(FP), R4
+	VMOVI $0x0f, V31.B16
+	MOVD  $0x3f3f3f3f3f3f3f3f, R13
+	MOVD  $0x0303030303030303, R14
+	MOVD  $0x0f0f0f0f0f0f0f0f, R15
+
+q4krow:
+	MOVD R1, R5
+	MOVD R2, R6
+	VEOR V24.B16, V24.B16, V24.B16
+	VEOR V25.B16, V25.B16, V25.B16
+
+q4kblock:
+	// d and dmin in lanes 0 and 1 of V28.
+	MOVWU.P 4(R0), R7
+	FMOVS   R7, F28
+	FCVTL4S(28, 28)
+
+	// Scales: bytes 0-7 in R8 (sc0-3, m0-3 in their low 6 bits), bytes 8-11 in R9; sc4-7
+	// and m4-7 take their low 4 bits from bytes 8-11 and their high 2 from the top bits of
+	// bytes 0-7. R8 becomes sc0-3|m0-3, R10 sc4-7|m4-7.
+	MOVD.P  8(R0), R8
+	MOVWU.P 4(R0), R9
+	LSR     $6, R8, R11
+	AND     R14, R11, R11
+	LSL     $4, R11, R11
+	LSR     $4, R9, R10
+	ORR     R10<<32, R9, R10
+	AND     R15, R10, R10
+	ORR     R11, R10, R10
+	AND     R13, R8, R8
+	VMOV    R8, V12.D[0]
+	VMOV    R10, V12.D[1]
+	UXTL8H(13, 12)
+	UXTL28H(14, 12)
+	UXTL4S(26, 13)
+	UXTL24S(29, 13)
+	UXTL4S(27, 14)
+	UXTL24S(30, 14)
+	UCVTF4S(26, 26)
+	UCVTF4S(29, 29)
+	UCVTF4S(27, 27)
+	UCVTF4S(30, 30)
+	FMULE(26, 26, 28, 0)
+	FMULE(27, 27, 28, 0)
+	FMULE(29, 29, 28, 1)
+	FMULE(30, 30, 28, 1)
+
+	Q4KCHUNK(26, 29, 0)
+	Q4KCHUNK(26, 29, 2)
+	Q4KCHUNK(27, 30, 0)
+	Q4KCHUNK(27, 30, 2)
+
+	SUBS $1, R6
+	BNE  q4kblock
+
+	ROWSUM(0, 24, 25)
+	FMOVS.P F0, 4(R4)
+	SUBS    $1, R3
+	BNE     q4krow
+	RET
+
+// Q6_K super-block (210 bytes): 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits), 16
+// int8 scales, f16 d. Quarter k of half n holds elements 128n+32k+l, l = 0..31: the low
+// (k < 2) or high nibble of ql[64n+l+32·(k&1)] and bit pair k of qh[32n+l], biased by 32;
+// each 16 share scale sc[8n+2k+l/16]. As dotQ6_KGo: per 16-element group a sum P whose
+// lane i takes l ≡ i mod 4, then A (half 0) or B (half 1) += (d·sc)·P.
+//
+// Registers: V0-V3 the half's ql, V4/V5 its qh, V6/V7 one quarter's 6-bit values, V20-V23
+// the 16 scales d·sc, V24 A, V25 B, V28 d, V29 0x0f, V30 0x30, V31 32 (bytes).
+
+// Q6KGROUP adds the 16 values of byte register W (a number) times the next 16 x into ACC
+// with scale lane LANE of DS.
+#define Q6KGROUP(W, DS, LANE, ACC) \
+	SXTL8H(8, W); \
+	SXTL28H(9, W); \
+	SXTL4S(12, 8); \
+	SXTL24S(13, 8); \
+	SXTL4S(14, 9); \
+	SXTL24S(15, 9); \
+	SCVTF4S(12, 12); \
+	SCVTF4S(13, 13); \
+	SCVTF4S(14, 14); \
+	SCVTF4S(15, 15); \
+	VLD1.P 64(R5), [V16.S4, V17.S4, V18.S4, V19.S4]; \
+	VEOR   V26.B16, V26.B16, V26.B16; \
+	FMLA4S(26, 12, 16); \
+	FMLA4S(26, 13, 17); \
+	FMLA4S(26, 14, 18); \
+	FMLA4S(26, 15, 19); \
+	FMLAE(ACC, 26, DS, LANE)
+
+// Q6KQUARTER finishes quarter values in V6 and V7 (nibbles in place, qh bits at 4-5 in
+// V27/V10), subtracts the bias and adds both groups.
+#define Q6KQUARTER(DS, LANE, ACC) \
+	VAND  V30.B16, V27.B16, V27.B16; \
+	VAND  V30.B16, V10.B16, V10.B16; \
+	VORR  V27.B16, V6.B16, V6.B16; \
+	VORR  V10.B16, V7.B16, V7.B16; \
+	VSUB  V31.B16, V6.B16, V6.B16; \
+	VSUB  V31.B16, V7.B16, V7.B16; \
+	Q6KGROUP(6, DS, LANE, ACC); \
+	Q6KGROUP(7, DS, LANE+1, ACC)
+
+// Q6KHALF does half n with ql at QL, qh at QH (byte offsets in the block), scales in DS0
+// (quarters 0, 1) and DS1 (quarters 2, 3), into ACC.
+#define Q6KHALF(QL, QH, DS0, DS1, ACC) \
+	ADD   $QL, R0, R8; \
+	ADD   $QH, R0, R9; \
+	VLD1  (R8), [V0.B16, V1.B16, V2.B16, V3.B16]; \
+	VLD1  (R9), [V4.B16, V5.B16]; \
+	VAND  V29.B16, V0.B16, V6.B16; \
+	VAND  V29.B16, V1.B16, V7.B16; \
+	VSHL  $4, V4.B16, V27.B16; \
+	VSHL  $4, V5.B16, V10.B16; \
+	Q6KQUARTER(DS0, 0, ACC); \
+	VAND  V29.B16, V2.B16, V6.B16; \
+	VAND  V29.B16, V3.B16, V7.B16; \
+	VSHL  $2, V4.B16, V27.B16; \
+	VSHL  $2, V5.B16, V10.B16; \
+	Q6KQUARTER(DS0, 2, ACC); \
+	VUSHR $4, V0.B16, V6.B16; \
+	VUSHR $4, V1.B16, V7.B16; \
+	VMOV  V4.B16, V27.B16; \
+	VMOV  V5.B16, V10.B16; \
+	Q6KQUARTER(DS1, 0, ACC); \
+	VUSHR $4, V2.B16, V6.B16; \
+	VUSHR $4, V3.B16, V7.B16; \
+	VUSHR $2, V4.B16, V27.B16; \
+	VUSHR $2, V5.B16, V10.B16; \
+	Q6KQUARTER(DS1, 2, ACC)
+
+// func dotQ6_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+TEXT ·dotQ6_KRowsNEON(SB), NOSPLIT, $0-40
+	MOVD  rows+0(FP), R0
+	MOVD  x+8(FP), R1
+	MOVD  nblocks+16(FP), R2
+	MOVD  nrows+24(FP), R3
+	MOVD  out+32(FP), R4
+	VMOVI $0x0f, V29.B16
+	VMOVI $0x30, V30.B16
+	VMOVI $32, V31.B16
+
+q6krow:
+	MOVD R1, R5
+	MOVD R2, R6
+	VEOR V24.B16, V24.B16, V24.B16
+	VEOR V25.B16, V25.B16, V25.B16
+
+q6kblock:
+	MOVHU  208(R0), R7
+	FMOVS  R7, F28
+	FCVTHS F28, F28
+	ADD    $192, R0, R8
+	VLD1   (R8), [V11.B16]
+	SXTL8H(8, 11)
+	SXTL28H(9, 11)
+	SXTL4S(20, 8)
+	SXTL24S(21, 8)
+	SXTL4S(22, 9)
+	SXTL24S(23, 9)
+	SCVTF4S(20, 20)
+	SCVTF4S(21, 21)
+	SCVTF4S(22, 22)
+	SCVTF4S(23, 23)
+	FMULE(20, 20, 28, 0)
+	FMULE(21, 21, 28, 0)
+	FMULE(22, 22, 28, 0)
+	FMULE(23, 23, 28, 0)
+
+	Q6KHALF(0, 128, 20, 21, 24)
+	Q6KHALF(64, 160, 22, 23, 25)
+
+	ADD  $210, R0
+	SUBS $1, R6
+	BNE  q6kblock
+
+	ROWSUM(0, 24, 25)
+	FMOVS.P F0, 4(R4)
+	SUBS    $1, R3
+	BNE     q6krow
+	RET
+
+// IQ2_XXS super-block (66 bytes): f16 d, then per 32 elements ib two words: four grid
+// indices (8 elements each) and aux, whose bits 7l..7l+6 pick the sign pattern of grid
+// point l and whose top 4 bits are the scale. As dotIQ2_XXSGo: per ib, sums S0 (elements
+// 0-3 of each grid point) and S1 (4-7) of grid·(±x), then A += t·S0, B += t·S1 with
+// t = d·(0.5+scale)·0.25.
+//
+// Registers: R10 the float grid, R11 the sign masks, V21/V23 t for ib 0-3/4-7, V24 A,
+// V25 B, V26 S0, V27 S1, V28 d, V29 0.5, V30 0.25.
+
+// IQ2L does grid point L of the current ib (index and aux words in R9).
+#define IQ2L(L) \
+	UBFX   $(8*L), R9, $8, R12; \
+	ADD    R12<<5, R10, R12; \
+	VLD1   (R12), [V0.S4, V1.S4]; \
+	UBFX   $(32+7*L), R9, $7, R13; \
+	ADD    R13<<5, R11, R13; \
+	VLD1   (R13), [V2.S4, V3.S4]; \
+	VLD1.P 32(R5), [V4.S4, V5.S4]; \
+	VEOR   V2.B16, V4.B16, V4.B16; \
+	VEOR   V3.B16, V5.B16, V5.B16; \
+	FMLA4S(26, 0, 4); \
+	FMLA4S(27, 1, 5)
+
+#define IQ2IB(T, LANE) \
+	MOVD.P 8(R0), R9; \
+	VEOR   V26.B16, V26.B16, V26.B16; \
+	VEOR   V27.B16, V27.B16, V27.B16; \
+	IQ2L(0); \
+	IQ2L(1); \
+	IQ2L(2); \
+	IQ2L(3); \
+	FMLAE(24, 26, T, LANE); \
+	FMLAE(25, 27, T, LANE)
+
+// func dotIQ2_XXSRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+TEXT ·dotIQ2_XXSRowsNEON(SB), NOSPLIT, $0-40
+	MOVD  rows+0(FP), R0
+	MOVD  x+8(FP), R1
+	MOVD  nblocks+16(FP), R2
+	MOVD  nrows+24(FP), R3
+	MOVD  out+32(FP), R4
+	MOVD  $·iq2xxsGridF32(SB), R10
+	MOVD  $·iqSignMask(SB), R11
+	FMOVS $0.5, F29
+	VDUP  V29.S[0], V29.S4
+	FMOVS $0.25, F30
+	VDUP  V30.S[0], V30.S4
+
+iq2row:
+	MOVD R1, R5
+	MOVD R2, R6
+	VEOR V24.B16, V24.B16, V24.B16
+	VEOR V25.B16, V25.B16, V25.B16
+
+iq2block:
+	MOVHU.P 2(R0), R7
+	FMOVS   R7, F28
+	FCVTHS  F28, F28
+
+	// t for the eight ib: the aux words are the odd words of qs.
+	ADD   $32, R0, R8
+	VLD2  (R0), [V20.S4, V21.S4]
+	VLD2  (R8), [V22.S4, V23.S4]
+	VUSHR $28, V21.S4, V21.S4
+	VUSHR $28, V23.S4, V23.S4
+	UCVTF4S(21, 21)
+	UCVTF4S(23, 23)
+	FADD4S(21, 29, 21)
+	FADD4S(23, 29, 23)
+	FMULE(21, 21, 28, 0)
+	FMULE(23, 23, 28, 0)
+	FMUL4S(21, 21, 30)
+	FMUL4S(23, 23, 30)
+
+	IQ2IB(21, 0)
+	IQ2IB(21, 1)
+	IQ2IB(21, 2)
+	IQ2IB(21, 3)
+	IQ2IB(23, 0)
+	IQ2IB(23, 1)
+	IQ2IB(23, 2)
+	IQ2IB(23, 3)
+
+	SUBS $1, R6
+	BNE  iq2block
+
+	ROWSUM(0, 24, 25)
+	FMOVS.P F0, 4(R4)
+	SUBS    $1, R3
+	BNE     iq2row
+	RET
