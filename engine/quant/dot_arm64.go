@@ -17,6 +17,8 @@ type rowsKernel func(rows *byte, x *float32, nblocks, nrows int, out *float32)
 type kernelTable struct {
 	name                  string
 	q8_0, q4_K, q6_K, iq2 rowsKernel
+	// q8_0q8_0 dots a Q8_0 row with Q8_0-quantized activations (integer products).
+	q8_0q8_0 func(w, a *byte, nblocks int) float32
 }
 
 // goTable runs the pure-Go kernels; the tests compare the others against it.
@@ -29,12 +31,26 @@ var neonTable = kernelTable{
 	q4_K: dotQ4_KRowsNEON,
 	q6_K: dotQ6_KRowsNEON,
 	iq2:  dotIQ2_XXSRowsNEON,
+
+	q8_0q8_0: dotQ8_0Q8_0NEON,
 }
+
+// sdotTable adds the integer dot product instruction (FEAT_DotProd: Apple M1 and later,
+// Neoverse, Cortex-A55/A76 and later) to neonTable.
+var sdotTable = func() kernelTable {
+	t := neonTable
+	t.name = "neon+sdot"
+	t.q8_0q8_0 = dotQ8_0Q8_0SDOT
+	return t
+}()
 
 // kernels is the table in use: the best one the CPU supports.
 var kernels = chooseKernels()
 
 func chooseKernels() kernelTable {
+	if cpu.ARM64.HasASIMD && cpu.ARM64.HasASIMDDP {
+		return sdotTable
+	}
 	if cpu.ARM64.HasASIMD {
 		return neonTable
 	}
@@ -54,6 +70,12 @@ func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
 
 //go:noescape
 func dotQ6_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+//go:noescape
+func dotQ8_0Q8_0NEON(w, a *byte, nblocks int) float32
+
+//go:noescape
+func dotQ8_0Q8_0SDOT(w, a *byte, nblocks int) float32
 
 //go:noescape
 func dotIQ2_XXSRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
@@ -108,4 +130,12 @@ func dotF32(a, b []float32) float32           { return dotF32Go(a, b) }
 func axpy(alpha float32, x, y []float32)      { axpyGo(alpha, x, y) }
 func dotF16(h []uint16, x []float32) float32  { return dotF16Go(h, x) }
 func dotQ5_K(row []byte, x []float32) float32 { return dotQ5_KGo(row, x) }
-func dotQ8_0Q8_0(w, a []byte) float32         { return dotQ8_0Q8_0Go(w, a) }
+
+// dotQ8_0Q8_0 dots a Q8_0 row with activations quantized to Q8_0; the caller has checked
+// that len(a) = len(w), a whole number of blocks.
+func dotQ8_0Q8_0(w, a []byte) float32 {
+	if kernels.q8_0q8_0 == nil || len(w) == 0 {
+		return dotQ8_0Q8_0Go(w, a)
+	}
+	return kernels.q8_0q8_0(&w[0], &a[0], len(w)/34)
+}

@@ -409,3 +409,72 @@ iq2block:
 	SUBS    $1, R3
 	BNE     iq2row
 	RET
+
+// Q8_0 weights against Q8_0-quantized activations (the int8 experiment of
+// BenchmarkDotQ8_0Int8Act): per block the exact integer Σ w·a, then as dotQ8_0Q8_0Go the
+// row total += (dw·da)·float32(Σ) with one fused multiply-add. The integer sum is exact in
+// any order, so SDOT and the widening multiplies give the same bits.
+
+// Q8Q8SCALE puts dw·da in F29 and advances R0 and R1 to the quants.
+#define Q8Q8SCALE \
+	MOVHU.P 2(R0), R7; \
+	MOVHU.P 2(R1), R8; \
+	FMOVS   R7, F29; \
+	FMOVS   R8, F28; \
+	FCVTHS  F29, F29; \
+	FCVTHS  F28, F28; \
+	FMULS   F28, F29, F29
+
+// Q8Q8TOTAL adds (dw·da)·float32(Σ lanes of V4) to F30.
+#define Q8Q8TOTAL \
+	ADDV4S(5, 4); \
+	SCVTFS(5, 5); \
+	FMADDS  F5, F30, F29, F30
+
+// func dotQ8_0Q8_0SDOT(w, a *byte, nblocks int) float32
+TEXT ·dotQ8_0Q8_0SDOT(SB), NOSPLIT, $0-28
+	MOVD  w+0(FP), R0
+	MOVD  a+8(FP), R1
+	MOVD  nblocks+16(FP), R2
+	FMOVS ZR, F30
+
+q8q8sdot:
+	Q8Q8SCALE
+	VLD1.P 32(R0), [V0.B16, V1.B16]
+	VLD1.P 32(R1), [V2.B16, V3.B16]
+	VEOR   V4.B16, V4.B16, V4.B16
+	SDOT4S(4, 0, 2)
+	SDOT4S(4, 1, 3)
+	Q8Q8TOTAL
+	SUBS   $1, R2
+	BNE    q8q8sdot
+
+	FMOVS F30, ret+24(FP)
+	RET
+
+// func dotQ8_0Q8_0NEON(w, a *byte, nblocks int) float32
+TEXT ·dotQ8_0Q8_0NEON(SB), NOSPLIT, $0-28
+	MOVD  w+0(FP), R0
+	MOVD  a+8(FP), R1
+	MOVD  nblocks+16(FP), R2
+	FMOVS ZR, F30
+
+q8q8neon:
+	Q8Q8SCALE
+	VLD1.P 32(R0), [V0.B16, V1.B16]
+	VLD1.P 32(R1), [V2.B16, V3.B16]
+	SMULL8H(6, 0, 2)
+	SMULL28H(7, 0, 2)
+	SMULL8H(16, 1, 3)
+	SMULL28H(17, 1, 3)
+	VEOR   V4.B16, V4.B16, V4.B16
+	SADALP4S(4, 6)
+	SADALP4S(4, 7)
+	SADALP4S(4, 16)
+	SADALP4S(4, 17)
+	Q8Q8TOTAL
+	SUBS   $1, R2
+	BNE    q8q8neon
+
+	FMOVS F30, ret+24(FP)
+	RET

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"golang.org/x/sys/cpu"
 )
 
 // TestNEONKernelsBitExact checks every NEON kernel against the Go kernel it replaces, bit
@@ -63,10 +65,46 @@ func TestNEONKernelsBitExact(t *testing.T) {
 	}
 }
 
-// TestKernelTableChoice checks that the CPU's table is the NEON one: every arm64 CPU Go
-// supports has Advanced SIMD.
-func TestKernelTableChoice(t *testing.T) {
-	if kernels.name != "neon" {
-		t.Errorf("kernel table %q, want neon", kernels.name)
+// TestNEONQ8_0Q8_0BitExact checks the integer-product kernels, with and without SDOT,
+// against dotQ8_0Q8_0Go, including the extreme quants ±127 and −128.
+func TestNEONQ8_0Q8_0BitExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(63, 64))
+	kerns := map[string]func(w, a *byte, nblocks int) float32{"neon": neonTable.q8_0q8_0}
+	if cpu.ARM64.HasASIMDDP {
+		kerns["sdot"] = sdotTable.q8_0q8_0
+	} else {
+		t.Log("no FEAT_DotProd on this CPU: the SDOT kernel is not tested")
 	}
+	for name, fn := range kerns {
+		for _, nb := range []int{1, 2, 3, 8, 31} {
+			for trial := 0; trial < 3; trial++ {
+				w := randomRow(Q8_0, nb*32, rng)
+				a := randomRow(Q8_0, nb*32, rng)
+				if trial == 2 {
+					for i := range w {
+						if i%34 >= 2 {
+							w[i], a[i] = 0x80, byte(127*(i%2)+0x80*(1-i%2))
+						}
+					}
+				}
+				got, want := fn(&w[0], &a[0], nb), dotQ8_0Q8_0Go(w, a)
+				if math.Float32bits(got) != math.Float32bits(want) {
+					t.Fatalf("%s, %d blocks: %v, Go %v", name, nb, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestKernelTableChoice checks that the table follows the CPU's features: Advanced SIMD
+// on every arm64 CPU Go supports, SDOT where the CPU has it.
+func TestKernelTableChoice(t *testing.T) {
+	want := "neon"
+	if cpu.ARM64.HasASIMDDP {
+		want = "neon+sdot"
+	}
+	if kernels.name != want {
+		t.Errorf("kernel table %q, want %q", kernels.name, want)
+	}
+	t.Logf("kernel table %q", kernels.name)
 }
