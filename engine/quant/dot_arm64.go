@@ -28,7 +28,7 @@ var goTable = kernelTable{name: "go"}
 var neonTable = kernelTable{
 	name: "neon",
 	q8_0: dotQ8_0RowsNEON,
-	q4_K: dotQ4_KRowsNEON,
+	q4_K: dotQ4_KRowsSums,
 	q6_K: dotQ6_KRowsNEON,
 	iq2:  dotIQ2_XXSRowsNEON,
 
@@ -66,7 +66,26 @@ var useAVX512 = false
 func dotQ8_0RowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
 
 //go:noescape
-func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32, sums *float32)
+
+//go:noescape
+func q4kSumsNEON(x *float32, nblocks int, sums *float32)
+
+// q4kSumsOnStack is the number of blocks whose sums of x fit the stack buffer of
+// dotQ4_KRowsSums (16,384 columns); longer rows take a heap buffer.
+const q4kSumsOnStack = 64
+
+// dotQ4_KRowsSums makes the per-sub-block sums of x the Q4_K kernel needs (they depend on x
+// only) once, then runs the rows.
+func dotQ4_KRowsSums(rows *byte, x *float32, nblocks, nrows int, out *float32) {
+	var buf [q4kSumsOnStack * 32]float32
+	sums := buf[:]
+	if nblocks > q4kSumsOnStack {
+		sums = make([]float32, nblocks*32)
+	}
+	q4kSumsNEON(x, nblocks, &sums[0])
+	dotQ4_KRowsNEON(rows, x, nblocks, nrows, out, &sums[0])
+}
 
 //go:noescape
 func dotQ6_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)

@@ -76,13 +76,14 @@ q80block:
 // 2j) and 64j+32+l (high nibble, sub-block 2j+1). As dotQ4_KGo: per chunk, four
 // accumulators (Σq·x and Σx for either nibble) with lane i summing l ≡ i mod 4; then
 // A += (d·sc)·Σq·x, A −= (dmin·m)·Σx for the low sub-block, B likewise for the high one.
+// The sums Σx depend on x only: q4kSumsNEON makes them once for all the rows of a call.
 //
 // Registers: V20..V23 the chunk's sums, V24 A, V25 B, V26/V27 d·sc for sub-blocks 0-3/4-7,
 // V29/V30 dmin·m, V31 the nibble mask.
 
 // Q4KSTEP converts 16 nibbles (8 in each of H0, H1 as halfwords), loads their 16 x and
-// adds to the product sum P and the x sum S.
-#define Q4KSTEP(H0, H1, PQ, SX) \
+// adds their products to PQ.
+#define Q4KSTEP(H0, H1, PQ) \
 	UXTL4S(12, H0); \
 	UXTL24S(13, H0); \
 	UXTL4S(14, H1); \
@@ -95,11 +96,7 @@ q80block:
 	FMLA4S(PQ, 12, 16); \
 	FMLA4S(PQ, 13, 17); \
 	FMLA4S(PQ, 14, 18); \
-	FMLA4S(PQ, 15, 19); \
-	FADD4S(SX, SX, 16); \
-	FADD4S(SX, SX, 17); \
-	FADD4S(SX, SX, 18); \
-	FADD4S(SX, SX, 19)
+	FMLA4S(PQ, 15, 19)
 
 // Q4KCHUNK does chunk j, whose sub-blocks' scales are lanes LO and LO+1 of DS and DM.
 #define Q4KCHUNK(DS, DM, LO) \
@@ -118,24 +115,61 @@ q80block:
 	UXTL28H(11, 1); \
 	VEOR   V20.B16, V20.B16, V20.B16; \
 	VEOR   V21.B16, V21.B16, V21.B16; \
-	VEOR   V22.B16, V22.B16, V22.B16; \
-	VEOR   V23.B16, V23.B16, V23.B16; \
-	Q4KSTEP(4, 5, 20, 22); \
-	Q4KSTEP(6, 7, 20, 22); \
-	Q4KSTEP(8, 9, 21, 23); \
-	Q4KSTEP(10, 11, 21, 23); \
+	VLD1.P 32(R19), [V22.S4, V23.S4]; \
+	Q4KSTEP(4, 5, 20); \
+	Q4KSTEP(6, 7, 20); \
+	Q4KSTEP(8, 9, 21); \
+	Q4KSTEP(10, 11, 21); \
 	FMLAE(24, 20, DS, LO); \
 	FMLSE(24, 22, DM, LO); \
 	FMLAE(25, 21, DS, LO+1); \
 	FMLSE(25, 23, DM, LO+1)
 
-// func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
-TEXT ·dotQ4_KRowsNEON(SB), NOSPLIT, $0-40
+// q4kSumsNEON writes, per block of x and chunk j, the 4-lane sums Σx of the low and the
+// high sub-block (8 floats), in the lane order of dotQ4_KGo's sl and sh.
+// func q4kSumsNEON(x *float32, nblocks int, sums *float32)
+TEXT ·q4kSumsNEON(SB), NOSPLIT, $0-24
+	MOVD x+0(FP), R5
+	MOVD nblocks+8(FP), R6
+	MOVD sums+16(FP), R7
+	LSL  $2, R6
+
+q4ksums:
+	VEOR   V22.B16, V22.B16, V22.B16
+	VEOR   V23.B16, V23.B16, V23.B16
+	VLD1.P 64(R5), [V16.S4, V17.S4, V18.S4, V19.S4]
+	FADD4S(22, 22, 16)
+	FADD4S(22, 22, 17)
+	FADD4S(22, 22, 18)
+	FADD4S(22, 22, 19)
+	VLD1.P 64(R5), [V16.S4, V17.S4, V18.S4, V19.S4]
+	FADD4S(22, 22, 16)
+	FADD4S(22, 22, 17)
+	FADD4S(22, 22, 18)
+	FADD4S(22, 22, 19)
+	VLD1.P 64(R5), [V16.S4, V17.S4, V18.S4, V19.S4]
+	FADD4S(23, 23, 16)
+	FADD4S(23, 23, 17)
+	FADD4S(23, 23, 18)
+	FADD4S(23, 23, 19)
+	VLD1.P 64(R5), [V16.S4, V17.S4, V18.S4, V19.S4]
+	FADD4S(23, 23, 16)
+	FADD4S(23, 23, 17)
+	FADD4S(23, 23, 18)
+	FADD4S(23, 23, 19)
+	VST1.P [V22.S4, V23.S4], 32(R7)
+	SUBS   $1, R6
+	BNE    q4ksums
+	RET
+
+// func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32, sums *float32)
+TEXT ·dotQ4_KRowsNEON(SB), NOSPLIT, $0-48
 	MOVD  rows+0(FP), R0
 	MOVD  x+8(FP), R1
 	MOVD  nblocks+16(FP), R2
 	MOVD  nrows+24(FP), R3
 	MOVD  out+32(FP), R4
+	MOVD  sums+40(FP), R20
 	VMOVI $0x0f, V31.B16
 	MOVD  $0x3f3f3f3f3f3f3f3f, R13
 	MOVD  $0x0303030303030303, R14
@@ -143,6 +177,7 @@ TEXT ·dotQ4_KRowsNEON(SB), NOSPLIT, $0-40
 
 q4krow:
 	MOVD R1, R5
+	MOVD R20, R19
 	MOVD R2, R6
 	VEOR V24.B16, V24.B16, V24.B16
 	VEOR V25.B16, V25.B16, V25.B16

@@ -28,7 +28,7 @@ func TestNEONKernelsBitExact(t *testing.T) {
 			t.Errorf("%v: no NEON kernel", typ)
 			continue
 		}
-		for _, nb := range []int{1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33} {
+		for _, nb := range []int{1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, q4kSumsOnStack + 3} {
 			n := nb * bs
 			for trial := 0; trial < trials; trial++ {
 				nrows := 1 + trial%4
