@@ -231,47 +231,52 @@ func dotQ4_KGo(row []byte, x []float32) float32 {
 		for j := 0; j < 4; j++ {
 			q := b[16+32*j : 48+32*j]
 			xl, xh := x[64*j:64*j+32], x[64*j+32:64*j+64]
-			var l0, l1, l2, l3, h0, h1, h2, h3 float32         // Σ q·x
-			var sl0, sl1, sl2, sl3, sh0, sh1, sh2, sh3 float32 // Σ x
+			// The low nibbles, then the high ones: each sum's own order is what counts,
+			// and eight accumulators at a time stay in registers on amd64 too.
+			var q0, q1, q2, q3, s0, s1, s2, s3 float32 // Σ q·x and Σ x per lane
 			for l := 0; l < 32; l += 4 {
-				q4, xl4, xh4 := q[l:l+4], xl[l:l+4], xh[l:l+4]
-				l0 += float32(q4[0]&0xf) * xl4[0]
-				l1 += float32(q4[1]&0xf) * xl4[1]
-				l2 += float32(q4[2]&0xf) * xl4[2]
-				l3 += float32(q4[3]&0xf) * xl4[3]
-				h0 += float32(q4[0]>>4) * xh4[0]
-				h1 += float32(q4[1]>>4) * xh4[1]
-				h2 += float32(q4[2]>>4) * xh4[2]
-				h3 += float32(q4[3]>>4) * xh4[3]
-				sl0 += xl4[0]
-				sl1 += xl4[1]
-				sl2 += xl4[2]
-				sl3 += xl4[3]
-				sh0 += xh4[0]
-				sh1 += xh4[1]
-				sh2 += xh4[2]
-				sh3 += xh4[3]
+				q4, x4 := q[l:l+4], xl[l:l+4]
+				q0 += float32(q4[0]&0xf) * x4[0]
+				q1 += float32(q4[1]&0xf) * x4[1]
+				q2 += float32(q4[2]&0xf) * x4[2]
+				q3 += float32(q4[3]&0xf) * x4[3]
+				s0 += x4[0]
+				s1 += x4[1]
+				s2 += x4[2]
+				s3 += x4[3]
 			}
 			sc, m := scaleMinK4(2*j, scales)
 			ds, dm := d*float32(sc), dmin*float32(m)
-			a0 += ds * l0
-			a1 += ds * l1
-			a2 += ds * l2
-			a3 += ds * l3
-			a0 -= dm * sl0
-			a1 -= dm * sl1
-			a2 -= dm * sl2
-			a3 -= dm * sl3
+			a0 += ds * q0
+			a1 += ds * q1
+			a2 += ds * q2
+			a3 += ds * q3
+			a0 -= dm * s0
+			a1 -= dm * s1
+			a2 -= dm * s2
+			a3 -= dm * s3
+			q0, q1, q2, q3, s0, s1, s2, s3 = 0, 0, 0, 0, 0, 0, 0, 0
+			for l := 0; l < 32; l += 4 {
+				q4, x4 := q[l:l+4], xh[l:l+4]
+				q0 += float32(q4[0]>>4) * x4[0]
+				q1 += float32(q4[1]>>4) * x4[1]
+				q2 += float32(q4[2]>>4) * x4[2]
+				q3 += float32(q4[3]>>4) * x4[3]
+				s0 += x4[0]
+				s1 += x4[1]
+				s2 += x4[2]
+				s3 += x4[3]
+			}
 			sc, m = scaleMinK4(2*j+1, scales)
 			ds, dm = d*float32(sc), dmin*float32(m)
-			b0 += ds * h0
-			b1 += ds * h1
-			b2 += ds * h2
-			b3 += ds * h3
-			b0 -= dm * sh0
-			b1 -= dm * sh1
-			b2 -= dm * sh2
-			b3 -= dm * sh3
+			b0 += ds * q0
+			b1 += ds * q1
+			b2 += ds * q2
+			b3 += ds * q3
+			b0 -= dm * s0
+			b1 -= dm * s1
+			b2 -= dm * s2
+			b3 -= dm * s3
 		}
 		row, x = row[144:], x[QK_K:]
 	}
@@ -329,18 +334,15 @@ func dotQ6_KGo(row []byte, x []float32) float32 {
 			// nibble of ql[l+32·(k&1)] and bit pair k of qh[l]; each 16 share a scale.
 			for k := 0; k < 4; k++ {
 				lo := ql[32*(k&1) : 32*(k&1)+32]
-				shift := 4 * uint(k>>1)
+				shift, hs := 4*uint(k>>1), 2*uint(k)
 				for g := 0; g < 2; g++ {
 					var p0, p1, p2, p3 float32
 					for l := 16 * g; l < 16*g+16; l += 4 {
-						w := func(i int) float32 {
-							return float32(int(lo[l+i]>>shift&0xf|(qh[l+i]>>(2*k)&3)<<4) - 32)
-						}
-						x4 := xx[32*k+l : 32*k+l+4]
-						p0 += w(0) * x4[0]
-						p1 += w(1) * x4[1]
-						p2 += w(2) * x4[2]
-						p3 += w(3) * x4[3]
+						l4, h4, x4 := lo[l:l+4], qh[l:l+4], xx[32*k+l:32*k+l+4]
+						p0 += float32(int(l4[0]>>shift&0xf|(h4[0]>>hs&3)<<4)-32) * x4[0]
+						p1 += float32(int(l4[1]>>shift&0xf|(h4[1]>>hs&3)<<4)-32) * x4[1]
+						p2 += float32(int(l4[2]>>shift&0xf|(h4[2]>>hs&3)<<4)-32) * x4[2]
+						p3 += float32(int(l4[3]>>shift&0xf|(h4[3]>>hs&3)<<4)-32) * x4[3]
 					}
 					s := d * float32(int8(sc[2*k+g]))
 					if n == 0 {
@@ -416,30 +418,38 @@ func dotIQ2_XXSGo(row []byte, x []float32) float32 {
 		qs := b[2:66]
 		for ib := 0; ib < 8; ib++ {
 			aux := binary.LittleEndian.Uint32(qs[8*ib+4:])
-			var s [8]float32
+			var s0, s1, s2, s3, s4, s5, s6, s7 float32
 			for l := 0; l < 4; l++ {
 				g := &iq2xxsGridF32[qs[8*ib+l]]
 				m := &iqSignMask[(aux>>(7*l))&127]
 				xx := x[32*ib+8*l : 32*ib+8*l+8]
-				for j := range s {
-					// The sign goes onto x (exact), so that the product and the sum fuse.
-					s[j] += g[j] * math.Float32frombits(math.Float32bits(xx[j])^m[j])
-				}
+				s0 += g[0] * flipSign(xx[0], m[0])
+				s1 += g[1] * flipSign(xx[1], m[1])
+				s2 += g[2] * flipSign(xx[2], m[2])
+				s3 += g[3] * flipSign(xx[3], m[3])
+				s4 += g[4] * flipSign(xx[4], m[4])
+				s5 += g[5] * flipSign(xx[5], m[5])
+				s6 += g[6] * flipSign(xx[6], m[6])
+				s7 += g[7] * flipSign(xx[7], m[7])
 			}
 			t := d * (0.5 + float32(aux>>28)) * 0.25
-			a0 += t * s[0]
-			a1 += t * s[1]
-			a2 += t * s[2]
-			a3 += t * s[3]
-			a4 += t * s[4]
-			a5 += t * s[5]
-			a6 += t * s[6]
-			a7 += t * s[7]
+			a0 += t * s0
+			a1 += t * s1
+			a2 += t * s2
+			a3 += t * s3
+			a4 += t * s4
+			a5 += t * s5
+			a6 += t * s6
+			a7 += t * s7
 		}
 		row, x = row[66:], x[QK_K:]
 	}
 	return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
 }
+
+// flipSign XORs the sign mask m (0 or 1<<31) into x: the sign goes onto x, which is exact,
+// so that the product with the grid value and the sum fuse.
+func flipSign(x float32, m uint32) float32 { return math.Float32frombits(math.Float32bits(x) ^ m) }
 
 func dotQ8_0Q8_0Go(w, a []byte) float32 {
 	var sum float32
