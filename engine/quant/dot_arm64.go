@@ -17,6 +17,8 @@ type rowsKernel func(rows *byte, x *float32, nblocks, nrows int, out *float32)
 type kernelTable struct {
 	name                  string
 	q8_0, q4_K, q6_K, iq2 rowsKernel
+	// q8_0x4 is q8_0 for four tokens at once (DotRows4).
+	q8_0x4 func(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int)
 	// q8_0q8_0 dots a Q8_0 row with Q8_0-quantized activations (integer products).
 	q8_0q8_0 func(w, a *byte, nblocks int) float32
 }
@@ -32,6 +34,7 @@ var neonTable = kernelTable{
 	q6_K: dotQ6_KRowsNEON,
 	iq2:  dotIQ2_XXSRowsNEON,
 
+	q8_0x4:   dotQ8_0Rows4NEON,
 	q8_0q8_0: dotQ8_0Q8_0NEON,
 }
 
@@ -64,6 +67,9 @@ var useAVX512 = false
 
 //go:noescape
 func dotQ8_0RowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
+
+//go:noescape
+func dotQ8_0Rows4NEON(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int)
 
 //go:noescape
 func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32, sums *float32)
@@ -136,7 +142,14 @@ func dotRowsFast(t Type, rows []byte, x []float32, out []float32) bool {
 	return true
 }
 
-func dotRows4Fast(Type, []byte, []float32, int, []float32, int) bool { return false }
+// dotRows4Fast is DotRows4 with one assembly call, where the table has a four-token kernel.
+func dotRows4Fast(t Type, rows []byte, x []float32, cols int, out []float32, ldo int) bool {
+	if t != Q8_0 || kernels.q8_0x4 == nil || cols == 0 || len(rows) == 0 {
+		return false
+	}
+	kernels.q8_0x4(&rows[0], &x[0], cols, cols/32, len(rows)/t.RowBytes(cols), &out[0], ldo)
+	return true
+}
 
 func dotQ8_0(row []byte, x []float32) float32    { return kernels.dot1(Q8_0, row, x, dotQ8_0Go) }
 func dotQ4_K(row []byte, x []float32) float32    { return kernels.dot1(Q4_K, row, x, dotQ4_KGo) }

@@ -42,6 +42,9 @@ var kernels = []kernel{
 	{"Q8_0", "arm64", "engine/quant/dot_arm64.s", "dotQ8_0RowsNEON", 32, 34, loop("q80block", "BNE")},
 	{"Q8_0", "amd64 AVX2", "engine/quant/dot_amd64.s", "dotQ8_0AVX2", 64, 68, loop("loop2", "JNZ")},
 	{"Q8_0", "amd64 AVX-512", "engine/quant/dot_avx512_amd64.s", "dotQ8_0RowsAVX512", 128, 136, loop("loop4", "JGE")},
+	// Four tokens per call (DotRows4): per weight and byte of each token's product.
+	{"Q8_0, 4 tokens", "arm64", "engine/quant/dot_arm64.s", "dotQ8_0Rows4NEON", 4 * 32, 4 * 34, loop("q80x4block", "BNE")},
+	{"Q8_0, 4 tokens", "amd64 AVX-512", "engine/quant/dot_avx512_amd64.s", "dotQ8_0Rows4AVX512", 4 * 128, 4 * 136, loop("loop4x4", "JGE")},
 	{"Q4_K", "arm64", "engine/quant/dot_arm64.s", "dotQ4_KRowsNEON", 256, 144, loop("q4kblock", "BNE")},
 	{"Q4_K", "amd64 AVX2", "engine/quant/dot_amd64.s", "dotQ4_KAVX2", 256, 144, []segment{
 		{"block:", "LEAQ 16(SI), R11", 1}, {"chunk:", "JLT chunk", 4}, {"ADDQ $144, SI", "JNZ block", 1}}},
