@@ -3,6 +3,7 @@
 package quant
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -17,7 +18,7 @@ func TestNEONKernelsBitExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(61, 62))
 	trials := 6
 	if testing.Short() {
-		trials = 2
+		trials = 3
 	}
 	pure := map[Type]func([]byte, []float32) float32{
 		Q8_0: dotQ8_0Go, Q4_K: dotQ4_KGo, Q6_K: dotQ6_KGo, IQ2_XXS: dotIQ2_XXSGo,
@@ -35,6 +36,18 @@ func TestNEONKernelsBitExact(t *testing.T) {
 				rows := make([]byte, 0, nrows*typ.RowBytes(n))
 				for range nrows {
 					rows = append(rows, randomRow(typ, n, rng)...)
+				}
+				if trial == 2 {
+					// Negative and subnormal scales (the f16 fields of every other block).
+					for o := 0; o < len(rows); o += 2 * typ.TypeSize() {
+						for k, off := range scaleFields[typ] {
+							h := uint16(0x8000) | uint16(rng.IntN(0x400))
+							if k == 1 {
+								h = 0x8000 | 0x3c00 // −1
+							}
+							binary.LittleEndian.PutUint16(rows[o+off:], h)
+						}
+					}
 				}
 				x := randomVec(n, rng)
 				if trial == 1 {
