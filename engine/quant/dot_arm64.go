@@ -2,7 +2,12 @@
 
 package quant
 
-import "golang.org/x/sys/cpu"
+import (
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // On arm64 the quantized dots run NEON kernels (dot_arm64.s) that give the same bits as the
 // Go kernels of dot.go: the Go compiler fuses a += b*c into FMADD on arm64 and the NEON
@@ -12,13 +17,17 @@ import "golang.org/x/sys/cpu"
 // dot product of row r with x.
 type rowsKernel func(rows *byte, x *float32, nblocks, nrows int, out *float32)
 
+// rows4Kernel is rowsKernel for four tokens at x, x+xstride, … (floats), their results at
+// out, out+ostride, ….
+type rows4Kernel func(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int)
+
 // kernelTable is the set of kernels for one level of CPU features; a nil entry means the
 // pure-Go kernel.
 type kernelTable struct {
 	name                  string
 	q8_0, q4_K, q6_K, iq2 rowsKernel
-	// q8_0x4 is q8_0 for four tokens at once (DotRows4).
-	q8_0x4 func(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int)
+	// q8_0x4 and q4_Kx4 are q8_0 and q4_K for four tokens at once (DotRows4).
+	q8_0x4, q4_Kx4 rows4Kernel
 	// q8_0q8_0 dots a Q8_0 row with Q8_0-quantized activations (integer products).
 	q8_0q8_0 func(w, a *byte, nblocks int) float32
 }
@@ -35,6 +44,7 @@ var neonTable = kernelTable{
 	iq2:  dotIQ2_XXSRowsNEON,
 
 	q8_0x4:   dotQ8_0Rows4NEON,
+	q4_Kx4:   dotQ4_KRows4Sums,
 	q8_0q8_0: dotQ8_0Q8_0NEON,
 }
 
@@ -75,7 +85,10 @@ func dotQ8_0Rows4NEON(rows *byte, x *float32, xstride, nblocks, nrows int, out *
 func dotQ4_KRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32, sums *float32)
 
 //go:noescape
-func q4kSumsNEON(x *float32, nblocks int, sums *float32)
+func q4kSumsNEON(x *float32, nblocks int, sums *float32, stride int)
+
+//go:noescape
+func dotQ4_KRows4NEON(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int, sums *float32)
 
 // q4kSumsOnStack is the number of blocks whose sums of x fit the stack buffer of
 // dotQ4_KRowsSums (16,384 columns); longer rows take a heap buffer.
@@ -89,8 +102,32 @@ func dotQ4_KRowsSums(rows *byte, x *float32, nblocks, nrows int, out *float32) {
 	if nblocks > q4kSumsOnStack {
 		sums = make([]float32, nblocks*32)
 	}
-	q4kSumsNEON(x, nblocks, &sums[0])
+	q4kSumsNEON(x, nblocks, &sums[0], 16)
 	dotQ4_KRowsNEON(rows, x, nblocks, nrows, out, &sums[0])
+}
+
+// q4kSums4Pool holds the sums buffers of four-token calls too long for the stack.
+var q4kSums4Pool sync.Pool
+
+// dotQ4_KRows4Sums is dotQ4_KRowsSums for four tokens: their sums side by side, then one
+// kernel call.
+func dotQ4_KRows4Sums(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int) {
+	var buf [q4kSumsOnStack * 32]float32
+	sums := buf[:]
+	if n := 4 * nblocks * 32; n > len(buf) {
+		p, _ := q4kSums4Pool.Get().(*[]float32)
+		if p == nil || len(*p) < n {
+			s := make([]float32, n)
+			p = &s
+		}
+		defer q4kSums4Pool.Put(p)
+		sums = *p
+	}
+	for t := 0; t < 4; t++ {
+		xt := (*float32)(unsafe.Add(unsafe.Pointer(x), 4*t*xstride))
+		q4kSumsNEON(xt, nblocks, &sums[4*t], 64)
+	}
+	dotQ4_KRows4NEON(rows, x, xstride, nblocks, nrows, out, ostride, &sums[0])
 }
 
 //go:noescape
@@ -144,10 +181,17 @@ func dotRowsFast(t Type, rows []byte, x []float32, out []float32) bool {
 
 // dotRows4Fast is DotRows4 with one assembly call, where the table has a four-token kernel.
 func dotRows4Fast(t Type, rows []byte, x []float32, cols int, out []float32, ldo int) bool {
-	if t != Q8_0 || kernels.q8_0x4 == nil || cols == 0 || len(rows) == 0 {
+	var fn rows4Kernel
+	switch t {
+	case Q8_0:
+		fn = kernels.q8_0x4
+	case Q4_K:
+		fn = kernels.q4_Kx4
+	}
+	if fn == nil || cols == 0 || len(rows) == 0 {
 		return false
 	}
-	kernels.q8_0x4(&rows[0], &x[0], cols, cols/32, len(rows)/t.RowBytes(cols), &out[0], ldo)
+	fn(&rows[0], &x[0], cols, cols/t.BlockSize(), len(rows)/t.RowBytes(cols), &out[0], ldo)
 	return true
 }
 

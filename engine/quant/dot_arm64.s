@@ -212,12 +212,14 @@ q80x4block:
 	FMLSE(25, 23, DM, LO+1)
 
 // q4kSumsNEON writes, per block of x and chunk j, the 4-lane sums Σx of the low and the
-// high sub-block (8 floats), in the lane order of dotQ4_KGo's sl and sh.
-// func q4kSumsNEON(x *float32, nblocks int, sums *float32)
-TEXT ·q4kSumsNEON(SB), NOSPLIT, $0-24
+// high sub-block, in the lane order of dotQ4_KGo's sums, stride bytes apart (16: one pair
+// after another; 64: room for four tokens' sums side by side).
+// func q4kSumsNEON(x *float32, nblocks int, sums *float32, stride int)
+TEXT ·q4kSumsNEON(SB), NOSPLIT, $0-32
 	MOVD x+0(FP), R5
 	MOVD nblocks+8(FP), R6
 	MOVD sums+16(FP), R7
+	MOVD stride+24(FP), R8
 	LSL  $2, R6
 
 q4ksums:
@@ -243,7 +245,8 @@ q4ksums:
 	FADD4S(23, 23, 17)
 	FADD4S(23, 23, 18)
 	FADD4S(23, 23, 19)
-	VST1.P [V22.S4, V23.S4], 32(R7)
+	VST1.P [V22.S4], (R7)(R8)
+	VST1.P [V23.S4], (R7)(R8)
 	SUBS   $1, R6
 	BNE    q4ksums
 	RET
@@ -316,6 +319,167 @@ q4kblock:
 	FMOVS.P F0, 4(R4)
 	SUBS    $1, R3
 	BNE     q4krow
+	RET
+
+// Four tokens at once (DotRows4): each chunk's nibbles are converted once, then every
+// token does what dotQ4_KRowsNEON does alone, in the same order, so each gets its own bits.
+//
+// Registers: V8-V11 the tokens' A, V27-V30 their B, V26 the chunk's [d·sc lo, d·sc hi,
+// dmin·m lo, dmin·m hi] (the four chunks' are kept in the frame), V12-V19 32 converted
+// nibbles, R5/R8/R9/R10 the tokens' x, R20 the sums (per chunk: the four tokens' low sums,
+// then their high sums).
+
+// Q4X4CONV widens the 32 nibbles of byte registers N0, N1 to floats in V12-V19.
+#define Q4X4CONV(N0, N1) \
+	UXTL8H(4, N0); \
+	UXTL28H(5, N0); \
+	UXTL8H(6, N1); \
+	UXTL28H(7, N1); \
+	UXTL4S(12, 4); \
+	UXTL24S(13, 4); \
+	UXTL4S(14, 5); \
+	UXTL24S(15, 5); \
+	UXTL4S(16, 6); \
+	UXTL24S(17, 6); \
+	UXTL4S(18, 7); \
+	UXTL24S(19, 7); \
+	UCVTF4S(12, 12); \
+	UCVTF4S(13, 13); \
+	UCVTF4S(14, 14); \
+	UCVTF4S(15, 15); \
+	UCVTF4S(16, 16); \
+	UCVTF4S(17, 17); \
+	UCVTF4S(18, 18); \
+	UCVTF4S(19, 19)
+
+// Q4X4TOK adds one token's sub-block (x at X) to ACC with scale lanes DSL and DML of V26.
+#define Q4X4TOK(X, ACC, DSL, DML) \
+	VEOR   V24.B16, V24.B16, V24.B16; \
+	VLD1.P 64(X), [V20.S4, V21.S4, V22.S4, V23.S4]; \
+	FMLA4S(24, 12, 20); \
+	FMLA4S(24, 13, 21); \
+	FMLA4S(24, 14, 22); \
+	FMLA4S(24, 15, 23); \
+	VLD1.P 64(X), [V20.S4, V21.S4, V22.S4, V23.S4]; \
+	FMLA4S(24, 16, 20); \
+	FMLA4S(24, 17, 21); \
+	FMLA4S(24, 18, 22); \
+	FMLA4S(24, 19, 23); \
+	VLD1.P 16(R20), [V25.S4]; \
+	FMLAE(ACC, 24, 26, DSL); \
+	FMLSE(ACC, 25, 26, DML)
+
+#define Q4X4CHUNK \
+	VLD1.P 16(R7), [V26.S4]; \
+	VLD1.P 32(R0), [V0.B16, V1.B16]; \
+	VAND   V31.B16, V0.B16, V2.B16; \
+	VAND   V31.B16, V1.B16, V3.B16; \
+	VUSHR  $4, V0.B16, V0.B16; \
+	VUSHR  $4, V1.B16, V1.B16; \
+	Q4X4CONV(2, 3); \
+	Q4X4TOK(R5, 8, 0, 2); \
+	Q4X4TOK(R8, 9, 0, 2); \
+	Q4X4TOK(R9, 10, 0, 2); \
+	Q4X4TOK(R10, 11, 0, 2); \
+	Q4X4CONV(0, 1); \
+	Q4X4TOK(R5, 27, 1, 3); \
+	Q4X4TOK(R8, 28, 1, 3); \
+	Q4X4TOK(R9, 29, 1, 3); \
+	Q4X4TOK(R10, 30, 1, 3)
+
+// func dotQ4_KRows4NEON(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int, sums *float32)
+TEXT ·dotQ4_KRows4NEON(SB), NOSPLIT, $64-64
+	MOVD  rows+0(FP), R0
+	MOVD  x+8(FP), R1
+	MOVD  xstride+16(FP), R14
+	MOVD  nblocks+24(FP), R2
+	MOVD  nrows+32(FP), R3
+	MOVD  out+40(FP), R4
+	MOVD  ostride+48(FP), R15
+	MOVD  sums+56(FP), R19
+	LSL   $2, R14
+	LSL   $2, R15
+	ADD   R15, R4, R11
+	ADD   R15, R11, R12
+	ADD   R15, R12, R13
+	VMOVI $0x0f, V31.B16
+	MOVD  $0x3f3f3f3f3f3f3f3f, R15
+	MOVD  $0x0303030303030303, R21
+	MOVD  $0x0f0f0f0f0f0f0f0f, R22
+
+q4x4row:
+	MOVD R1, R5
+	ADD  R14, R5, R8
+	ADD  R14, R8, R9
+	ADD  R14, R9, R10
+	MOVD R19, R20
+	MOVD R2, R6
+	VEOR V8.B16, V8.B16, V8.B16
+	VEOR V9.B16, V9.B16, V9.B16
+	VEOR V10.B16, V10.B16, V10.B16
+	VEOR V11.B16, V11.B16, V11.B16
+	VEOR V27.B16, V27.B16, V27.B16
+	VEOR V28.B16, V28.B16, V28.B16
+	VEOR V29.B16, V29.B16, V29.B16
+	VEOR V30.B16, V30.B16, V30.B16
+
+q4x4block:
+	// d, dmin and the scales as in dotQ4_KRowsNEON, into V16 (d·sc 0-3), V17 (4-7), V18
+	// (dmin·m 0-3), V19 (4-7), then per chunk into the frame.
+	MOVWU.P 4(R0), R7
+	FMOVS   R7, F20
+	FCVTL4S(20, 20)
+	MOVD.P  8(R0), R23
+	MOVWU.P 4(R0), R24
+	LSR     $6, R23, R25
+	AND     R21, R25, R25
+	LSL     $4, R25, R25
+	LSR     $4, R24, R7
+	ORR     R7<<32, R24, R7
+	AND     R22, R7, R7
+	ORR     R25, R7, R7
+	AND     R15, R23, R23
+	VMOV    R23, V12.D[0]
+	VMOV    R7, V12.D[1]
+	UXTL8H(13, 12)
+	UXTL28H(14, 12)
+	UXTL4S(16, 13)
+	UXTL24S(18, 13)
+	UXTL4S(17, 14)
+	UXTL24S(19, 14)
+	UCVTF4S(16, 16)
+	UCVTF4S(17, 17)
+	UCVTF4S(18, 18)
+	UCVTF4S(19, 19)
+	FMULE(16, 16, 20, 0)
+	FMULE(17, 17, 20, 0)
+	FMULE(18, 18, 20, 1)
+	FMULE(19, 19, 20, 1)
+	ZIP12D(12, 16, 18)
+	ZIP22D(13, 16, 18)
+	ZIP12D(14, 17, 19)
+	ZIP22D(15, 17, 19)
+	ADD     $8, RSP, R7
+	VST1    [V12.S4, V13.S4, V14.S4, V15.S4], (R7)
+
+	Q4X4CHUNK
+	Q4X4CHUNK
+	Q4X4CHUNK
+	Q4X4CHUNK
+
+	SUBS $1, R6
+	BNE  q4x4block
+
+	ROWSUM(0, 8, 27)
+	FMOVS.P F0, 4(R4)
+	ROWSUM(0, 9, 28)
+	FMOVS.P F0, 4(R11)
+	ROWSUM(0, 10, 29)
+	FMOVS.P F0, 4(R12)
+	ROWSUM(0, 11, 30)
+	FMOVS.P F0, 4(R13)
+	SUBS    $1, R3
+	BNE     q4x4row
 	RET
 
 // Q6_K super-block (210 bytes): 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits), 16

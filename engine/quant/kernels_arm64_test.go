@@ -121,3 +121,32 @@ func TestKernelTableChoice(t *testing.T) {
 	}
 	t.Logf("kernel table %q", kernels.name)
 }
+
+// TestNEONRows4BitExact checks the four-token kernels against the Go kernel token by token,
+// with rows long enough for the Q4_K sums to leave the stack buffer.
+func TestNEONRows4BitExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(65, 66))
+	pure := map[Type]func([]byte, []float32) float32{Q8_0: dotQ8_0Go, Q4_K: dotQ4_KGo}
+	for typ, fn := range map[Type]rows4Kernel{Q8_0: neonTable.q8_0x4, Q4_K: neonTable.q4_Kx4} {
+		bs := typ.BlockSize()
+		for _, nb := range []int{1, 2, 5, q4kSumsOnStack/4 + 1, 3 * q4kSumsOnStack / 4} {
+			cols, nrows, ldo := nb*bs, 1+nb%3, 5
+			rb := typ.RowBytes(cols)
+			var rows []byte
+			for range nrows {
+				rows = append(rows, randomRow(typ, cols, rng)...)
+			}
+			x := randomVec(4*cols+7, rng) // xstride = cols; a few floats past the last token
+			out := make([]float32, 3*ldo+nrows)
+			fn(&rows[0], &x[0], cols, nb, nrows, &out[0], ldo)
+			for i := 0; i < 4; i++ {
+				for r := 0; r < nrows; r++ {
+					want := pure[typ](rows[r*rb:(r+1)*rb], x[i*cols:(i+1)*cols])
+					if got := out[i*ldo+r]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("%v, %d blocks: token %d row %d: %v, Go %v", typ, nb, i, r, got, want)
+					}
+				}
+			}
+		}
+	}
+}

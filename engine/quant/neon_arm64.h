@@ -29,6 +29,10 @@
 #define UXTL4S(d, n) WORD $(0x2F10A400 | (n)<<5 | (d))
 #define UXTL24S(d, n) WORD $(0x6F10A400 | (n)<<5 | (d))
 
+// zip1/zip2 Vd.2d, Vn.2d, Vm.2d: the low (high) doublewords of Vn and Vm.
+#define ZIP12D(d, n, m) WORD $(0x4EC03800 | (m)<<16 | (n)<<5 | (d))
+#define ZIP22D(d, n, m) WORD $(0x4EC07800 | (m)<<16 | (n)<<5 | (d))
+
 // fcvtl Vd.4s, Vn.4h: four halves to singles.
 #define FCVTL4S(d, n) WORD $(0x0E217800 | (n)<<5 | (d))
 

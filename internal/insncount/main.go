@@ -46,6 +46,7 @@ var kernels = []kernel{
 	{"Q8_0, 4 tokens", "arm64", "engine/quant/dot_arm64.s", "dotQ8_0Rows4NEON", 4 * 32, 4 * 34, loop("q80x4block", "BNE")},
 	{"Q8_0, 4 tokens", "amd64 AVX-512", "engine/quant/dot_avx512_amd64.s", "dotQ8_0Rows4AVX512", 4 * 128, 4 * 136, loop("loop4x4", "JGE")},
 	{"Q4_K", "arm64", "engine/quant/dot_arm64.s", "dotQ4_KRowsNEON", 256, 144, loop("q4kblock", "BNE")},
+	{"Q4_K, 4 tokens", "arm64", "engine/quant/dot_arm64.s", "dotQ4_KRows4NEON", 4 * 256, 4 * 144, loop("q4x4block", "BNE")},
 	{"Q4_K", "amd64 AVX2", "engine/quant/dot_amd64.s", "dotQ4_KAVX2", 256, 144, []segment{
 		{"block:", "LEAQ 16(SI), R11", 1}, {"chunk:", "JLT chunk", 4}, {"ADDQ $144, SI", "JNZ block", 1}}},
 	// The scales of a group of blocks are unpacked once per group (first/ahead loops, one
