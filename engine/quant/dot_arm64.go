@@ -26,8 +26,8 @@ type rows4Kernel func(rows *byte, x *float32, xstride, nblocks, nrows int, out *
 type kernelTable struct {
 	name                  string
 	q8_0, q4_K, q6_K, iq2 rowsKernel
-	// q8_0x4 and q4_Kx4 are q8_0 and q4_K for four tokens at once (DotRows4).
-	q8_0x4, q4_Kx4 rows4Kernel
+	// q8_0x4, q4_Kx4 and q6_Kx4 are q8_0, q4_K and q6_K for four tokens at once (DotRows4).
+	q8_0x4, q4_Kx4, q6_Kx4 rows4Kernel
 	// q8_0q8_0 dots a Q8_0 row with Q8_0-quantized activations (integer products).
 	q8_0q8_0 func(w, a *byte, nblocks int) float32
 }
@@ -45,6 +45,7 @@ var neonTable = kernelTable{
 
 	q8_0x4:   dotQ8_0Rows4NEON,
 	q4_Kx4:   dotQ4_KRows4Sums,
+	q6_Kx4:   dotQ6_KRows4NEON,
 	q8_0q8_0: dotQ8_0Q8_0NEON,
 }
 
@@ -140,6 +141,9 @@ func dotQ8_0Q8_0NEON(w, a *byte, nblocks int) float32
 func dotQ8_0Q8_0SDOT(w, a *byte, nblocks int) float32
 
 //go:noescape
+func dotQ6_KRows4NEON(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int)
+
+//go:noescape
 func dotIQ2_XXSRowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
 
 // kernelFor returns the table's kernel for t and its block size, or nil.
@@ -187,6 +191,8 @@ func dotRows4Fast(t Type, rows []byte, x []float32, cols int, out []float32, ldo
 		fn = kernels.q8_0x4
 	case Q4_K:
 		fn = kernels.q4_Kx4
+	case Q6_K:
+		fn = kernels.q6_Kx4
 	}
 	if fn == nil || cols == 0 || len(rows) == 0 {
 		return false

@@ -603,6 +603,152 @@ q6kblock:
 	BNE     q6krow
 	RET
 
+// Four tokens at once (DotRows4): each group's 16 values are converted once, then every
+// token does what dotQ6_KRowsNEON does alone, in the same order.
+//
+// Registers: V0/V1 the quarter's ql, V4/V5 the half's qh, V6/V7 the quarter's values, V12-V15
+// a group's values as floats, V16/V17 x, V20-V23 the scales d·sc, V26 the group sum, and the
+// tokens' A in V2, V3, V11, V24 and B in V25, V27, V28, V18.
+
+// Q6WK0..Q6WK3 build quarter k's values in W from nibble bytes L and qh bytes H.
+#define Q6WK0(W, L, H) \
+	VAND V29.B16, L.B16, W.B16; \
+	VSHL $4, H.B16, V10.B16
+#define Q6WK1(W, L, H) \
+	VAND V29.B16, L.B16, W.B16; \
+	VSHL $2, H.B16, V10.B16
+#define Q6WK2(W, L, H) \
+	VUSHR $4, L.B16, W.B16; \
+	VMOV  H.B16, V10.B16
+#define Q6WK3(W, L, H) \
+	VUSHR $4, L.B16, W.B16; \
+	VUSHR $2, H.B16, V10.B16
+
+// Q6WFIN adds the qh bits in V10 to W and removes the bias.
+#define Q6WFIN(W) \
+	VAND V30.B16, V10.B16, V10.B16; \
+	VORR V10.B16, W.B16, W.B16; \
+	VSUB V31.B16, W.B16, W.B16
+
+#define Q6X4TOK(X, ACC, DS, LANE) \
+	VEOR   V26.B16, V26.B16, V26.B16; \
+	VLD1.P 32(X), [V16.S4, V17.S4]; \
+	FMLA4S(26, 12, 16); \
+	FMLA4S(26, 13, 17); \
+	VLD1.P 32(X), [V16.S4, V17.S4]; \
+	FMLA4S(26, 14, 16); \
+	FMLA4S(26, 15, 17); \
+	FMLAE(ACC, 26, DS, LANE)
+
+#define Q6X4GROUP(W, DS, LANE, A0, A1, A2, A3) \
+	SXTL8H(8, W); \
+	SXTL28H(9, W); \
+	SXTL4S(12, 8); \
+	SXTL24S(13, 8); \
+	SXTL4S(14, 9); \
+	SXTL24S(15, 9); \
+	SCVTF4S(12, 12); \
+	SCVTF4S(13, 13); \
+	SCVTF4S(14, 14); \
+	SCVTF4S(15, 15); \
+	Q6X4TOK(R5, A0, DS, LANE); \
+	Q6X4TOK(R8, A1, DS, LANE); \
+	Q6X4TOK(R9, A2, DS, LANE); \
+	Q6X4TOK(R10, A3, DS, LANE)
+
+// Q6X4QUARTER does quarter K (macro Q6WK), ql at byte QL of the block, with scale lanes
+// LANE and LANE+1 of DS.
+#define Q6X4QUARTER(WK, QL, DS, LANE, A0, A1, A2, A3) \
+	ADD  $QL, R0, R7; \
+	VLD1 (R7), [V0.B16, V1.B16]; \
+	WK(V6, V0, V4); \
+	Q6WFIN(V6); \
+	WK(V7, V1, V5); \
+	Q6WFIN(V7); \
+	Q6X4GROUP(6, DS, LANE, A0, A1, A2, A3); \
+	Q6X4GROUP(7, DS, LANE+1, A0, A1, A2, A3)
+
+#define Q6X4HALF(QL, QH, DS0, DS1, A0, A1, A2, A3) \
+	ADD  $QH, R0, R7; \
+	VLD1 (R7), [V4.B16, V5.B16]; \
+	Q6X4QUARTER(Q6WK0, QL, DS0, 0, A0, A1, A2, A3); \
+	Q6X4QUARTER(Q6WK1, QL+32, DS0, 2, A0, A1, A2, A3); \
+	Q6X4QUARTER(Q6WK2, QL, DS1, 0, A0, A1, A2, A3); \
+	Q6X4QUARTER(Q6WK3, QL+32, DS1, 2, A0, A1, A2, A3)
+
+// func dotQ6_KRows4NEON(rows *byte, x *float32, xstride, nblocks, nrows int, out *float32, ostride int)
+TEXT ·dotQ6_KRows4NEON(SB), NOSPLIT, $0-56
+	MOVD  rows+0(FP), R0
+	MOVD  x+8(FP), R1
+	MOVD  xstride+16(FP), R14
+	MOVD  nblocks+24(FP), R2
+	MOVD  nrows+32(FP), R3
+	MOVD  out+40(FP), R4
+	MOVD  ostride+48(FP), R15
+	LSL   $2, R14
+	LSL   $2, R15
+	ADD   R15, R4, R11
+	ADD   R15, R11, R12
+	ADD   R15, R12, R13
+	VMOVI $0x0f, V29.B16
+	VMOVI $0x30, V30.B16
+	VMOVI $32, V31.B16
+
+q6x4row:
+	MOVD R1, R5
+	ADD  R14, R5, R8
+	ADD  R14, R8, R9
+	ADD  R14, R9, R10
+	MOVD R2, R6
+	VEOR V2.B16, V2.B16, V2.B16
+	VEOR V3.B16, V3.B16, V3.B16
+	VEOR V11.B16, V11.B16, V11.B16
+	VEOR V24.B16, V24.B16, V24.B16
+	VEOR V25.B16, V25.B16, V25.B16
+	VEOR V27.B16, V27.B16, V27.B16
+	VEOR V28.B16, V28.B16, V28.B16
+	VEOR V18.B16, V18.B16, V18.B16
+
+q6x4block:
+	MOVHU  208(R0), R7
+	FMOVS  R7, F19
+	FCVTHS F19, F19
+	ADD    $192, R0, R7
+	VLD1   (R7), [V26.B16]
+	SXTL8H(8, 26)
+	SXTL28H(9, 26)
+	SXTL4S(20, 8)
+	SXTL24S(21, 8)
+	SXTL4S(22, 9)
+	SXTL24S(23, 9)
+	SCVTF4S(20, 20)
+	SCVTF4S(21, 21)
+	SCVTF4S(22, 22)
+	SCVTF4S(23, 23)
+	FMULE(20, 20, 19, 0)
+	FMULE(21, 21, 19, 0)
+	FMULE(22, 22, 19, 0)
+	FMULE(23, 23, 19, 0)
+
+	Q6X4HALF(0, 128, 20, 21, 2, 3, 11, 24)
+	Q6X4HALF(64, 160, 22, 23, 25, 27, 28, 18)
+
+	ADD  $210, R0
+	SUBS $1, R6
+	BNE  q6x4block
+
+	ROWSUM(0, 2, 25)
+	FMOVS.P F0, 4(R4)
+	ROWSUM(0, 3, 27)
+	FMOVS.P F0, 4(R11)
+	ROWSUM(0, 11, 28)
+	FMOVS.P F0, 4(R12)
+	ROWSUM(0, 24, 18)
+	FMOVS.P F0, 4(R13)
+	SUBS    $1, R3
+	BNE     q6x4row
+	RET
+
 // IQ2_XXS super-block (66 bytes): f16 d, then per 32 elements ib two words: four grid
 // indices (8 elements each) and aux, whose bits 7l..7l+6 pick the sign pattern of grid
 // point l and whose top 4 bits are the scale. As dotIQ2_XXSGo: per ib, sums S0 (elements

@@ -126,8 +126,8 @@ func TestKernelTableChoice(t *testing.T) {
 // with rows long enough for the Q4_K sums to leave the stack buffer.
 func TestNEONRows4BitExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(65, 66))
-	pure := map[Type]func([]byte, []float32) float32{Q8_0: dotQ8_0Go, Q4_K: dotQ4_KGo}
-	for typ, fn := range map[Type]rows4Kernel{Q8_0: neonTable.q8_0x4, Q4_K: neonTable.q4_Kx4} {
+	pure := map[Type]func([]byte, []float32) float32{Q8_0: dotQ8_0Go, Q4_K: dotQ4_KGo, Q6_K: dotQ6_KGo}
+	for typ, fn := range map[Type]rows4Kernel{Q8_0: neonTable.q8_0x4, Q4_K: neonTable.q4_Kx4, Q6_K: neonTable.q6_Kx4} {
 		bs := typ.BlockSize()
 		for _, nb := range []int{1, 2, 5, q4kSumsOnStack/4 + 1, 3 * q4kSumsOnStack / 4} {
 			cols, nrows, ldo := nb*bs, 1+nb%3, 5

@@ -54,6 +54,7 @@ var kernels = []kernel{
 	{"Q4_K", "amd64 AVX-512", "engine/quant/dot_avx512_amd64.s", "dotQ4_KRowsAVX512", 256, 144, []segment{
 		{"ahead:", "JNZ ahead", 1}, {"block:", "JNZ block", 1}}},
 	{"Q6_K", "arm64", "engine/quant/dot_arm64.s", "dotQ6_KRowsNEON", 256, 210, loop("q6kblock", "BNE")},
+	{"Q6_K, 4 tokens", "arm64", "engine/quant/dot_arm64.s", "dotQ6_KRows4NEON", 4 * 256, 4 * 210, loop("q6x4block", "BNE")},
 	{"Q6_K", "amd64 AVX2", "engine/quant/dot_amd64.s", "dotQ6_KAVX2", 256, 210, loop("block", "JNZ")},
 	// Per block: the next block's scales, the block, and the loop branch (the row's
 	// epilogue between JNZ next and next: runs once per row).
