@@ -11,6 +11,29 @@
 // Q8_0 block (34 bytes): f16 d, 32 × int8. As dotQ8_0Go: lane i of an accumulator sums
 // q[j]·x[j] for j ≡ i mod 4 in j order, the lanes fold as (s0+s1)+(s2+s3), and the row
 // total takes d·fold with one fused multiply-add.
+// Q80CONV widens the 32 int8 of V0, V1 to floats in V6-V13.
+#define Q80CONV \
+	SXTL8H(2, 0); \
+	SXTL28H(3, 0); \
+	SXTL8H(4, 1); \
+	SXTL28H(5, 1); \
+	SXTL4S(6, 2); \
+	SXTL24S(7, 2); \
+	SXTL4S(8, 3); \
+	SXTL24S(9, 3); \
+	SXTL4S(10, 4); \
+	SXTL24S(11, 4); \
+	SXTL4S(12, 5); \
+	SXTL24S(13, 5); \
+	SCVTF4S(6, 6); \
+	SCVTF4S(7, 7); \
+	SCVTF4S(8, 8); \
+	SCVTF4S(9, 9); \
+	SCVTF4S(10, 10); \
+	SCVTF4S(11, 11); \
+	SCVTF4S(12, 12); \
+	SCVTF4S(13, 13)
+
 // func dotQ8_0RowsNEON(rows *byte, x *float32, nblocks, nrows int, out *float32)
 TEXT ·dotQ8_0RowsNEON(SB), NOSPLIT, $0-40
 	MOVD rows+0(FP), R0
@@ -31,26 +54,7 @@ q80block:
 	VLD1.P  32(R0), [V0.B16, V1.B16]
 	VLD1.P  64(R5), [V16.S4, V17.S4, V18.S4, V19.S4]
 	VLD1.P  64(R5), [V20.S4, V21.S4, V22.S4, V23.S4]
-	SXTL8H(2, 0)
-	SXTL28H(3, 0)
-	SXTL8H(4, 1)
-	SXTL28H(5, 1)
-	SXTL4S(6, 2)
-	SXTL24S(7, 2)
-	SXTL4S(8, 3)
-	SXTL24S(9, 3)
-	SXTL4S(10, 4)
-	SXTL24S(11, 4)
-	SXTL4S(12, 5)
-	SXTL24S(13, 5)
-	SCVTF4S(6, 6)
-	SCVTF4S(7, 7)
-	SCVTF4S(8, 8)
-	SCVTF4S(9, 9)
-	SCVTF4S(10, 10)
-	SCVTF4S(11, 11)
-	SCVTF4S(12, 12)
-	SCVTF4S(13, 13)
+	Q80CONV
 	VEOR    V24.B16, V24.B16, V24.B16
 	FMLA4S(24, 6, 16)
 	FMLA4S(24, 7, 17)
@@ -122,26 +126,7 @@ q80x4block:
 	FMOVS   R7, F29
 	FCVTHS  F29, F29
 	VLD1.P  32(R0), [V0.B16, V1.B16]
-	SXTL8H(2, 0)
-	SXTL28H(3, 0)
-	SXTL8H(4, 1)
-	SXTL28H(5, 1)
-	SXTL4S(6, 2)
-	SXTL24S(7, 2)
-	SXTL4S(8, 3)
-	SXTL24S(9, 3)
-	SXTL4S(10, 4)
-	SXTL24S(11, 4)
-	SXTL4S(12, 5)
-	SXTL24S(13, 5)
-	SCVTF4S(6, 6)
-	SCVTF4S(7, 7)
-	SCVTF4S(8, 8)
-	SCVTF4S(9, 9)
-	SCVTF4S(10, 10)
-	SCVTF4S(11, 11)
-	SCVTF4S(12, 12)
-	SCVTF4S(13, 13)
+	Q80CONV
 	Q80TOKEN(R5, F26)
 	Q80TOKEN(R8, F27)
 	Q80TOKEN(R9, F28)
@@ -211,6 +196,43 @@ q80x4block:
 	FMLAE(25, 21, DS, LO+1); \
 	FMLSE(25, 23, DM, LO+1)
 
+// Q4KSCALES reads a block's d, dmin and 6-bit scales and mins at R0 (advancing it 16 bytes)
+// and leaves d·sc in vectors SC03 (sub-blocks 0-3) and SC47, dmin·m in MN03 and MN47; d and
+// dmin are lanes 0 and 1 of vector DV (FDV is its name as an F register). Bytes 0-7 go to
+// B07 (sc0-3, m0-3 in their low 6 bits), bytes 8-11 to B811; sc4-7 and m4-7 take their low
+// 4 bits from bytes 8-11 and their high 2 from the top bits of bytes 0-7. T0, T1 are
+// scratch (T1 may be R7); M3F, M03, M0F hold the byte masks 0x3f.., 0x03.., 0x0f...
+#define Q4KSCALES(FDV, DV, B07, B811, T0, T1, M3F, M03, M0F, SC03, SC47, MN03, MN47) \
+	MOVWU.P 4(R0), R7; \
+	FMOVS   R7, FDV; \
+	FCVTL4S(DV, DV); \
+	MOVD.P  8(R0), B07; \
+	MOVWU.P 4(R0), B811; \
+	LSR     $6, B07, T0; \
+	AND     M03, T0, T0; \
+	LSL     $4, T0, T0; \
+	LSR     $4, B811, T1; \
+	ORR     T1<<32, B811, T1; \
+	AND     M0F, T1, T1; \
+	ORR     T0, T1, T1; \
+	AND     M3F, B07, B07; \
+	VMOV    B07, V12.D[0]; \
+	VMOV    T1, V12.D[1]; \
+	UXTL8H(13, 12); \
+	UXTL28H(14, 12); \
+	UXTL4S(SC03, 13); \
+	UXTL24S(MN03, 13); \
+	UXTL4S(SC47, 14); \
+	UXTL24S(MN47, 14); \
+	UCVTF4S(SC03, SC03); \
+	UCVTF4S(MN03, MN03); \
+	UCVTF4S(SC47, SC47); \
+	UCVTF4S(MN47, MN47); \
+	FMULE(SC03, SC03, DV, 0); \
+	FMULE(SC47, SC47, DV, 0); \
+	FMULE(MN03, MN03, DV, 1); \
+	FMULE(MN47, MN47, DV, 1)
+
 // q4kSumsNEON writes, per block of x and chunk j, the 4-lane sums Σx of the low and the
 // high sub-block, in the lane order of dotQ4_KGo's sums, stride bytes apart (16: one pair
 // after another; 64: room for four tokens' sums side by side).
@@ -272,40 +294,7 @@ q4krow:
 	VEOR V25.B16, V25.B16, V25.B16
 
 q4kblock:
-	// d and dmin in lanes 0 and 1 of V28.
-	MOVWU.P 4(R0), R7
-	FMOVS   R7, F28
-	FCVTL4S(28, 28)
-
-	// Scales: bytes 0-7 in R8 (sc0-3, m0-3 in their low 6 bits), bytes 8-11 in R9; sc4-7
-	// and m4-7 take their low 4 bits from bytes 8-11 and their high 2 from the top bits of
-	// bytes 0-7. R8 becomes sc0-3|m0-3, R10 sc4-7|m4-7.
-	MOVD.P  8(R0), R8
-	MOVWU.P 4(R0), R9
-	LSR     $6, R8, R11
-	AND     R14, R11, R11
-	LSL     $4, R11, R11
-	LSR     $4, R9, R10
-	ORR     R10<<32, R9, R10
-	AND     R15, R10, R10
-	ORR     R11, R10, R10
-	AND     R13, R8, R8
-	VMOV    R8, V12.D[0]
-	VMOV    R10, V12.D[1]
-	UXTL8H(13, 12)
-	UXTL28H(14, 12)
-	UXTL4S(26, 13)
-	UXTL24S(29, 13)
-	UXTL4S(27, 14)
-	UXTL24S(30, 14)
-	UCVTF4S(26, 26)
-	UCVTF4S(29, 29)
-	UCVTF4S(27, 27)
-	UCVTF4S(30, 30)
-	FMULE(26, 26, 28, 0)
-	FMULE(27, 27, 28, 0)
-	FMULE(29, 29, 28, 1)
-	FMULE(30, 30, 28, 1)
+	Q4KSCALES(F28, 28, R8, R9, R11, R10, R13, R14, R15, 26, 27, 29, 30)
 
 	Q4KCHUNK(26, 29, 0)
 	Q4KCHUNK(26, 29, 2)
@@ -426,35 +415,7 @@ q4x4row:
 q4x4block:
 	// d, dmin and the scales as in dotQ4_KRowsNEON, into V16 (d·sc 0-3), V17 (4-7), V18
 	// (dmin·m 0-3), V19 (4-7), then per chunk into the frame.
-	MOVWU.P 4(R0), R7
-	FMOVS   R7, F20
-	FCVTL4S(20, 20)
-	MOVD.P  8(R0), R23
-	MOVWU.P 4(R0), R24
-	LSR     $6, R23, R25
-	AND     R21, R25, R25
-	LSL     $4, R25, R25
-	LSR     $4, R24, R7
-	ORR     R7<<32, R24, R7
-	AND     R22, R7, R7
-	ORR     R25, R7, R7
-	AND     R15, R23, R23
-	VMOV    R23, V12.D[0]
-	VMOV    R7, V12.D[1]
-	UXTL8H(13, 12)
-	UXTL28H(14, 12)
-	UXTL4S(16, 13)
-	UXTL24S(18, 13)
-	UXTL4S(17, 14)
-	UXTL24S(19, 14)
-	UCVTF4S(16, 16)
-	UCVTF4S(17, 17)
-	UCVTF4S(18, 18)
-	UCVTF4S(19, 19)
-	FMULE(16, 16, 20, 0)
-	FMULE(17, 17, 20, 0)
-	FMULE(18, 18, 20, 1)
-	FMULE(19, 19, 20, 1)
+	Q4KSCALES(F20, 20, R23, R24, R25, R7, R15, R21, R22, 16, 17, 18, 19)
 	ZIP12D(12, 16, 18)
 	ZIP22D(13, 16, 18)
 	ZIP12D(14, 17, 19)
