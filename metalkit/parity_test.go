@@ -1,0 +1,182 @@
+package metalkit
+
+import (
+	gocontext "context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/cpu"
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
+	"github.com/redlite/batch/internal/fixtures"
+	"github.com/redlite/batch/metalkit/harness/harnesstest"
+)
+
+// TestModelParity runs the whole forward pass of every fixture model through the Metal
+// backend on the harness device and compares its logits at every position with the CPU
+// backend's: prefill in chunks of 1, 64 and the whole prompt, with f32 and f16 KV caches,
+// and greedy decoding with the MTP head where a model has one. While an operation of the
+// backend is pending (metalkit/pending.go) it skips, saying which.
+func TestModelParity(t *testing.T) {
+	dev := harnesstest.Device(t)
+	if err := pendingOp(t, New(dev)); err != nil {
+		t.Skipf("the Metal backend cannot run a model yet: %v", err)
+	}
+	dir := fixtures.Path(t, "models")
+	names, err := filepath.Glob(filepath.Join(dir, "*.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The generated fixtures (Q8_0 copies of the F32/F16 ones) are not in the directory.
+	names = append(names, fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf"), fixtures.Path(t, "models", "tiny-qwen3next-Q8_0.gguf"))
+	// The harness runs these tiny models at about 0.1 s per decode pass and 0.2 s per
+	// prefilled token of qwen3next (2 loaded cores), so by default each model prefills 20
+	// tokens whole and 6 one at a time, with both KV precisions, and the Q8_0 model of each
+	// architecture 70 tokens in chunks of 64 (a chunk and a rest) with f32 KV: about a
+	// minute. REDLITE_TEST_PARITY=full runs 70 tokens in every case (about 8 minutes).
+	full := os.Getenv("REDLITE_TEST_PARITY") == "full"
+	type run struct {
+		chunk, tokens int
+		kv            ml.DType
+	}
+	runs := func(model string) []run {
+		var rs []run
+		for _, kv := range []ml.DType{ml.F32, ml.F16} {
+			if full {
+				rs = append(rs, run{1, 70, kv}, run{64, 70, kv}, run{0, 70, kv})
+				continue
+			}
+			rs = append(rs, run{1, 6, kv}, run{0, 20, kv})
+			if kv == ml.F32 && strings.HasSuffix(model, "-Q8_0.gguf") {
+				rs = append(rs, run{64, 70, kv})
+			}
+		}
+		return rs
+	}
+	for _, path := range names {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".gguf"), func(t *testing.T) {
+			ref, err := engine.Load(path, engine.Options{Backend: cpu.New(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			m, err := engine.Load(path, engine.Options{Backend: New(dev)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			vocab := m.Config().Vocab
+			ids := make([]int32, 70)
+			for i := range ids {
+				ids[i] = int32((i*7919 + 13) % vocab)
+			}
+			worst := 0.0
+			for _, r := range runs(path) {
+				want := prefill(t, ref, ids[:r.tokens], r.kv, r.chunk)
+				got := prefill(t, m, ids[:r.tokens], r.kv, r.chunk)
+				// Float32 throughout on both; sums in other orders (threadgroup trees,
+				// split-K attention) move logits by rounding only.
+				d, at := logitsDiff(want, got)
+				worst = max(worst, d)
+				if d > 2e-3 {
+					t.Errorf("KV %s, %d tokens in chunks of %d: logits differ by %.3g at position %d (vocab %d)", r.kv, r.tokens, r.chunk, d, at/vocab, vocab)
+				}
+			}
+			t.Logf("largest logit difference %.3g", worst)
+			if want, ok := greedyMTP(t, ref, ids[:8]); ok {
+				got, _ := greedyMTP(t, m, ids[:8])
+				if fmt.Sprint(want) != fmt.Sprint(got) {
+					t.Errorf("greedy decoding with MTP: %v, the CPU %v", got, want)
+				}
+			}
+		})
+	}
+}
+
+func prefill(t *testing.T, m *engine.Model, ids []int32, kv ml.DType, chunk int) []float32 {
+	t.Helper()
+	s, err := m.NewSession(engine.SessionOptions{Context: len(ids), KV: kv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	logits, err := s.Prefill(gocontext.Background(), ids, engine.PrefillOptions{Chunk: chunk, AllLogits: true})
+	if err != nil {
+		t.Fatalf("%s, KV %s, chunk %d: %v", m.Backend.Name(), kv, chunk, err)
+	}
+	return logits
+}
+
+// greedyMTP decodes 6 tokens greedily after prompt with the model's MTP head; ok is false
+// for a model without one.
+func greedyMTP(t *testing.T, m *engine.Model, prompt []int32) ([]int32, bool) {
+	t.Helper()
+	s, err := m.NewSession(engine.SessionOptions{Context: len(prompt) + 8, MTP: true})
+	if err != nil {
+		if strings.Contains(err.Error(), "MTP") || strings.Contains(err.Error(), "draft") {
+			return nil, false
+		}
+		t.Fatal(err)
+	}
+	defer s.Close()
+	logits, err := s.Prefill(gocontext.Background(), prompt, engine.PrefillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := s.DecodeGreedy(gocontext.Background(), logits, 6)
+	if err != nil {
+		t.Fatalf("%s: %v", m.Backend.Name(), err)
+	}
+	return out, true
+}
+
+func logitsDiff(a, b []float32) (float64, int) {
+	if len(a) != len(b) {
+		return math.Inf(1), 0
+	}
+	worst, at := 0.0, 0
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		if d > worst || math.IsNaN(d) {
+			worst, at = d, i
+			if math.IsNaN(d) {
+				return math.Inf(1), i
+			}
+		}
+	}
+	return worst, at
+}
+
+// pendingOp returns the "not implemented yet" error of an operation every model needs and
+// the backend does not have yet (metalkit/pending.go), or nil.
+func pendingOp(t *testing.T, b *Backend) error {
+	if c, err := b.NewCache(1, 1, 8, 4, ml.F32); err != nil {
+		if strings.Contains(err.Error(), "not implemented yet") {
+			return err
+		}
+		t.Fatal(err)
+	} else {
+		c.Free()
+	}
+	m, err := b.Map(pageAligned(4 * 8 * 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.Weight(m, "w", quant.F32, []int{8, 8}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := b.NewContext()
+	defer ctx.Close()
+	ctx.MatMul(w, ctx.Embed(w, ctx.InputIDs([]int32{1})))
+	if err := ctx.Compute(); err != nil && strings.Contains(err.Error(), "not implemented yet") {
+		return err
+	}
+	return nil
+}
+
