@@ -179,4 +179,3 @@ func pendingOp(t *testing.T, b *Backend) error {
 	}
 	return nil
 }
-
