@@ -17,12 +17,13 @@ import (
 // the backend decides (windows, the memory plan, errors) apart from the kernels, which the
 // harness device tests (ops_test.go).
 type fakeDevice struct {
-	maxLen   int64
-	waitErr  error
-	wrapped  int
-	made     int64 // bytes of NewBuffer
-	encoded  []device.Dispatch
-	released int
+	maxLen      int64
+	badPipeline string // Pipeline fails for this kernel
+	waitErr     error
+	wrapped     int
+	made        int64 // bytes of NewBuffer
+	encoded     []device.Dispatch
+	released    int
 }
 
 type fakeBuffer struct {
@@ -73,6 +74,9 @@ func (d *fakeDevice) WrapBuffer(data []byte) (device.Buffer, error) {
 }
 func (d *fakeDevice) MaxBufferLength() int64 { return d.maxLen }
 func (d *fakeDevice) Pipeline(name string, consts ...device.Constant) (device.Pipeline, error) {
+	if name == d.badPipeline {
+		return nil, errors.New("fake: no kernel " + name)
+	}
 	return fakePipeline(name), nil
 }
 func (d *fakeDevice) NewCommands() device.Commands { return fakeCommands{d} }
@@ -335,15 +339,17 @@ func TestContextErrors(t *testing.T) {
 			t.Errorf("compute after a failed pass: %v", err)
 		}
 	})
-	t.Run("Pending", func(t *testing.T) {
+	t.Run("PipelineError", func(t *testing.T) {
+		d.badPipeline = "unary_f32"
+		defer func() { d.badPipeline = "" }()
 		ctx := b.NewContext()
 		defer ctx.Close()
-		data := pageAligned(64 * 64 * 4)
-		m, _ := b.Map(data)
-		w, _ := b.Weight(m, "w", quant.F32, []int{64, 64}, 0)
-		ctx.MatMul(w, ctx.Input(make([]float32, 64), 1, 64))
-		if err := ctx.Compute(); err == nil || !strings.Contains(err.Error(), "not implemented yet") {
-			t.Errorf("compute of a pending op: %v", err)
+		y := ctx.SiLU(ctx.Input([]float32{1, 2}, 2))
+		if err := ctx.Compute(); err == nil || !strings.Contains(err.Error(), "silu: fake: no kernel unary_f32") {
+			t.Errorf("compute with a kernel the device cannot build: %v", err)
+		}
+		if _, err := ctx.Read(y); err == nil {
+			t.Error("read after a failed pass succeeded")
 		}
 	})
 	t.Run("ShapesPanic", func(t *testing.T) {
