@@ -35,7 +35,7 @@ type context struct {
 	rope map[ropeKey]*tensor
 	// named are the tensors given to Name since the last Compute, for Backend.Hook.
 	named []named
-	err  error // the first failure; the pass is over
+	err   error // the first failure; the pass is over
 }
 
 // op is one recorded operation.
