@@ -413,3 +413,33 @@ func TestTwoComputes(t *testing.T) {
 		t.Errorf("use of a consumed intermediate of an earlier Compute: %v", err)
 	}
 }
+
+// BenchmarkEncodePass measures the host's side of a decode-sized pass on a device that runs
+// nothing: recording, the memory plan and encoding 48 layers of 10 operations each.
+func BenchmarkEncodePass(b *testing.B) {
+	d := &fakeDevice{maxLen: 1 << 30}
+	be := New(d)
+	data := pageAligned(4 * 2048)
+	m, _ := be.Map(data)
+	w, _ := be.Weight(m, "norm", quant.F32, []int{2048}, 0)
+	in := make([]float32, 2048)
+	b.ReportAllocs()
+	for b.Loop() {
+		d.encoded = d.encoded[:0]
+		ctx := be.NewContext()
+		x := ctx.Input(in, 1, 2048)
+		for range 48 {
+			h := ctx.RMSNorm(x, w, 1e-6)
+			q := ctx.RoPE(ctx.Reshape(h, 1, 16, 128), 100, ml.RoPE{Dims: 64, Base: 1e7, NeoX: true})
+			g := ctx.Sigmoid(ctx.Slice(h, 0, 1024))
+			u := ctx.MulVec(ctx.Concat(g, g), w)
+			x = ctx.Add(x, ctx.Mul(ctx.SwiGLU(ctx.Reshape(q, 1, 2048), u), ctx.Scale(h, 0.5)))
+		}
+		ctx.Argmax(x)
+		if err := ctx.Compute(); err != nil {
+			b.Fatal(err)
+		}
+		ctx.Close()
+	}
+	b.ReportMetric(float64(len(d.encoded)), "dispatches/pass")
+}
