@@ -33,7 +33,9 @@ type context struct {
 	segs []segment
 	// rope holds this Compute's rotation tables by positions and rotation (ops.go).
 	rope map[ropeKey]*tensor
-	err  error // the first failure; the pass is over
+	// named are the tensors given to Name since the last Compute, for Backend.Hook.
+	named []named
+	err   error // the first failure; the pass is over
 }
 
 // op is one recorded operation.
@@ -194,6 +196,15 @@ func (c *context) Compute() error {
 	if err := cmd.Wait(); err != nil {
 		return c.fail(fmt.Errorf("metalkit: forward pass: %w", err))
 	}
+	named := c.named
+	c.named = nil
+	for _, n := range named {
+		v, err := c.Read(n.t)
+		if err != nil {
+			return c.fail(fmt.Errorf("metalkit: hook of %s: %w", n.name, err))
+		}
+		c.b.Hook(n.name, n.layer, n.t.shape, v)
+	}
 	return nil
 }
 
@@ -323,7 +334,7 @@ func (c *context) Close() {
 			c.b.putScratch(s.buf, s.need)
 		}
 	}
-	c.segs, c.ops, c.made, c.rope = nil, nil, nil, nil
+	c.segs, c.ops, c.made, c.rope, c.named = nil, nil, nil, nil, nil
 	c.next, c.seen = 0, 0
 	if c.err == nil {
 		c.err = errClosed
