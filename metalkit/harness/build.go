@@ -45,6 +45,9 @@ var ErrNoCompiler = errors.New("harness: clang++-16 not found (apt-get install c
 var cflags = []string{
 	"-std=c++20", optLevel(), "-gline-tables-only", "-fsanitize=address", "-fno-omit-frame-pointer",
 	"-fsigned-char", // MSL's char is signed; C++'s is not on arm64
+	// half arithmetic rounds after every operation, as the GPU's half ALUs do (clang keeps
+	// float intermediates by default).
+	"-Xclang", "-ffloat16-excess-precision=none",
 	"-Wno-unknown-attributes", "-Wno-unknown-pragmas", "-Wno-gnu-anonymous-struct",
 	"-Wno-nested-anon-types", "-Wno-unused-value", "-ferror-limit=20", "-fno-color-diagnostics",
 }

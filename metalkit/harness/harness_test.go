@@ -274,6 +274,39 @@ func TestHalf(t *testing.T) {
 	}
 }
 
+func TestHalfRoundsEachOperation(t *testing.T) {
+	d := selftest(t)
+	// 1000 + 0.3 = 1000.5 in half (0.3 is lost to the 0.5 spacing), - 1000 = 0.5; float
+	// intermediates would give 0.3.
+	x, err := d.WrapBuffer([]byte{0xd0, 0x63, 0xcd, 0x34, 0xd0, 0xe3}) // half 1000, 0.3, -1000
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	out := alloc(t, d, 4)
+	mustRun(t, d, "st_half_ops", nil, [3]int{1, 1, 1}, [3]int{1, 1, 1}, nil, []device.Buffer{x, out})
+	if got := download(t, out)[0]; got != 0.5 {
+		t.Errorf("1000h + 0.3h - 1000h = %v, want 0.5", got)
+	}
+}
+
+// TestMissingBarrierShows: a kernel that reads another thread's threadgroup value without a
+// barrier gets an unwritten value (NaN) in some threadgroup.
+func TestMissingBarrierShows(t *testing.T) {
+	d := selftest(t)
+	out := alloc(t, d, 4*64*2)
+	mustRun(t, d, "st_race", nil, [3]int{2, 1, 1}, [3]int{64, 1, 1}, nil, []device.Buffer{out})
+	nans := 0
+	for _, v := range download(t, out) {
+		if v != v {
+			nans++
+		}
+	}
+	if nans == 0 {
+		t.Error("every thread read its neighbour's value although no barrier separated the write and the read")
+	}
+}
+
 func TestVectors(t *testing.T) {
 	d := selftest(t)
 	x := []float32{1, 2, 3, 4, 5, -6, 7, 8}

@@ -344,9 +344,18 @@ static bool run_group(Worker *w, const Dispatch &d, const uint32_t g[3]) {
 		l.sp = fiber_init(l.stack, STACK_SIZE, lane_main, &l);
 	}
 	const uint32_t nsg = (T + 31) / 32;
+	// Lanes run in increasing order in even rounds of even threadgroups and decreasing order
+	// otherwise, so that a read of another thread's threadgroup memory without a barrier
+	// sees the unwritten value in one direction or the other.
+	uint32_t round = g[0] + g[1] + g[2];
 	while (ok) {
-		for (uint32_t i = 0; i < T; i++)
-			if (w->lanes[i].state == RUNNABLE) switch_to_lane(w, &w->lanes[i]);
+		if (round++ & 1) {
+			for (uint32_t i = T; i-- > 0;)
+				if (w->lanes[i].state == RUNNABLE) switch_to_lane(w, &w->lanes[i]);
+		} else {
+			for (uint32_t i = 0; i < T; i++)
+				if (w->lanes[i].state == RUNNABLE) switch_to_lane(w, &w->lanes[i]);
+		}
 		// Every lane is now finished or waiting.
 		bool moved = false;
 		for (uint32_t s = 0; ok && s < nsg; s++) {

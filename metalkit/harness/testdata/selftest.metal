@@ -106,6 +106,25 @@ kernel void st_half(
 	hout[tid] = h + 1.0h;
 }
 
+// half arithmetic rounds after each operation: out = float(x0 + x1 + x2) in half.
+kernel void st_half_ops(
+		device const half * x [[buffer(1)]],
+		device float * out    [[buffer(2)]]) {
+	out[0] = float(x[0] + x[1] + x[2]);
+}
+
+// Lanes run in an order that alternates between threadgroups: reading a neighbour's
+// threadgroup value without a barrier must show up in one of two threadgroups.
+kernel void st_race(
+		device float * out [[buffer(1)]],
+		uint tid  [[thread_index_in_threadgroup]],
+		uint ntg  [[threads_per_threadgroup]],
+		uint3 tgpig [[threadgroup_position_in_grid]]) {
+	threadgroup float sh[64];
+	sh[tid] = float(tid);
+	out[tgpig.x * ntg + tid] = sh[(tid + ntg - 1) % ntg]; // no barrier: wrong
+}
+
 // Vector constructors and swizzles; out holds 4 float4 per thread.
 kernel void st_vec(
 		device const float4 * x [[buffer(1)]],
