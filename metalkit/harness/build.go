@@ -64,6 +64,10 @@ func optLevel() string {
 	return "-O1"
 }
 
+// buildVersion is part of every cache key: change it when the build itself changes in a way
+// the inputs do not show.
+const buildVersion = "2"
+
 // cacheRoot is where built executables are kept, by the hash of everything they are built
 // from: $REDLITE_HARNESS_CACHE, else the user's cache directory.
 func cacheRoot() (string, error) {
@@ -147,7 +151,7 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 	}
 	flags := strings.Join(cflags, " ")
 	shim := mslHeader + mslSwizzle + abiHeader
-	exe := filepath.Join(root, hashOf("exe", ver, flags, shim, runtimeSource, lib), "harness")
+	exe := filepath.Join(root, hashOf("exe", buildVersion, ver, flags, shim, runtimeSource, lib), "harness")
 	if _, err := os.Stat(exe); err == nil {
 		now := time.Now()
 		os.Chtimes(filepath.Dir(exe), now, now) // used: keep it from pruning
@@ -166,7 +170,7 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 		return exe, nil // another process built it while we waited
 	}
 	// The runtime object is cached on its own: it changes less often than the kernels.
-	rtObj := filepath.Join(root, hashOf("runtime", ver, strings.Join(runtimeFlags, " "), abiHeader, runtimeSource), "runtime.o")
+	rtObj := filepath.Join(root, hashOf("runtime", buildVersion, ver, strings.Join(runtimeFlags, " "), abiHeader, runtimeSource), "runtime.o")
 	if _, err := os.Stat(rtObj); err != nil {
 		if err := buildInto(rtObj, func(dir, out string) error {
 			if err := writeShim(dir); err != nil {
@@ -175,7 +179,7 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 			if err := os.WriteFile(filepath.Join(dir, "runtime.cpp"), []byte(runtimeSource), 0o644); err != nil {
 				return err
 			}
-			if err := clang(ctx, dir, append(append([]string{}, runtimeFlags...), "-c", "runtime.cpp", "-o", out)...); err != nil {
+			if err := clang(ctx, dir, append(append([]string{}, runtimeFlags...), "-fdebug-prefix-map="+dir+"=harness", "-c", "runtime.cpp", "-o", out)...); err != nil {
 				return fmt.Errorf("harness: compiling the runtime: %w", err)
 			}
 			return nil
@@ -190,7 +194,8 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 		if err := os.WriteFile(filepath.Join(dir, "library.cpp"), []byte("#include \"msl.h\"\n#line 1 \"library.metal\"\n"+lib), 0o644); err != nil {
 			return err
 		}
-		if err := clang(ctx, dir, append(append([]string{}, cflags...), "-c", "library.cpp", "-o", "library.o")...); err != nil {
+		// Reports name harness/msl.h, not the temporary build directory.
+		if err := clang(ctx, dir, append(append([]string{}, cflags...), "-fdebug-prefix-map="+dir+"=harness", "-c", "library.cpp", "-o", "library.o")...); err != nil {
 			return fmt.Errorf("harness: compiling the kernels: %w", err)
 		}
 		if err := clang(ctx, dir, "-fsanitize=address", "-pthread", "library.o", rtObj, "-o", out); err != nil {

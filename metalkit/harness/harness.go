@@ -17,6 +17,9 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/redlite/batch/metalkit/device"
 )
@@ -539,6 +542,18 @@ func (d *Device) run(list []device.Dispatch) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var expired atomic.Bool
+	limit := commandTimeout()
+	if d.dead == nil && d.cmd != nil {
+		// A kernel that never finishes would hang the test binary: abort the process, whose
+		// report then names the kernel it was running.
+		proc := d.cmd.Process
+		timer := time.AfterFunc(limit, func() {
+			expired.Store(true)
+			proc.Signal(syscall.SIGABRT)
+		})
+		defer timer.Stop()
+	}
 	perr, err := d.roundTrip(func(w *bufio.Writer) {
 		w.WriteByte(opRun)
 		put32(w, uint32(len(list)))
@@ -583,6 +598,9 @@ func (d *Device) run(list []device.Dispatch) error {
 		if errors.As(err, &cr) {
 			kernel = cr.kernel()
 		}
+		if expired.Load() {
+			err = fmt.Errorf("aborted after running for %v (harness.Timeout, $REDLITE_HARNESS_TIMEOUT): %w", limit, err)
+		}
 		return &device.Error{Op: "commit", Kernel: kernel, Err: err}
 	}
 	if perr != nil {
@@ -593,6 +611,19 @@ func (d *Device) run(list []device.Dispatch) error {
 		return &device.Error{Op: "commit", Kernel: kernel, Err: fmt.Errorf("dispatch %d: %s", perr.dispatch, perr.msg)}
 	}
 	return nil
+}
+
+// Timeout is how long a command list may run before the harness aborts it as hung (a kernel
+// looping forever); $REDLITE_HARNESS_TIMEOUT (a Go duration) overrides it.
+var Timeout = 2 * time.Minute
+
+func commandTimeout() time.Duration {
+	if v := os.Getenv("REDLITE_HARNESS_TIMEOUT"); v != "" {
+		if t, err := time.ParseDuration(v); err == nil && t > 0 {
+			return t
+		}
+	}
+	return Timeout
 }
 
 // tail keeps the last max bytes written to it (the process's stderr).

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redlite/batch/metalkit/device"
 )
@@ -372,6 +373,20 @@ func TestOutOfBounds(t *testing.T) {
 	if _, err := d.NewBuffer(16); err == nil {
 		t.Error("the device still works after its process died")
 	}
+}
+
+// TestHang: a kernel that never finishes is aborted after Timeout with an error naming it.
+func TestHang(t *testing.T) {
+	d := fresh(t)
+	defer func(old time.Duration) { Timeout = old }(Timeout)
+	Timeout = time.Second
+	flag := alloc(t, d, 4)
+	err := run(t, d, "st_hang", nil, [3]int{1, 1, 1}, [3]int{1, 1, 1}, nil, []device.Buffer{flag})
+	var de *device.Error
+	if !errors.As(err, &de) || de.Kernel != "st_hang" {
+		t.Fatalf("got %v, want a *device.Error naming st_hang", err)
+	}
+	t.Log(err)
 }
 
 func TestDivergence(t *testing.T) {

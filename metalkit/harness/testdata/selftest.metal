@@ -214,3 +214,11 @@ kernel void st_simdgroup_matrix(
 		}
 	}
 }
+
+// Never finishes: waits for a flag nobody sets (an atomic load, so the loop is not undefined
+// behaviour the compiler may delete).
+kernel void st_hang(
+		device atomic_int * flag [[buffer(1)]]) {
+	while (atomic_load_explicit(flag, memory_order_relaxed) == 0) {
+	}
+}
