@@ -282,49 +282,36 @@ func (b *buffer) check(op string, off int64, n int) error {
 }
 
 func (b *buffer) Write(off int64, src []byte) error {
-	if err := b.check("write", off, len(src)); err != nil {
+	return b.transfer("write", opWrite, off, src, nil)
+}
+
+func (b *buffer) Read(off int64, dst []byte) error { return b.transfer("read", opRead, off, nil, dst) }
+
+// transfer writes src to, or reads dst from, the buffer at off.
+func (b *buffer) transfer(name string, op byte, off int64, src, dst []byte) error {
+	n := len(src) + len(dst)
+	if err := b.check(name, off, n); err != nil {
 		return err
 	}
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
 	perr, err := b.d.roundTrip(func(w *bufio.Writer) {
-		w.WriteByte(opWrite)
+		w.WriteByte(op)
 		put32(w, b.id)
 		put64(w, uint64(off))
-		put64(w, uint64(len(src)))
+		put64(w, uint64(n))
 		w.Write(src)
 	})
 	if err == nil && perr != nil {
 		err = errors.New(perr.msg)
 	}
-	if err != nil {
-		return &device.Error{Op: "write", Err: err}
-	}
-	return nil
-}
-
-func (b *buffer) Read(off int64, dst []byte) error {
-	if err := b.check("read", off, len(dst)); err != nil {
-		return err
-	}
-	b.d.mu.Lock()
-	defer b.d.mu.Unlock()
-	perr, err := b.d.roundTrip(func(w *bufio.Writer) {
-		w.WriteByte(opRead)
-		put32(w, b.id)
-		put64(w, uint64(off))
-		put64(w, uint64(len(dst)))
-	})
-	if err == nil && perr != nil {
-		err = errors.New(perr.msg)
-	}
-	if err == nil {
+	if err == nil && dst != nil {
 		if _, rerr := io.ReadFull(b.d.r, dst); rerr != nil {
 			err = b.d.died(rerr)
 		}
 	}
 	if err != nil {
-		return &device.Error{Op: "read", Err: err}
+		return &device.Error{Op: name, Err: err}
 	}
 	return nil
 }

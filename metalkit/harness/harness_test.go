@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -234,26 +235,14 @@ func TestFunctionConstants(t *testing.T) {
 	d := selftest(t)
 	out := alloc(t, d, 16)
 	mustRun(t, d, "st_consts", []device.Constant{{Index: 0, Value: int32(21)}, {Index: 1, Value: true}, {Index: 2, Value: float32(0.5)}}, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
-	if got, want := download(t, out), []float32{42, 1, 1, 0.5}; !equal(got, want) {
+	if got, want := download(t, out), []float32{42, 1, 1, 0.5}; !slices.Equal(got, want) {
 		t.Errorf("with constants: %v, want %v", got, want)
 	}
 	// A second pipeline of the same kernel, FC_FLAG and FC_BIAS undefined.
 	mustRun(t, d, "st_consts", []device.Constant{{Index: 0, Value: int32(-3)}}, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
-	if got, want := download(t, out), []float32{-6, 0, 0, -1}; !equal(got, want) {
+	if got, want := download(t, out), []float32{-6, 0, 0, -1}; !slices.Equal(got, want) {
 		t.Errorf("with FC_FLAG undefined: %v, want %v", got, want)
 	}
-}
-
-func equal(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestHalf(t *testing.T) {
@@ -263,7 +252,7 @@ func TestHalf(t *testing.T) {
 	want := []float32{1, 1 + 2.0/1024, 65504, float32(math.Inf(1)), 0, -2.5}
 	bx, out, hout := upload(t, d, x), alloc(t, d, 4*len(x)), alloc(t, d, 2*len(x))
 	mustRun(t, d, "st_half", nil, [3]int{1, 1, 1}, [3]int{len(x), 1, 1}, nil, []device.Buffer{bx, out, hout})
-	if got := download(t, out); !equal(got, want) {
+	if got := download(t, out); !slices.Equal(got, want) {
 		t.Errorf("float(half(x)) = %v, want %v", got, want)
 	}
 	raw := make([]byte, 2*len(x))
@@ -326,7 +315,7 @@ func TestVectors(t *testing.T) {
 			2, v[1] * 10, v[2] * 10, 2,
 			v[0]*v[0] + v[1]*v[1] + v[2]*v[2] + v[3]*v[3], v[0] + v[1], max(v[0], v[3]), sel,
 		}
-		if g := got[tid*16 : tid*16+16]; !equal(g, want) {
+		if g := got[tid*16 : tid*16+16]; !slices.Equal(g, want) {
 			t.Errorf("thread %d: %v, want %v", tid, g, want)
 		}
 	}
@@ -337,7 +326,7 @@ func TestTemplateKernels(t *testing.T) {
 	x := []float32{1, -2, 3.5}
 	bx, out := upload(t, d, x), alloc(t, d, 12)
 	mustRun(t, d, "st_scale_f32", nil, [3]int{1, 1, 1}, [3]int{3, 1, 1}, nil, []device.Buffer{bx, out})
-	if got, want := download(t, out), []float32{3, -6, 10.5}; !equal(got, want) {
+	if got, want := download(t, out), []float32{3, -6, 10.5}; !slices.Equal(got, want) {
 		t.Errorf("st_scale_f32: %v, want %v", got, want)
 	}
 	hx, err := d.WrapBuffer([]byte{0x00, 0x3c, 0x00, 0xc0}) // half 1, -2
