@@ -462,6 +462,9 @@ func (d *Device) validate(dd *device.Dispatch) error {
 		if b.Offset < 0 || b.Offset > hb.n {
 			return fail("buffer(%d) offset %d outside a buffer of %d bytes", b.Index, b.Offset, hb.n)
 		}
+		if b.Length < 0 || b.Offset+b.Length > hb.n {
+			return fail("buffer(%d) region [%d, +%d) outside a buffer of %d bytes", b.Index, b.Offset, b.Length, hb.n)
+		}
 	}
 	for _, b := range dd.Bytes {
 		if err := bind(b.Index, "bytes"); err != nil {
@@ -565,6 +568,7 @@ func (d *Device) run(list []device.Dispatch) error {
 				put32(w, uint32(b.Index))
 				put32(w, b.Buffer.(*buffer).id)
 				put64(w, uint64(b.Offset))
+				put64(w, uint64(b.Length))
 			}
 			put32(w, uint32(len(dd.Bytes)))
 			for _, b := range dd.Bytes {

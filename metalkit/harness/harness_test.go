@@ -378,6 +378,35 @@ func TestHang(t *testing.T) {
 	t.Log(err)
 }
 
+// TestRegionFence: a kernel writing past its region into the rest of the same buffer (the
+// next tensor of a scratch buffer) is caught, though it stays inside the allocation.
+func TestRegionFence(t *testing.T) {
+	d := fresh(t)
+	const n = 64
+	a := upload(t, d, make([]float32, n))
+	scratch := alloc(t, d, 4*3*n) // [pad | c | next tensor]
+	p, err := d.Pipeline("st_add")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dispatch := func(cLen int64) error {
+		c := d.NewCommands()
+		c.Encode(device.Dispatch{Pipeline: p, Groups: [3]int{1, 1, 1}, Threads: [3]int{n, 1, 1},
+			Bytes: []device.BytesArg{{Index: 0, Data: argBytes(stArgs{N: n, Scale: 1})}},
+			Buffers: []device.BufferArg{{Index: 1, Buffer: a, Length: 4 * n}, {Index: 2, Buffer: a, Length: 4 * n},
+				{Index: 3, Buffer: scratch, Offset: 4 * n, Length: cLen}}})
+		c.Commit()
+		return c.Wait()
+	}
+	if err := dispatch(4 * n); err != nil {
+		t.Fatalf("within its region: %v", err)
+	}
+	err = dispatch(4 * (n - 1))
+	if err == nil || !strings.Contains(err.Error(), "use-after-poison") || !strings.Contains(err.Error(), "st_add") {
+		t.Fatalf("got %v, want a use-after-poison report naming st_add", err)
+	}
+}
+
 func TestDivergence(t *testing.T) {
 	d := selftest(t)
 	out := alloc(t, d, 4*32)

@@ -220,6 +220,7 @@ static std::atomic<int> running_dispatch{-1};
 
 static void death_callback() {
 	fprintf(stderr, "\nharness: died running kernel %s (dispatch %d)\n", running_kernel, running_dispatch.load());
+	fprintf(stderr, "harness: (use-after-poison: an access inside a buffer but outside the regions bound to the dispatch)\n");
 }
 
 extern "C" void __msl_fail(const char *msg) {
@@ -567,6 +568,26 @@ static void set_constants(const std::vector<std::pair<uint32_t, std::pair<uint8_
 	}
 }
 
+// fence makes the bytes of the dispatch's buffers outside its bound regions unaddressable
+// (on) or addressable again (off): a kernel that runs past its tensor into the next one in
+// the same buffer gets a use-after-poison report. Buffers above FENCE_MAX are left alone:
+// poisoning costs an eighth of the buffer's size in shadow writes per dispatch.
+static const uint64_t FENCE_MAX = 256ull << 20;
+static void fence(const std::vector<std::pair<Buffer, std::pair<uint64_t, uint64_t>>> &regions, bool on) {
+#ifdef MSL_ASAN
+	for (auto &r : regions)
+		if (r.first.n <= FENCE_MAX) {
+			if (on)
+				__asan_poison_memory_region(r.first.p, r.first.n);
+			else
+				__asan_unpoison_memory_region(r.first.p, r.first.n);
+		}
+	if (on)
+		for (auto &r : regions)
+			if (r.first.n <= FENCE_MAX) __asan_unpoison_memory_region(r.first.p + r.second.first, r.second.second);
+#endif
+}
+
 static void do_run() {
 	uint32_t n = rd<uint32_t>();
 	std::string err;
@@ -585,11 +606,15 @@ static void do_run() {
 			consts.push_back({idx, {t, bits}});
 		}
 		uint32_t nb = rd<uint32_t>();
+		std::vector<std::pair<Buffer, std::pair<uint64_t, uint64_t>>> regions;
 		for (uint32_t i = 0; i < nb; i++) {
 			uint32_t idx = rd<uint32_t>(), id = rd<uint32_t>();
-			uint64_t off = rd<uint64_t>();
+			uint64_t off = rd<uint64_t>(), len = rd<uint64_t>();
 			auto it = buffers.find(id);
-			if (idx < MSL_MAX_BINDINGS && it != buffers.end()) d.buf[idx] = it->second.p + off;
+			if (idx < MSL_MAX_BINDINGS && it != buffers.end()) {
+				d.buf[idx] = it->second.p + off;
+				regions.push_back({it->second, {off, len ? len : it->second.n - off}});
+			}
 		}
 		std::vector<void *> bytes;
 		uint32_t nby = rd<uint32_t>();
@@ -614,7 +639,9 @@ static void do_run() {
 				running_kernel = d.k->name;
 				running_dispatch = (int)di;
 				set_constants(consts);
+				fence(regions, true);
 				err = pool.run(d);
+				fence(regions, false);
 				if (!err.empty()) failed_at = di;
 			}
 		}
