@@ -161,7 +161,7 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("harness: cache: %w", err)
 	}
-	unlock, err := lockFile(filepath.Join(root, "build.lock"))
+	unlock, err := lockFile(filepath.Dir(exe) + ".lock") // per library: others build meanwhile
 	if err != nil {
 		return "", fmt.Errorf("harness: cache: %w", err)
 	}
@@ -216,7 +216,7 @@ func prune(root string) {
 		return
 	}
 	for _, e := range ents {
-		if info, err := e.Info(); err == nil && e.IsDir() && time.Since(info.ModTime()) > cacheMaxAge {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > cacheMaxAge {
 			os.RemoveAll(filepath.Join(root, e.Name()))
 		}
 	}
