@@ -26,12 +26,21 @@ import (
 
 // Limits of the device, as an Apple GPU has them.
 const (
-	maxThreads      = 1024
-	simdWidth       = 32
-	maxBytes        = 4096     // setBytes
-	maxShared       = 32 << 10 // threadgroup memory per threadgroup
-	maxBufferLength = 1 << 32
+	maxThreads = 1024
+	simdWidth  = 32
+	maxBytes   = 4096     // setBytes
+	maxShared  = 32 << 10 // threadgroup memory per threadgroup
 )
+
+// Options change the device's limits, so that tests can reach the backend's paths for small
+// devices.
+type Options struct {
+	// MaxBufferLength is the largest buffer (MTLDevice.maxBufferLength); 0 means 4 GiB.
+	MaxBufferLength int64
+	// MemoryLimit is the most bytes all live buffers may hold; a NewBuffer beyond it fails
+	// with device.ErrOutOfMemory. 0 means no limit but the machine's.
+	MemoryLimit int64
+}
 
 const (
 	opNew   = 1
@@ -54,17 +63,28 @@ type Device struct {
 	stderr *tail
 	dead   error // set when the process died: every later call fails with it
 	nextID uint32
-	live   int
+	live   int64 // bytes held by live buffers
+	opts   Options
 }
+
+var _ device.Device = (*Device)(nil)
 
 // New builds (or takes from the cache) the harness executable for source, an MSL library
 // (kernels.Source(), possibly with test kernels appended), and starts it. A source clang
 // cannot compile gives an error with clang's messages.
 func New(source string) (device.Device, error) {
-	return newDevice(source)
+	return newDevice(source, Options{})
 }
 
-func newDevice(source string) (*Device, error) {
+// NewWithOptions is New with other limits.
+func NewWithOptions(source string, opts Options) (device.Device, error) {
+	return newDevice(source, opts)
+}
+
+func newDevice(source string, opts Options) (*Device, error) {
+	if opts.MaxBufferLength <= 0 {
+		opts.MaxBufferLength = 1 << 32
+	}
 	g, err := generate(source)
 	if err != nil {
 		return nil, err
@@ -73,7 +93,7 @@ func newDevice(source string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{kernels: map[string]int{}, info: g.Kernels, stderr: &tail{max: 64 << 10}}
+	d := &Device{kernels: map[string]int{}, info: g.Kernels, stderr: &tail{max: 64 << 10}, opts: opts}
 	for i, k := range g.Kernels {
 		d.kernels[k.Name] = i
 	}
@@ -121,7 +141,7 @@ func symbolizer() string {
 
 func (d *Device) Name() string { return "harness (" + filepath.Base(Compiler()) + ", CPU)" }
 
-func (d *Device) MaxBufferLength() int64 { return maxBufferLength }
+func (d *Device) MaxBufferLength() int64 { return d.opts.MaxBufferLength }
 
 // Kernels lists the library's kernel names, in the order of the source.
 func (d *Device) Kernels() []string {
@@ -231,11 +251,14 @@ type buffer struct {
 }
 
 func (d *Device) NewBuffer(size int64) (device.Buffer, error) {
-	if size <= 0 || size > maxBufferLength {
-		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("size %d outside (0, %d]", size, int64(maxBufferLength))}
+	if size <= 0 || size > d.opts.MaxBufferLength {
+		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("size %d outside (0, %d]", size, d.opts.MaxBufferLength)}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.opts.MemoryLimit > 0 && d.live+size > d.opts.MemoryLimit {
+		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("%w: %d bytes on top of %d held, limit %d", device.ErrOutOfMemory, size, d.live, d.opts.MemoryLimit)}
+	}
 	d.nextID++
 	id := d.nextID
 	perr, err := d.roundTrip(func(w *bufio.Writer) {
@@ -252,7 +275,7 @@ func (d *Device) NewBuffer(size int64) (device.Buffer, error) {
 		}
 		return nil, &device.Error{Op: "new buffer", Err: errors.New(perr.msg)}
 	}
-	d.live++
+	d.live += size
 	return &buffer{d: d, id: id, n: size}, nil
 }
 
@@ -323,7 +346,7 @@ func (b *buffer) Release() {
 	b.released = true
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
-	b.d.live--
+	b.d.live -= b.n
 	if b.d.dead != nil {
 		return
 	}

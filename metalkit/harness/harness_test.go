@@ -42,7 +42,7 @@ func newSelftest() (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDevice("#line 1 \"selftest.metal\"\n" + string(src))
+	return newDevice("#line 1 \"selftest.metal\"\n"+string(src), Options{})
 }
 
 // fresh is a device of its own, for tests that kill it.
@@ -420,6 +420,42 @@ func TestDivergence(t *testing.T) {
 	}
 	// The device survives both.
 	mustRun(t, d, "st_scale_f32", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out, out})
+}
+
+func TestOptions(t *testing.T) {
+	selftest(t)
+	src, err := os.ReadFile("testdata/selftest.metal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := NewWithOptions(string(src), Options{MaxBufferLength: 1 << 20, MemoryLimit: 3 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if got := dev.MaxBufferLength(); got != 1<<20 {
+		t.Errorf("MaxBufferLength = %d, want %d", got, 1<<20)
+	}
+	if _, err := dev.NewBuffer(1<<20 + 1); err == nil {
+		t.Error("a buffer above MaxBufferLength was made")
+	}
+	var held []device.Buffer
+	for i := 0; i < 3; i++ {
+		b, err := dev.NewBuffer(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+	}
+	if _, err := dev.NewBuffer(16); !errors.Is(err, device.ErrOutOfMemory) {
+		t.Errorf("beyond the memory limit: %v, want device.ErrOutOfMemory", err)
+	}
+	held[0].Release()
+	if b, err := dev.NewBuffer(16); err != nil {
+		t.Errorf("after a release: %v", err)
+	} else {
+		b.Release()
+	}
 }
 
 func TestCompileError(t *testing.T) {
