@@ -60,3 +60,18 @@ func New(t testing.TB, extra string) device.Device {
 	t.Cleanup(func() { d.Close() })
 	return d
 }
+
+// WithOptions returns a device of its own over kernels.Source() with other limits (a small
+// MaxBufferLength, a MemoryLimit), closed when the test ends; same skip rule as Device.
+func WithOptions(t testing.TB, opts harness.Options) device.Device {
+	t.Helper()
+	d, err := harness.NewWithOptions(kernels.Source(), opts)
+	if err != nil {
+		if errors.Is(err, harness.ErrNoCompiler) && os.Getenv("CI") == "" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
