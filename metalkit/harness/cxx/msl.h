@@ -757,7 +757,10 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, N, M> &d, const s
 	using O = __mma_ops<TA, TB, TC, M, N, K>;
 	using R = simdgroup_matrix<TD, N, M>;
 	O ops{&a, &b, &c};
-	d = __simd::run<R, O, +[](__msl_slot *const *L) {
+	// The result goes straight to every lane's d (a 256-byte copy less per lane than
+	// __simd::run); it is written only after the product is complete, so d may be c.
+	__msl_slot s{&ops, &d, 0};
+	__msl_simd_fn fn = +[](__msl_slot *const *L) {
 		int f = 0;
 		while (!L[f]) f++;
 		const O &o = __simd::in<O>(L[f]);
@@ -770,7 +773,8 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, N, M> &d, const s
 			}
 		for (int i = 0; i < 32; i++)
 			if (L[i]) __simd::out<R>(L[i]) = r;
-	}>(ops, 0, "simdgroup_multiply_accumulate", loc);
+	};
+	__msl_simd_sync(&s, fn, "simdgroup_multiply_accumulate", loc.file_name(), loc.line(), loc.column());
 }
 template <class TD, class TA, class TB, int M, int N, int K>
 inline void simdgroup_multiply(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a, const simdgroup_matrix<TB, N, K> &b,
