@@ -283,7 +283,7 @@ const hostStubs = `extern "C" {
 void __msl_barrier(const char *, const char *, uint32_t, uint32_t) {}
 void __msl_simd_sync(__msl_slot *, __msl_simd_fn, const char *, const char *, uint32_t, uint32_t) {}
 void *__msl_tg_alloc(const void *, size_t, size_t) { return nullptr; }
-void __msl_fail(const char *) {}
+void __msl_fail(const char *) { __builtin_trap(); }
 int __msl_fc_register(int, void *, int, bool *) { return 0; }
 }
 `

@@ -407,7 +407,8 @@ func TestRegionFence(t *testing.T) {
 	}
 }
 
-func TestDivergence(t *testing.T) {
+// TestRecoverableErrors: errors a kernel makes that leave the device usable.
+func TestRecoverableErrors(t *testing.T) {
 	d := selftest(t)
 	out := alloc(t, d, 4*32)
 	err := run(t, d, "st_diverge", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
@@ -418,7 +419,24 @@ func TestDivergence(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "returned without reaching") {
 		t.Fatalf("got %v, want an error about threads that returned before a barrier", err)
 	}
-	// The device survives both.
+	err = run(t, d, "st_too_much_shared", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
+	if err == nil || !strings.Contains(err.Error(), "exceeds 32768") {
+		t.Fatalf("got %v, want an error about threadgroup memory above 32 KiB", err)
+	}
+	// A buffer bound at an offset that is not a multiple of its element type's size.
+	in := upload(t, d, make([]float32, 64))
+	p, err := d.Pipeline("st_scale_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.NewCommands()
+	c.Encode(device.Dispatch{Pipeline: p, Groups: [3]int{1, 1, 1}, Threads: [3]int{32, 1, 1},
+		Buffers: []device.BufferArg{{Index: 1, Buffer: in, Offset: 2}, {Index: 2, Buffer: out}}})
+	c.Commit()
+	if err := c.Wait(); err == nil || !strings.Contains(err.Error(), "not aligned") {
+		t.Fatalf("got %v, want an error about an unaligned binding", err)
+	}
+	// The device survives all of these.
 	mustRun(t, d, "st_scale_f32", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out, out})
 }
 

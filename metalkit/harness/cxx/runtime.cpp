@@ -173,7 +173,7 @@ extern "C" int __msl_fc_register(int index, void *var, int type, bool *defined) 
 	return 0;
 }
 
-enum LaneState { RUNNABLE, AT_BARRIER, AT_SIMD, DONE };
+enum LaneState { RUNNABLE, AT_BARRIER, AT_SIMD, DONE, FAILED };
 
 struct Worker;
 struct Lane {
@@ -209,6 +209,7 @@ struct Worker {
 	const Dispatch *d = nullptr;
 	std::vector<std::pair<const void *, void *>> tgvars;
 	size_t tgbytes = 0;
+	std::string fail; // set by __msl_fail in a lane
 	std::string err;
 };
 
@@ -223,10 +224,6 @@ static void death_callback() {
 	fprintf(stderr, "harness: (use-after-poison: an access inside a buffer but outside the regions bound to the dispatch)\n");
 }
 
-extern "C" void __msl_fail(const char *msg) {
-	fprintf(stderr, "\nharness: kernel %s: %s\n", running_kernel, msg);
-	abort();
-}
 
 // ---------------------------------------------------------------- switching
 static void switch_to_lane(Worker *w, Lane *l) {
@@ -263,6 +260,20 @@ static void lane_main(void *arg) {
 	__builtin_trap();
 }
 
+// __msl_fail stops the calling thread's threadgroup with an error (the dispatch fails, the
+// process lives on); outside a kernel it aborts.
+extern "C" void __msl_fail(const char *msg) {
+	Lane *l = cur_lane;
+	if (!l) {
+		fprintf(stderr, "\nharness: kernel %s: %s\n", running_kernel, msg);
+		abort();
+	}
+	if (l->w->fail.empty()) l->w->fail = "thread " + std::to_string(l->ctx.tiitg) + ": " + msg;
+	l->state = FAILED;
+	yield_to_scheduler(l, true);
+	__builtin_trap();
+}
+
 extern "C" void __msl_barrier(const char *op, const char *file, uint32_t line, uint32_t col) {
 	Lane *l = cur_lane;
 	l->state = AT_BARRIER;
@@ -284,8 +295,8 @@ extern "C" void *__msl_tg_alloc(const void *key, size_t size, size_t align) {
 		if (kv.first == key) return kv.second;
 	w->tgbytes += size;
 	if (w->tgbytes > MAX_SHARED) {
-		fprintf(stderr, "\nharness: kernel %s: threadgroup memory %zu bytes exceeds %zu\n", running_kernel, w->tgbytes, MAX_SHARED);
-		abort();
+		std::string msg = "threadgroup memory of " + std::to_string(w->tgbytes) + " bytes exceeds " + std::to_string(MAX_SHARED);
+		__msl_fail(msg.c_str());
 	}
 	void *p = align > 16 ? aligned_alloc(align, (size + align - 1) / align * align) : malloc(size ? size : 1);
 	memset(p, 0xFF, size); // uninitialised threadgroup memory reads as NaN
@@ -357,7 +368,13 @@ static bool run_group(Worker *w, const Dispatch &d, const uint32_t g[3]) {
 			for (uint32_t i = 0; i < T; i++)
 				if (w->lanes[i].state == RUNNABLE) switch_to_lane(w, &w->lanes[i]);
 		}
-		// Every lane is now finished or waiting.
+		// Every lane is now finished, failed or waiting.
+		if (!w->fail.empty()) {
+			w->err = w->fail;
+			w->fail.clear();
+			ok = false;
+			break;
+		}
 		bool moved = false;
 		for (uint32_t s = 0; ok && s < nsg; s++) {
 			__msl_slot *L[32] = {};

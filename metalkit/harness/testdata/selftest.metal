@@ -222,3 +222,15 @@ kernel void st_hang(
 	while (atomic_load_explicit(flag, memory_order_relaxed) == 0) {
 	}
 }
+
+// More kernel-scope threadgroup memory than a threadgroup has (32 KiB).
+kernel void st_too_much_shared(
+		device float * out [[buffer(1)]],
+		uint tid [[thread_index_in_threadgroup]]) {
+	threadgroup float big[8192];
+	threadgroup float more[4];
+	big[tid] = 1.0f;
+	more[tid % 4] = 2.0f;
+	threadgroup_barrier(mem_flags::mem_threadgroup);
+	out[tid] = big[tid] + more[tid % 4];
+}
