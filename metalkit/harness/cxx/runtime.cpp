@@ -8,6 +8,7 @@
 //   request  = u8 op, fields…
 //   response = u8 status (0 ok, 1 error, 2 out of memory), then on error u32 dispatch, u32 n,
 //              n bytes of message; READ's data follows an ok status.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdarg>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness_abi.h"
@@ -605,6 +607,39 @@ static void fence(const std::vector<std::pair<Buffer, std::pair<uint64_t, uint64
 #endif
 }
 
+// Profile: with $REDLITE_HARNESS_PROFILE set to a file, the time spent in each kernel (and
+// its dispatch and thread counts) is written there when the process ends.
+struct KernelProfile {
+	uint64_t ns = 0, dispatches = 0, threads = 0;
+};
+static std::vector<KernelProfile> profile;
+static const char *profile_path;
+
+static uint64_t now_ns() {
+	timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+static void write_profile() {
+	if (!profile_path) return;
+	FILE *f = fopen(profile_path, "a");
+	if (!f) return;
+	std::vector<int> order;
+	uint64_t total = 0;
+	for (int i = 0; i < (int)profile.size(); i++)
+		if (profile[i].dispatches) order.push_back(i), total += profile[i].ns;
+	std::sort(order.begin(), order.end(), [](int a, int b) { return profile[a].ns > profile[b].ns; });
+	fprintf(f, "%-32s %10s %6s %10s %12s %10s\n", "kernel", "ms", "%", "dispatches", "threads", "ns/thread");
+	for (int i : order) {
+		const KernelProfile &p = profile[i];
+		fprintf(f, "%-32s %10.1f %6.1f %10llu %12llu %10.0f\n", __msl_kernels[i].name, p.ns / 1e6, 100.0 * p.ns / total,
+			(unsigned long long)p.dispatches, (unsigned long long)p.threads, double(p.ns) / double(p.threads));
+	}
+	fprintf(f, "%-32s %10.1f\n\n", "total", total / 1e6);
+	fclose(f);
+}
+
 static void do_run() {
 	uint32_t n = rd<uint32_t>();
 	std::string err;
@@ -657,7 +692,14 @@ static void do_run() {
 				running_dispatch = (int)di;
 				set_constants(consts);
 				fence(regions, true);
+				uint64_t t0 = profile_path ? now_ns() : 0;
 				err = pool.run(d);
+				if (profile_path) {
+					KernelProfile &p = profile[k];
+					p.ns += now_ns() - t0;
+					p.dispatches++;
+					p.threads += uint64_t(d.groups[0]) * d.groups[1] * d.groups[2] * d.threads[0] * d.threads[1] * d.threads[2];
+				}
 				fence(regions, false);
 				if (!err.empty()) failed_at = di;
 			}
@@ -679,6 +721,8 @@ int main(int argc, char **argv) {
 	int nthreads = 2;
 	if (const char *s = getenv("REDLITE_HARNESS_THREADS")) nthreads = atoi(s) > 0 ? atoi(s) : 2;
 	pool.start(nthreads);
+	profile_path = getenv("REDLITE_HARNESS_PROFILE");
+	profile.resize(__msl_nkernels);
 	static char inbuf[1 << 16], outbuf[1 << 16];
 	setvbuf(stdin, inbuf, _IOFBF, sizeof inbuf);
 	setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
@@ -690,7 +734,10 @@ int main(int argc, char **argv) {
 		int op = fgetc(stdin);
 		// The Go side closed the pipe: quit at once (returning from main would destroy the
 		// worker pool's threads while they wait).
-		if (op == EOF) _exit(0);
+		if (op == EOF) {
+			write_profile();
+			_exit(0);
+		}
 		switch (op) {
 		case OP_NEW: {
 			uint32_t id = rd<uint32_t>();
