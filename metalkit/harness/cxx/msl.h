@@ -701,9 +701,8 @@ template <class T, class U> inline T atomic_fetch_or_explicit(_atomic<T> *a, U x
 template <class T, class U> inline T atomic_fetch_xor_explicit(_atomic<T> *a, U x, memory_order) { return __atomic_rmw(a, [&](T o) { return T(o ^ T(x)); }); }
 
 // ---------------------------------------------------------------- SIMD-group matrices
-// Every lane holds the whole 8×8 matrix (on a GPU each holds two elements): loads and stores
-// are done by each lane on its own (a lane calling one alone is not detected); products are
-// SIMD-group operations, computed once for the group.
+// Every lane holds the whole 8×8 matrix (on a GPU each holds two elements): loads, stores
+// and products are done by each lane on its own (a lane calling one alone is not detected).
 template <class T, int Cols, int Rows = Cols> struct simdgroup_matrix {
 	T m[Rows][Cols];
 	simdgroup_matrix() = default;
@@ -743,43 +742,27 @@ inline void simdgroup_store(const simdgroup_matrix<T, C, R> &a, S *dst, ulong el
 		}
 }
 
-// d = a·b + c, accumulated in float whatever the element types. A SIMD-group operation: the
-// lanes meet, the first active lane's operands are multiplied once, and every lane gets the
-// result (32 lanes each computing it cost more than the switches).
-template <class TA, class TB, class TC, int M, int N, int K> struct __mma_ops {
-	const simdgroup_matrix<TA, K, M> *a;
-	const simdgroup_matrix<TB, N, K> *b;
-	const simdgroup_matrix<TC, N, M> *c;
-};
+// d = a·b + c, accumulated in float whatever the element types. Every lane computes it (the
+// lanes hold the same matrices): 8-wide vector arithmetic on its own copies, not checked by
+// ASan, costs less than making the lanes meet (a fiber switch each) to compute it once.
+typedef float __msl_f8 __attribute__((ext_vector_type(8)));
 template <class TD, class TA, class TB, class TC, int M, int N, int K>
-inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a, const simdgroup_matrix<TB, N, K> &b,
-					  const simdgroup_matrix<TC, N, M> &c, std::source_location loc = std::source_location::current()) {
-	using O = __mma_ops<TA, TB, TC, M, N, K>;
-	using R = simdgroup_matrix<TD, N, M>;
-	O ops{&a, &b, &c};
-	// The result goes straight to every lane's d (a 256-byte copy less per lane than
-	// __simd::run); it is written only after the product is complete, so d may be c.
-	__msl_slot s{&ops, &d, 0};
-	__msl_simd_fn fn = +[](__msl_slot *const *L) {
-		int f = 0;
-		while (!L[f]) f++;
-		const O &o = __simd::in<O>(L[f]);
-		R r;
-		for (int i = 0; i < M; i++)
-			for (int j = 0; j < N; j++) {
-				float s = float(o.c->m[i][j]);
-				for (int k = 0; k < K; k++) s += float(o.a->m[i][k]) * float(o.b->m[k][j]);
-				r.m[i][j] = TD(s);
-			}
-		for (int i = 0; i < 32; i++)
-			if (L[i]) __simd::out<R>(L[i]) = r;
-	};
-	__msl_simd_sync(&s, fn, "simdgroup_multiply_accumulate", loc.file_name(), loc.line(), loc.column());
+__attribute__((no_sanitize("address"))) void simdgroup_multiply_accumulate(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a,
+									  const simdgroup_matrix<TB, N, K> &b, const simdgroup_matrix<TC, N, M> &c) {
+	static_assert(N == 8, "MSL: SIMD-group matrices are 8 wide");
+	__msl_f8 brow[K]; // read first: d may be b
+	for (int k = 0; k < K; k++)
+		for (int j = 0; j < N; j++) brow[k][j] = float(b.m[k][j]);
+	for (int i = 0; i < M; i++) {
+		__msl_f8 acc;
+		for (int j = 0; j < N; j++) acc[j] = float(c.m[i][j]); // row i of c is read before row i of d is written
+		for (int k = 0; k < K; k++) acc += float(a.m[i][k]) * brow[k];
+		for (int j = 0; j < N; j++) d.m[i][j] = TD(acc[j]);
+	}
 }
 template <class TD, class TA, class TB, int M, int N, int K>
-inline void simdgroup_multiply(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a, const simdgroup_matrix<TB, N, K> &b,
-			       std::source_location loc = std::source_location::current()) {
-	simdgroup_multiply_accumulate(d, a, b, simdgroup_matrix<TD, N, M>(TD(0)), loc);
+inline void simdgroup_multiply(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a, const simdgroup_matrix<TB, N, K> &b) {
+	simdgroup_multiply_accumulate(d, a, b, simdgroup_matrix<TD, N, M>(TD(0)));
 }
 
 } // namespace metal
