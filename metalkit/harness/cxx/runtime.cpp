@@ -610,14 +610,14 @@ static void fence(const std::vector<std::pair<Buffer, std::pair<uint64_t, uint64
 // Profile: with $REDLITE_HARNESS_PROFILE set to a file, the time spent in each kernel (and
 // its dispatch and thread counts) is written there when the process ends.
 struct KernelProfile {
-	uint64_t ns = 0, dispatches = 0, threads = 0;
+	uint64_t ns = 0, cpu = 0, dispatches = 0, threads = 0;
 };
 static std::vector<KernelProfile> profile;
 static const char *profile_path;
 
-static uint64_t now_ns() {
+static uint64_t now_ns(clockid_t clock = CLOCK_MONOTONIC) {
 	timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clock, &ts);
 	return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
 }
 
@@ -630,11 +630,13 @@ static void write_profile() {
 	for (int i = 0; i < (int)profile.size(); i++)
 		if (profile[i].dispatches) order.push_back(i), total += profile[i].ns;
 	std::sort(order.begin(), order.end(), [](int a, int b) { return profile[a].ns > profile[b].ns; });
-	fprintf(f, "%-32s %10s %6s %10s %12s %10s\n", "kernel", "ms", "%", "dispatches", "threads", "ns/thread");
+	// cpu ms is the process's CPU time (all workers), steadier than the wall time on a
+	// loaded machine.
+	fprintf(f, "%-32s %10s %10s %6s %10s %12s %13s\n", "kernel", "ms", "cpu ms", "%", "dispatches", "threads", "cpu ns/thread");
 	for (int i : order) {
 		const KernelProfile &p = profile[i];
-		fprintf(f, "%-32s %10.1f %6.1f %10llu %12llu %10.0f\n", __msl_kernels[i].name, p.ns / 1e6, 100.0 * p.ns / total,
-			(unsigned long long)p.dispatches, (unsigned long long)p.threads, double(p.ns) / double(p.threads));
+		fprintf(f, "%-32s %10.1f %10.1f %6.1f %10llu %12llu %13.0f\n", __msl_kernels[i].name, p.ns / 1e6, p.cpu / 1e6, 100.0 * p.ns / total,
+			(unsigned long long)p.dispatches, (unsigned long long)p.threads, double(p.cpu) / double(p.threads));
 	}
 	fprintf(f, "%-32s %10.1f\n\n", "total", total / 1e6);
 	fclose(f);
@@ -692,11 +694,12 @@ static void do_run() {
 				running_dispatch = (int)di;
 				set_constants(consts);
 				fence(regions, true);
-				uint64_t t0 = profile_path ? now_ns() : 0;
+				uint64_t t0 = profile_path ? now_ns() : 0, c0 = profile_path ? now_ns(CLOCK_PROCESS_CPUTIME_ID) : 0;
 				err = pool.run(d);
 				if (profile_path) {
 					KernelProfile &p = profile[k];
 					p.ns += now_ns() - t0;
+					p.cpu += now_ns(CLOCK_PROCESS_CPUTIME_ID) - c0;
 					p.dispatches++;
 					p.threads += uint64_t(d.groups[0]) * d.groups[1] * d.groups[2] * d.threads[0] * d.threads[1] * d.threads[2];
 				}
