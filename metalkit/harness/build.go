@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +50,7 @@ var cflags = []string{
 	// half arithmetic rounds after every operation, as the GPU's half ALUs do (clang keeps
 	// float intermediates by default).
 	"-Xclang", "-ffloat16-excess-precision=none",
+	f16c(),
 	"-Wno-unknown-attributes", "-Wno-unknown-pragmas", "-Wno-gnu-anonymous-struct",
 	"-Wno-nested-anon-types", "-Wno-unused-value", "-ferror-limit=20", "-fno-color-diagnostics",
 }
@@ -56,6 +59,20 @@ var cflags = []string{
 // checks cost a third of a fiber switch); it still calls ASan's fiber annotations, and its
 // mallocs are ASan's, since the executable links the sanitizer.
 var runtimeFlags = []string{"-std=c++20", "-O2", "-gline-tables-only", "-fno-omit-frame-pointer", "-DMSL_ASAN=1"}
+
+// f16c turns on the x86 half-conversion instructions where the CPU has them (the executable
+// runs where it is built): without them every half load is a library call. The flag is part
+// of the cache key, so a cache moved to an older CPU rebuilds.
+func f16c() string {
+	if runtime.GOARCH != "amd64" {
+		return "-DMSL_NO_F16C"
+	}
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil || !regexp.MustCompile(`(?m)^flags\s*:.*\bf16c\b`).Match(info) {
+		return "-DMSL_NO_F16C"
+	}
+	return "-mf16c"
+}
 
 func optLevel() string {
 	if o := os.Getenv("REDLITE_HARNESS_OPT"); o != "" {
