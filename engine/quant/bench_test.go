@@ -147,3 +147,23 @@ func BenchmarkDotIQ2_XXSPureGo(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQuantize is the encoders `redlite synth` runs for every weight.
+func BenchmarkQuantize(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := make([]float32, 64*QK_K)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64()) * 0.02
+	}
+	for _, t := range []Type{Q8_0, Q4_K, Q6_K} {
+		dst := make([]byte, t.RowBytes(len(src)))
+		b.Run(t.String(), func(b *testing.B) {
+			b.SetBytes(int64(4 * len(src)))
+			for b.Loop() {
+				if err := Quantize(t, src, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
