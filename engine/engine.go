@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -30,7 +31,16 @@ type Options struct {
 	// MiB filled from the mapped file; 0 keeps every expert resident. It needs a backend
 	// that implements ml.ExpertResidency.
 	ExpertCacheMiB int
+	// CPUDot is the CPU backend's dot path for quantized products: "auto" (8-bit
+	// activations for the types where they are faster, the default), "exact" or "int8"
+	// (see cpu.Dot). Empty means the environment's REDLITE_CPU_DOT, else auto. Other
+	// backends ignore it.
+	CPUDot string
 }
+
+// CPUDotEnv is the environment variable that chooses the CPU dot path when Options.CPUDot
+// is empty.
+const CPUDotEnv = "REDLITE_CPU_DOT"
 
 // Model is a loaded GGUF model.
 type Model struct {
@@ -54,6 +64,18 @@ func Load(path string, opts Options) (*Model, error) {
 	b := opts.Backend
 	if b == nil {
 		b = cpu.New(opts.Threads)
+	}
+	if d, ok := b.(interface{ SetDot(cpu.Dot) }); ok {
+		name, from := opts.CPUDot, "CPU dot path"
+		if name == "" {
+			name, from = os.Getenv(CPUDotEnv), CPUDotEnv
+		}
+		dot, err := cpu.ParseDot(name)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("load %s: %s: %w", path, from, err)
+		}
+		d.SetDot(dot)
 	}
 	if opts.ExpertCacheMiB != 0 {
 		er, ok := b.(ml.ExpertResidency)

@@ -167,3 +167,40 @@ func BenchmarkQuantize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDotQ8K compares, per type, the exact path (DotRows of float32 activations) with
+// the 8-bit one (QuantizeQ8K once, then DotRowsQ8K) over a 512-row × 2048 matrix: a decode
+// step's product (one thread's share), the quantization paid once for all rows as in the
+// CPU backend. Bytes are the weights'. Int8Faster's table is read off this benchmark.
+func BenchmarkDotQ8K(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	const n, rows = 2048, 512
+	x := randomVec(n, rng)
+	a := make([]Q8K, n/QK_K)
+	out := make([]float32, rows)
+	for _, t := range []Type{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_M, IQ4_XS} {
+		var data []byte
+		for range rows {
+			data = append(data, randomRow(t, n, rng)...)
+		}
+		b.Run(t.String()+"/exact", func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				DotRows(t, data, x, out)
+			}
+		})
+		b.Run(t.String()+"/int8", func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				QuantizeQ8K(x, a)
+				DotRowsQ8K(t, data, a, out)
+			}
+		})
+	}
+	b.Run("QuantizeQ8K", func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			QuantizeQ8K(x, a)
+		}
+	})
+}
