@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/ml"
 )
 
@@ -53,6 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	depth := fs.Int("d", 0, "tokens already in the cache before each test (llama-bench's -d): prefilled once, untimed, and restored before every run")
 	reps := fs.Int("r", 3, "repetitions of each test")
 	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
+	dot := fs.String("dot", "", "CPU dot path of quantized products: auto, exact or int8 (default: $REDLITE_CPU_DOT, else auto)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to `file`")
 	nplFlag := fs.String("npl", "", "run N sequences together through the batch scheduler for each N of this comma-separated `list` (llama-batched-bench's -npl): each prefills -p tokens and decodes -n")
@@ -75,11 +77,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *depth > 0 && len(npl) > 0 {
 		return usageErr("-d and --npl cannot be combined")
 	}
+	if _, err := cpu.ParseDot(*dot); err != nil {
+		return usageErr("--dot: %v", err)
+	}
 	kv, err := ml.ParseDType(*kvName)
 	if err != nil {
 		return usageErr("--kv: %v", err)
 	}
-	m, err := engine.Load(*modelPath, engine.Options{Threads: *threads})
+	m, err := engine.Load(*modelPath, engine.Options{Threads: *threads, CPUDot: *dot})
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,9 @@ func TestBench(t *testing.T) {
 	if len(rs) != 2 || rs[0].Test != "pp8 @ d24" || rs[1].Test != "tg4 @ d24" || rs[0].Depth != 24 || len(rs[1].Samples) != 2 || rs[1].TokensPerS <= 0 {
 		t.Errorf("-d rows: %+v", rs)
 	}
+	if code, _, errs := runCmd(t, "bench", "--model", model, "--dot", "fp8"); code != 2 || !strings.Contains(errs, "--dot") {
+		t.Errorf("bad --dot: exit %d, %s", code, errs)
+	}
 	if code, _, errs := runCmd(t, "bench", "--model", model, "-d", "-1"); code != 2 || !strings.Contains(errs, "-d") {
 		t.Errorf("bad -d: exit %d, %s", code, errs)
 	}
