@@ -54,7 +54,7 @@ func quantizeQ8KBlock(x []float32, b *Q8K) {
 	x = x[:QK_K]
 	var amax, vmax float32
 	for _, v := range x {
-		if a := float32(math.Abs(float64(v))); a > amax {
+		if a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31)); a > amax {
 			amax, vmax = a, v
 		}
 	}
