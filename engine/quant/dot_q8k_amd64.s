@@ -226,4 +226,3 @@ DATA q6kShuf<>+104(SB)/8, $0x0d0c0d0c0d0c0d0c
 DATA q6kShuf<>+112(SB)/8, $0x0f0e0f0e0f0e0f0e
 DATA q6kShuf<>+120(SB)/8, $0x0f0e0f0e0f0e0f0e
 GLOBL q6kShuf<>(SB), RODATA|NOPTR, $128
-
