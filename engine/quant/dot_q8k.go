@@ -397,18 +397,11 @@ func dotIQ1_MQ8KGo(row []byte, a []Q8K) float32 {
 		for ib := 0; ib < 8; ib++ {
 			s := sc[ib/2] >> (6 * (ib % 2))
 			ls := [2]int32{int32(2*(s&7) + 1), int32(2*((s>>3)&7) + 1)}
-			h0, h1 := int(qh[2*ib]), int(qh[2*ib+1])
-			idx := [4]int{
-				int(qs[4*ib+0]) | (h0<<8)&0x700,
-				int(qs[4*ib+1]) | (h0<<4)&0x700,
-				int(qs[4*ib+2]) | (h1<<8)&0x700,
-				int(qs[4*ib+3]) | (h1<<4)&0x700,
-			}
-			hb := [4]int{h0 & 0x08, h0 & 0x80, h1 & 0x08, h1 & 0x80}
+			idx, neg := iq1mGroups(qs, qh, ib)
 			for l := 0; l < 4; l++ {
 				g := iq1sGrid[idx[l]]
 				delta := int32(1)
-				if hb[l] != 0 {
+				if neg[l] {
 					delta = -1
 				}
 				x := q8.Qs[32*ib+8*l : 32*ib+8*l+8]
