@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlite/batch/engine/chat"
+	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/metalkit"
@@ -48,6 +49,9 @@ type Config struct {
 	// Backend runs the engine: auto (Metal on a Mac with a Metal device, else the CPU),
 	// cpu, metal, or metal-harness (the Metal kernels run on the CPU: tests, Linux).
 	Backend string `env:"REDLITE_BACKEND" envDefault:"auto"`
+	// CPUDot is the CPU backend's dot path for quantized products: auto, exact or int8
+	// (cpu.ParseDot).
+	CPUDot string `env:"REDLITE_CPU_DOT" envDefault:"auto"`
 	// Threads for the CPU backend; 0 means one per core.
 	Threads int `env:"REDLITE_THREADS" envDefault:"0"`
 
@@ -161,6 +165,9 @@ func (c Config) Validate() error {
 		if q == "" || w < 1 {
 			return bad("REDLITE_QUEUES", "queue %q has weight %d; want a name and a weight ≥ 1", q, w)
 		}
+	}
+	if _, err := cpu.ParseDot(c.CPUDot); err != nil {
+		return bad("REDLITE_CPU_DOT", "%v", err)
 	}
 	if _, err := metalkit.ParseKind(c.Backend); err != nil {
 		return bad("REDLITE_BACKEND", "%v", err)

@@ -181,7 +181,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 			return configErr(fmt.Errorf("REDLITE_BACKEND: %w", err))
 		}
 	}
-	lm, err := loadModel(path, d.cfg.ModelName, engine.Options{Backend: backend, Threads: d.cfg.Threads}, d.cfg.ChatTemplate)
+	lm, err := loadModel(path, d.cfg.ModelName, engine.Options{Backend: backend, Threads: d.cfg.Threads, CPUDot: d.cfg.CPUDot}, d.cfg.ChatTemplate)
 	if err != nil {
 		// A model file that cannot be loaded is a configuration error (exit 2).
 		return configErr(err)

@@ -30,6 +30,10 @@ type Options struct {
 	// MiB filled from the mapped file; 0 keeps every expert resident. It needs a backend
 	// that implements ml.ExpertResidency.
 	ExpertCacheMiB int
+	// CPUDot is the CPU backend's dot path for quantized products: "auto" (8-bit
+	// activations for the types where they are faster; also what empty means), "exact" or
+	// "int8" (see cpu.Dot). Other backends ignore it.
+	CPUDot string
 }
 
 // Model is a loaded GGUF model.
@@ -54,6 +58,14 @@ func Load(path string, opts Options) (*Model, error) {
 	b := opts.Backend
 	if b == nil {
 		b = cpu.New(opts.Threads)
+	}
+	if d, ok := b.(interface{ SetDot(cpu.Dot) }); ok {
+		dot, err := cpu.ParseDot(opts.CPUDot)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("load %s: CPU dot path: %w", path, err)
+		}
+		d.SetDot(dot)
 	}
 	if opts.ExpertCacheMiB != 0 {
 		er, ok := b.(ml.ExpertResidency)

@@ -115,9 +115,16 @@ func allLogits(t testing.TB, m *Model, tokens []int32, chunk int, kv ml.DType) [
 	return out
 }
 
+// loadModel loads a fixture model on the CPU backend's exact dot path, the reference the
+// parity tests hold tightest (TestInt8Parity covers the 8-bit path).
 func loadModel(t testing.TB, file string) *Model {
 	t.Helper()
-	m, err := Load(fixtures.Path(t, "models", file), Options{})
+	return loadModelDot(t, file, "exact")
+}
+
+func loadModelDot(t testing.TB, file, dot string) *Model {
+	t.Helper()
+	m, err := Load(fixtures.Path(t, "models", file), Options{CPUDot: dot})
 	if err != nil {
 		t.Fatal(err)
 	}

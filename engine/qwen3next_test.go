@@ -243,7 +243,7 @@ func TestQwen3NextExpertCache(t *testing.T) {
 			if err := b.SetExpertCache(2 * slice); err != nil {
 				t.Fatal(err)
 			}
-			m, err := Load(fixtures.Path(t, "models", name+".gguf"), Options{Backend: b})
+			m, err := Load(fixtures.Path(t, "models", name+".gguf"), Options{Backend: b, CPUDot: "exact"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -26,9 +26,14 @@ func openBackend(kind string, threads int) (ml.Backend, error) {
 
 // loadModel loads a model file on the backend --backend names.
 func loadModel(path, kind string, threads int) (*engine.Model, error) {
+	return loadModelDot(path, kind, threads, "")
+}
+
+// loadModelDot is loadModel with the CPU backend's dot path (bench's --dot).
+func loadModelDot(path, kind string, threads int, dot string) (*engine.Model, error) {
 	b, err := openBackend(kind, threads)
 	if err != nil {
 		return nil, err
 	}
-	return engine.Load(path, engine.Options{Backend: b, Threads: threads})
+	return engine.Load(path, engine.Options{Backend: b, Threads: threads, CPUDot: dot})
 }

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/ml"
 )
 
@@ -29,7 +30,9 @@ type benchResult struct {
 	SizeBytes int64  `json:"size_bytes"`
 	Backend   string `json:"backend"`
 	Threads   int    `json:"threads"`
-	Test      string `json:"test"` // "pp512" or "tg128"
+	Test      string `json:"test"` // "pp512", "tg128", "tg64 @ d4096"
+	// Depth is the tokens already in the cache when the test starts (-d); 0 without.
+	Depth int `json:"depth,omitempty"`
 	// Parallel is the number of sequences run together (--npl); 0 without --npl.
 	Parallel int `json:"parallel,omitempty"`
 	// Tokens counts one sequence's tokens; TokensPerS is the aggregate over all of them,
@@ -49,8 +52,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	backend := backendFlag(fs)
 	pp := fs.Int("p", 512, "prompt tokens for the prefill test (0 skips it)")
 	tg := fs.Int("n", 128, "tokens for the decode test (0 skips it)")
+	depth := fs.Int("d", 0, "tokens already in the cache before each test (llama-bench's -d): prefilled once, untimed, and restored before every run")
 	reps := fs.Int("r", 3, "repetitions of each test")
 	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
+	dot := fs.String("dot", "auto", "CPU dot path of quantized products: auto, exact or int8 (the daemon's REDLITE_CPU_DOT)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to `file`")
 	nplFlag := fs.String("npl", "", "run N sequences together through the batch scheduler for each N of this comma-separated `list` (llama-batched-bench's -npl): each prefills -p tokens and decodes -n")
@@ -67,29 +72,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *modelPath == "" {
 		return usageErr("--model is required")
 	}
-	if *pp < 0 || *tg < 0 || *reps < 1 || *threads < 1 {
-		return usageErr("-p and -n must be ≥ 0, -r and --threads ≥ 1")
+	if *pp < 0 || *tg < 0 || *depth < 0 || *reps < 1 || *threads < 1 {
+		return usageErr("-p, -n and -d must be ≥ 0, -r and --threads ≥ 1")
+	}
+	if *depth > 0 && len(npl) > 0 {
+		return usageErr("-d and --npl cannot be combined")
+	}
+	if _, err := cpu.ParseDot(*dot); err != nil {
+		return usageErr("--dot: %v", err)
 	}
 	kv, err := ml.ParseDType(*kvName)
 	if err != nil {
 		return usageErr("--kv: %v", err)
 	}
-	m, err := loadModel(*modelPath, *backend, *threads)
+	m, err := loadModelDot(*modelPath, *backend, *threads, *dot)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	vocab := m.Config().Vocab
 	// Random tokens, as llama-bench uses: the speed does not depend on which ids they are.
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -102,19 +102,68 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	base := benchResult{Model: m.Config().Arch, SizeBytes: m.File.Size(), Backend: m.Backend.Name(), Threads: *threads, Repetitions: *reps}
 	var results []benchResult
-	measure := func(test string, n int, run func() error) error {
+	// prefix is the depth's state, prefilled once: every run restores it, so the timed part
+	// is only the test's own tokens, as llama-bench's -d.
+	var prefix []byte
+	if *depth > 0 {
+		s, err := m.NewSession(engine.SessionOptions{Context: *depth, KV: kv})
+		if err != nil {
+			return err
+		}
+		_, err = s.Prefill(ctx, tokens(*depth), engine.PrefillOptions{Chunk: benchDepthChunk})
+		if err == nil {
+			prefix, err = s.Snapshot()
+		}
+		s.Close()
+		if err != nil {
+			return fmt.Errorf("bench: prefill of the depth: %w", err)
+		}
+	}
+	// The profile starts after the depth's prefill, which is not part of any test.
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	// session opens a session for a test of n tokens, holding the depth's tokens.
+	session := func(n int) (*engine.Session, error) {
+		o := engine.SessionOptions{Context: *depth + n, KV: kv}
+		if prefix == nil {
+			return m.NewSession(o)
+		}
+		return m.RestoreSession(prefix, o)
+	}
+	// measure times run over a fresh session per run; opening it (and restoring the depth)
+	// is not timed.
+	measure := func(test string, n int, run func(*engine.Session) error) error {
 		r := base
-		r.Test, r.Tokens = test, n
+		r.Test, r.Tokens, r.Depth = benchTestName(test, *depth), n, *depth
+		once := func() (time.Duration, error) {
+			s, err := session(n)
+			if err != nil {
+				return 0, err
+			}
+			defer s.Close()
+			start := time.Now()
+			err = run(s)
+			return time.Since(start), err
+		}
 		// One untimed run warms caches and page-faults the mapped weights in.
-		if err := run(); err != nil {
+		if _, err := once(); err != nil {
 			return err
 		}
 		for range *reps {
-			start := time.Now()
-			if err := run(); err != nil {
+			d, err := once()
+			if err != nil {
 				return err
 			}
-			r.Samples = append(r.Samples, float64(n)/time.Since(start).Seconds())
+			r.Samples = append(r.Samples, float64(n)/d.Seconds())
 		}
 		r.TokensPerS, r.StdDev = meanStd(r.Samples)
 		results = append(results, r)
@@ -131,13 +180,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *pp > 0 && len(npl) == 0 {
 		prompt := tokens(*pp)
-		err := measure(fmt.Sprintf("pp%d", *pp), *pp, func() error {
-			s, err := m.NewSession(engine.SessionOptions{Context: *pp, KV: kv})
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			_, err = s.Prefill(ctx, prompt, engine.PrefillOptions{})
+		err := measure(fmt.Sprintf("pp%d", *pp), *pp, func(s *engine.Session) error {
+			_, err := s.Prefill(ctx, prompt, engine.PrefillOptions{})
 			return err
 		})
 		if err != nil {
@@ -146,12 +190,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *tg > 0 && len(npl) == 0 {
 		gen := tokens(*tg)
-		err := measure(fmt.Sprintf("tg%d", *tg), *tg, func() error {
-			s, err := m.NewSession(engine.SessionOptions{Context: *tg, KV: kv})
-			if err != nil {
-				return err
-			}
-			defer s.Close()
+		err := measure(fmt.Sprintf("tg%d", *tg), *tg, func(s *engine.Session) error {
 			for _, t := range gen {
 				if _, err := s.Decode(ctx, t); err != nil {
 					return err
@@ -184,6 +223,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		rows = append(rows, row)
 	}
 	return writeMarkdownTable(stdout, rows, right)
+}
+
+// benchDepthChunk is the prefill chunk of the depth's tokens: llama-bench's default
+// micro-batch, and it bounds the attention scratch of a long depth.
+const benchDepthChunk = 512
+
+// benchTestName names a test as llama-bench does: "tg128", or "tg64 @ d4096" at a depth.
+func benchTestName(test string, depth int) string {
+	if depth == 0 {
+		return test
+	}
+	return fmt.Sprintf("%s @ d%d", test, depth)
 }
 
 // writeMarkdownTable prints rows (the first is the header) as a markdown table with padded

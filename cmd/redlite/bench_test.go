@@ -48,6 +48,24 @@ func TestBench(t *testing.T) {
 			t.Errorf("--npl row %s parallel %d: %g t/s, %g per sequence", r.Test, r.Parallel, r.TokensPerS, r.PerSequence)
 		}
 	}
+	// At a depth the rows say so, as llama-bench's; the depth is restored for every run.
+	code, out, errs = runCmd(t, "bench", "--model", model, "-p", "8", "-n", "4", "-d", "24", "-r", "2", "--json")
+	if code != 0 {
+		t.Fatalf("-d: exit %d: %s", code, errs)
+	}
+	rs = nil
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].Test != "pp8 @ d24" || rs[1].Test != "tg4 @ d24" || rs[0].Depth != 24 || len(rs[1].Samples) != 2 || rs[1].TokensPerS <= 0 {
+		t.Errorf("-d rows: %+v", rs)
+	}
+	if code, _, errs := runCmd(t, "bench", "--model", model, "--dot", "fp8"); code != 2 || !strings.Contains(errs, "--dot") {
+		t.Errorf("bad --dot: exit %d, %s", code, errs)
+	}
+	if code, _, errs := runCmd(t, "bench", "--model", model, "-d", "-1"); code != 2 || !strings.Contains(errs, "-d") {
+		t.Errorf("bad -d: exit %d, %s", code, errs)
+	}
 	if code, _, errs := runCmd(t, "bench", "--model", model, "--npl", "0,2"); code != 2 || !strings.Contains(errs, "--npl") {
 		t.Errorf("bad --npl: exit %d, %s", code, errs)
 	}

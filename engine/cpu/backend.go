@@ -4,6 +4,7 @@ package cpu
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/redlite/batch/engine/ml"
@@ -22,6 +23,9 @@ type Backend struct {
 	arena arena
 	// lists keeps the recorded-operation lists of closed contexts for the next ones.
 	lists opLists
+	// dot is the Dot path of quantized products (dot.go); atomic so that SetDot may be
+	// called while another goroutine's pass reads it.
+	dot atomic.Int32
 }
 
 // New returns a CPU backend using threads goroutines (0: GOMAXPROCS).

@@ -7,19 +7,6 @@ import (
 	"github.com/redlite/batch/engine/quant"
 )
 
-// fusedMaxTokens is the batch size up to which each row is dotted straight from its
-// quantized bytes, a tile of rows with every token in turn (see matmul); beyond it expanding
-// rows to float32 once and running the GEMM is cheaper, below it the GEMM would fill few of
-// its micro-kernel's 12 rows. The types without a fused dot kernel expand every block for
-// every token anyway, so the GEMM wins from 2 tokens.
-func fusedMaxTokens(t quant.Type) int {
-	switch t {
-	case quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ2_XXS:
-		return 8
-	}
-	return 1
-}
-
 // dotTileRows is the rows dotted with every token of a small batch before the next rows.
 const dotTileRows = 16
 
@@ -40,7 +27,7 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 	rows, cols := r1-r0, w.cols
 	small := w.f32 != nil && len(w.f32) == w.rows*w.cols && len(w.f32) <= smallVector
 	switch {
-	case n > fusedMaxTokens(w.typ) && !small:
+	case n > c.b.fusedMaxTokens(w.typ) && !small:
 		gemmWeight(c.b.pool, defaultKernel, w, r0, r1, x, n, out)
 	case w.f32 != nil && len(w.f32) == w.rows*w.cols:
 		// Matrices small enough to be expanded at load (and F32 ones at one or two tokens):
@@ -51,6 +38,22 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 				for i := 0; i < n; i++ {
 					out[i*rows+r] = quant.Dot(wr, x[i*cols:(i+1)*cols])
 				}
+			}
+		})
+	case c.b.int8(w.typ) && cols%quant.QK_K == 0:
+		// 8-bit activations: x is quantized once for every row; then as below, one kernel
+		// call per range of rows for one token, tiles of rows for a few.
+		acts, release := c.quantizeActs(x, n, cols)
+		defer release()
+		nb := cols / quant.QK_K
+		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
+			if n == 1 {
+				quant.DotRowsQ8K(w.typ, w.data[(r0+lo)*w.rowB:(r0+hi)*w.rowB], acts, out[lo:hi])
+				return
+			}
+			for t0 := lo; t0 < hi; t0 += dotTileRows {
+				t1 := min(t0+dotTileRows, hi)
+				dotTileQ8K(w.typ, w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts, nb, n, out[t0:], rows)
 			}
 		})
 	case n == 1:

@@ -149,11 +149,11 @@ func (c *context) matMulExperts(w *weight, xt, it, out *tensor) {
 // resident: then all the layer's experts run in one parallel pass over tiles of rows
 // (expertTiles) instead of one pass per expert, whose synchronisation would dominate.
 func (c *context) fewPairsPerExpert(w *weight, start []int) bool {
-	if w.f32 != nil || fusedMaxTokens(w.typ) == 1 || c.b.experts.capacity != 0 {
+	if w.f32 != nil || c.b.fusedMaxTokens(w.typ) == 1 || c.b.experts.capacity != 0 {
 		return false
 	}
 	for e := 0; e+1 < len(start); e++ {
-		if start[e+1]-start[e] > fusedMaxTokens(w.typ) {
+		if start[e+1]-start[e] > c.b.fusedMaxTokens(w.typ) {
 			return false
 		}
 	}
@@ -185,12 +185,25 @@ func (c *context) expertTiles(w *weight, xt *tensor, shared bool, k int, start, 
 			jobs = append(jobs, job{e, t0, min(t0+dotTileRows, rows)})
 		}
 	}
-	c.b.pool.parallel(len(jobs), 4, func(lo, hi int) {
-		for _, j := range jobs[lo:hi] {
-			p0, np := start[j.e], start[j.e+1]-start[j.e]
-			dotTile(w.typ, data[j.e][j.t0*w.rowB:j.t1*w.rowB], xs[p0*cols:(p0+np)*cols], cols, np, ys[p0*rows+j.t0:], rows)
-		}
-	})
+	if c.b.int8(w.typ) && cols%quant.QK_K == 0 {
+		// Every pair's input quantized once, then the same tiles with 8-bit activations.
+		acts, release := c.quantizeActs(xs, len(order), cols)
+		defer release()
+		nb := cols / quant.QK_K
+		c.b.pool.parallel(len(jobs), 4, func(lo, hi int) {
+			for _, j := range jobs[lo:hi] {
+				p0, np := start[j.e], start[j.e+1]-start[j.e]
+				dotTileQ8K(w.typ, data[j.e][j.t0*w.rowB:j.t1*w.rowB], acts[p0*nb:(p0+np)*nb], nb, np, ys[p0*rows+j.t0:], rows)
+			}
+		})
+	} else {
+		c.b.pool.parallel(len(jobs), 4, func(lo, hi int) {
+			for _, j := range jobs[lo:hi] {
+				p0, np := start[j.e], start[j.e+1]-start[j.e]
+				dotTile(w.typ, data[j.e][j.t0*w.rowB:j.t1*w.rowB], xs[p0*cols:(p0+np)*cols], cols, np, ys[p0*rows+j.t0:], rows)
+			}
+		})
+	}
 	for r, p := range order {
 		copy(out.data[p*rows:(p+1)*rows], ys[r*rows:(r+1)*rows])
 	}

@@ -147,3 +147,60 @@ func BenchmarkDotIQ2_XXSPureGo(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQuantize is the encoders `redlite synth` runs for every weight.
+func BenchmarkQuantize(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := make([]float32, 64*QK_K)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64()) * 0.02
+	}
+	for _, t := range []Type{Q8_0, Q4_K, Q6_K} {
+		dst := make([]byte, t.RowBytes(len(src)))
+		b.Run(t.String(), func(b *testing.B) {
+			b.SetBytes(int64(4 * len(src)))
+			for b.Loop() {
+				if err := Quantize(t, src, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDotQ8K compares, per type, the exact path (DotRows of float32 activations) with
+// the 8-bit one (QuantizeQ8K once, then DotRowsQ8K) over a 512-row × 2048 matrix: a decode
+// step's product (one thread's share), the quantization paid once for all rows as in the
+// CPU backend. Bytes are the weights'. Int8Faster's table is read off this benchmark.
+func BenchmarkDotQ8K(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	const n, rows = 2048, 512
+	x := randomVec(n, rng)
+	a := make([]Q8K, n/QK_K)
+	out := make([]float32, rows)
+	for _, t := range []Type{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_M, IQ4_XS} {
+		var data []byte
+		for range rows {
+			data = append(data, randomRow(t, n, rng)...)
+		}
+		b.Run(t.String()+"/exact", func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				DotRows(t, data, x, out)
+			}
+		})
+		b.Run(t.String()+"/int8", func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				QuantizeQ8K(x, a)
+				DotRowsQ8K(t, data, a, out)
+			}
+		})
+	}
+	b.Run("QuantizeQ8K", func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			QuantizeQ8K(x, a)
+		}
+	})
+}

@@ -172,17 +172,10 @@ func deqIQ1_M(b []byte, y []float32) {
 	for ib := 0; ib < 8; ib++ {
 		s := sc[ib/2] >> (6 * (ib % 2))
 		dl := [2]float32{d * float32(2*(s&7)+1), d * float32(2*((s>>3)&7)+1)}
-		h0, h1 := int(qh[2*ib]), int(qh[2*ib+1])
-		idx := [4]int{
-			int(qs[4*ib+0]) | (h0<<8)&0x700,
-			int(qs[4*ib+1]) | (h0<<4)&0x700,
-			int(qs[4*ib+2]) | (h1<<8)&0x700,
-			int(qs[4*ib+3]) | (h1<<4)&0x700,
-		}
-		hb := [4]int{h0 & 0x08, h0 & 0x80, h1 & 0x08, h1 & 0x80}
+		idx, neg := iq1mGroups(qs, qh, ib)
 		for l := 0; l < 4; l++ {
 			delta := float32(iq1Delta)
-			if hb[l] != 0 {
+			if neg[l] {
 				delta = -iq1Delta
 			}
 			g := iq1sGrid[idx[l]]
@@ -192,6 +185,20 @@ func deqIQ1_M(b []byte, y []float32) {
 			y = y[8:]
 		}
 	}
+}
+
+// iq1mGroups unpacks sub-block ib of an IQ1_M block: the grid index of each group of 8
+// (8 bits in qs, 3 in qh) and whether its delta is negative.
+func iq1mGroups(qs, qh []byte, ib int) (idx [4]int, neg [4]bool) {
+	h0, h1 := int(qh[2*ib]), int(qh[2*ib+1])
+	idx = [4]int{
+		int(qs[4*ib+0]) | (h0<<8)&0x700,
+		int(qs[4*ib+1]) | (h0<<4)&0x700,
+		int(qs[4*ib+2]) | (h1<<8)&0x700,
+		int(qs[4*ib+3]) | (h1<<4)&0x700,
+	}
+	neg = [4]bool{h0&0x08 != 0, h0&0x80 != 0, h1&0x08 != 0, h1&0x80 != 0}
+	return idx, neg
 }
 
 func deqIQ4_NL(b []byte, y []float32) {

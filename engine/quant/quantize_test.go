@@ -146,3 +146,19 @@ func TestQuantizeRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundInt checks the fast rounding the encoders use against math.Round on every kind
+// of float32: ties, values next to ties, large and tiny magnitudes, infinities excluded.
+func TestRoundInt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	vals := []float32{0, 0.5, -0.5, 1.5, -1.5, 2.5, 0.49999997, -0.49999997, 1 << 29, -(1 << 29), 1<<29 - 64, 3e9, -3e9}
+	for range 100000 {
+		v := float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(40)-10))
+		vals = append(vals, v, math.Nextafter32(float32(int(v))+0.5, 0), float32(int(v))+0.5)
+	}
+	for _, v := range vals {
+		if got, want := roundInt(v), int(math.Round(float64(v))); got != want {
+			t.Fatalf("roundInt(%g) = %d, want %d", v, got, want)
+		}
+	}
+}

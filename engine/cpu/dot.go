@@ -1,0 +1,97 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/redlite/batch/engine/quant"
+)
+
+// Dot chooses how quantized weights are multiplied with activations in the dot-product
+// paths (decode and small batches; larger batches expand the weights for the GEMM, which
+// is exact either way).
+type Dot int
+
+const (
+	// DotAuto uses 8-bit activations for the types where that is faster on this machine
+	// (quant.Int8Faster) and the exact path for the rest. It is the default.
+	DotAuto Dot = iota
+	// DotExact multiplies float32 activations with the weights as stored: the reference,
+	// bit-stable across batch sizes and the one the parity tests hold tightest.
+	DotExact
+	// DotInt8 quantizes activations to 8 bits (ggml's Q8_K) for every type that has an
+	// 8-bit kernel, as llama.cpp's CPU backend does, faster or not.
+	DotInt8
+)
+
+var dotNames = [...]string{DotAuto: "auto", DotExact: "exact", DotInt8: "int8"}
+
+func (d Dot) String() string {
+	if d >= 0 && int(d) < len(dotNames) {
+		return dotNames[d]
+	}
+	return fmt.Sprintf("Dot(%d)", int(d))
+}
+
+// ParseDot maps "auto", "exact" or "int8" ("" is auto) to a Dot.
+func ParseDot(s string) (Dot, error) {
+	if s == "" {
+		return DotAuto, nil
+	}
+	for d, n := range dotNames {
+		if n == s {
+			return Dot(d), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown CPU dot path %q (want auto, exact or int8)", s)
+}
+
+// SetDot chooses the dot path of later passes (not of a pass running now).
+func (b *Backend) SetDot(d Dot) { b.dot.Store(int32(d)) }
+
+// Dot is the dot path in use.
+func (b *Backend) Dot() Dot { return Dot(b.dot.Load()) }
+
+// int8 reports whether products with weights of type t take 8-bit activations.
+func (b *Backend) int8(t quant.Type) bool {
+	switch b.Dot() {
+	case DotExact:
+		return false
+	case DotInt8:
+		return quant.Int8Dot(t)
+	}
+	return quant.Int8Faster(t)
+}
+
+// fusedMaxTokens is the batch size up to which each row is dotted straight from its
+// quantized bytes, a tile of rows with every token in turn (see matmul); beyond it expanding
+// rows to float32 once and running the GEMM is cheaper, below it the GEMM would fill few of
+// its micro-kernel's 12 rows. The types without a SIMD dot kernel (exact or 8-bit) are
+// slower per token than the GEMM on expanded weights, so the GEMM wins from 2 tokens.
+func (b *Backend) fusedMaxTokens(t quant.Type) int {
+	switch t {
+	case quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ2_XXS:
+		return 8
+	}
+	if b.int8(t) && quant.Int8Vector(t) {
+		return 8
+	}
+	return 1
+}
+
+// quantizeActs quantizes n tokens of cols activations (x[i·cols …]) to 8 bits, once per
+// product: token i's blocks are acts[i·cols/256 …]. release returns the scratch.
+func (c *context) quantizeActs(x []float32, n, cols int) (acts []quant.Q8K, release func()) {
+	nb := cols / quant.QK_K
+	buf := c.b.pool.scratch.get(n * nb * quant.Q8KFloats)
+	acts = quant.Q8KView(buf, n*nb)
+	quant.QuantizeQ8K(x[:n*cols], acts)
+	return acts, func() { c.b.pool.scratch.put(buf) }
+}
+
+// dotTileQ8K is dotTile with 8-bit activations: acts holds n tokens of nb blocks each.
+func dotTileQ8K(t quant.Type, rows []byte, acts []quant.Q8K, nb, n int, out []float32, ldo int) {
+	nr := len(rows) / t.RowBytes(nb*quant.QK_K)
+	for i := 0; i < n; i++ {
+		quant.DotRowsQ8K(t, rows, acts[i*nb:(i+1)*nb], out[i*ldo:i*ldo+nr])
+	}
+}

@@ -1,0 +1,78 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/redlite/batch/engine/quant"
+)
+
+// randomQ4K is n random Q4_K blocks with small positive scales.
+func randomQ4K(rng *rand.Rand, blocks int) []byte {
+	data := make([]byte, blocks*144)
+	for i := range data {
+		data[i] = byte(rng.IntN(256))
+	}
+	for b := 0; b < blocks; b++ {
+		d := quant.F32ToF16(float32(0.001 + 0.01*rng.Float64()))
+		m := quant.F32ToF16(float32(0.001 * rng.Float64()))
+		data[144*b], data[144*b+1], data[144*b+2], data[144*b+3] = byte(d), byte(d>>8), byte(m), byte(m>>8)
+	}
+	return data
+}
+
+// TestMatMulInt8 checks the 8-bit path of MatMul at one token and a few (the tiles): each
+// token's row gets exactly the kernel's dot with that token's quantized activations, the
+// result stays near the exact path's, and DotExact takes the exact path.
+func TestMatMulInt8(t *testing.T) {
+	const rows, cols = 160, 512 // above smallVector, which is expanded to float32 at load
+	rng := rand.New(rand.NewPCG(7, 8))
+	b := New(2)
+	w, err := weightOf(b, "w", quant.Q4_K, []int{cols, rows}, randomQ4K(rng, rows*cols/256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt := w.(*weight)
+	for _, n := range []int{1, 3, 8} {
+		x := randomTensor(rng, n, cols)
+		b.SetDot(DotInt8)
+		c := b.NewContext()
+		got := values(t, c, c.MatMul(w, x))
+		b.SetDot(DotExact)
+		c = b.NewContext()
+		exact := values(t, c, c.MatMul(w, x))
+		acts := make([]quant.Q8K, cols/256)
+		want := make([]float32, rows)
+		for i := 0; i < n; i++ {
+			quant.QuantizeQ8K(x.data[i*cols:(i+1)*cols], acts)
+			quant.DotRowsQ8K(quant.Q4_K, wt.data, acts, want)
+			if !equal32(got[i*rows:(i+1)*rows], want) {
+				t.Fatalf("n %d token %d: int8 MatMul differs from the kernel on the quantized token", n, i)
+			}
+			var dd, ee float64
+			for r := 0; r < rows; r++ {
+				e := float64(exact[i*rows+r])
+				dd += (float64(want[r]) - e) * (float64(want[r]) - e)
+				ee += e * e
+			}
+			if math.Sqrt(dd/ee) > 0.02 {
+				t.Errorf("n %d token %d: int8 %.3g relative RMS from exact", n, i, math.Sqrt(dd/ee))
+			}
+			if dd == 0 {
+				t.Errorf("n %d token %d: exact and int8 paths gave the same numbers", n, i)
+			}
+		}
+	}
+}
+
+func TestParseDot(t *testing.T) {
+	for s, want := range map[string]Dot{"": DotAuto, "auto": DotAuto, "exact": DotExact, "int8": DotInt8} {
+		if got, err := ParseDot(s); err != nil || got != want {
+			t.Errorf("ParseDot(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := ParseDot("fp8"); err == nil {
+		t.Error("ParseDot(fp8): no error")
+	}
+}

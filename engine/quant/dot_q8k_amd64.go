@@ -1,0 +1,51 @@
+//go:build amd64 && !purego
+
+package quant
+
+//go:noescape
+func dotQ4_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
+
+//go:noescape
+func dotQ6_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
+
+// int8Asm reports whether t has an assembly 8-bit kernel on this machine.
+func int8Asm(t Type) bool {
+	if !useAsm {
+		return false
+	}
+	switch t {
+	case Q4_K, Q6_K:
+		return true
+	}
+	return false
+}
+
+// int8Faster is the amd64 table of Int8Faster (BenchmarkDotQ8K, best of 6 on a loaded
+// AVX-512 machine, quantization of x included): Q6_K's AVX2 8-bit kernel is 1.97× the
+// AVX-512 exact one, Q4_K's 1.11×; Q5_K, IQ2_XXS and IQ3_XXS have vector exact kernels
+// and only a pure-Go 8-bit one, so they stay exact. An AVX-512 VNNI Q4_K kernel (VPDPBUSD
+// on 64 bytes, VPMULLD by the scales) measured 1.4× slower than this AVX2 one and was
+// dropped.
+func int8Faster(t Type) bool {
+	if (t == Q4_K || t == Q6_K) && useAsm {
+		return true
+	}
+	return int8GoFaster(t)
+}
+
+// dotRowsQ8KFast is DotRowsQ8K with one assembly call over every row, where t has a kernel;
+// the caller has checked the lengths and that there is at least one row and one block.
+func dotRowsQ8KFast(t Type, rows []byte, a []Q8K, out []float32) bool {
+	if !useAsm {
+		return false
+	}
+	switch t {
+	case Q4_K:
+		dotQ4_KQ8KAVX2(&rows[0], &a[0], len(a), len(out), &out[0])
+	case Q6_K:
+		dotQ6_KQ8KAVX2(&rows[0], &a[0], len(a), len(out), &out[0])
+	default:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,12 @@
+//go:build !amd64 || purego
+
+package quant
+
+// Without assembly the 8-bit path runs the pure-Go kernels: faster than the exact path
+// only for the types whose exact dot is block expansion and a float dot.
+
+func int8Asm(Type) bool { return false }
+
+func int8Faster(t Type) bool { return int8GoFaster(t) }
+
+func dotRowsQ8KFast(Type, []byte, []Q8K, []float32) bool { return false }

@@ -1,0 +1,95 @@
+package quant
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestQuantizeQ8K(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	x := randomVec(3*QK_K, rng)
+	clear(x[QK_K : 2*QK_K]) // an all-zero block
+	x[17] = -9              // the largest magnitude maps to −127…
+	x[2*QK_K+5] = 7.5       // …whatever its sign
+	a := make([]Q8K, 3)
+	QuantizeQ8K(x, a)
+	if a[0].Qs[17] != -127 || math.Abs(float64(a[0].D*-127+9)) > 1e-6 {
+		t.Errorf("block 0: largest value -9 stored as %d·%g", a[0].Qs[17], a[0].D)
+	}
+	if a[2].Qs[5] != -127 || math.Abs(float64(a[2].D*-127-7.5)) > 1e-6 {
+		t.Errorf("block 2: largest value 7.5 stored as %d·%g", a[2].Qs[5], a[2].D)
+	}
+	if a[1] != (Q8K{}) {
+		t.Errorf("zero block: %+v", a[1])
+	}
+	for i, b := range a {
+		for j, q := range b.Qs {
+			if v := float64(x[i*QK_K+j]); math.Abs(float64(b.D)*float64(q)-v) > math.Abs(float64(b.D))/2*1.0001 {
+				t.Fatalf("block %d value %d: %g stored as %d·%g", i, j, v, q, b.D)
+			}
+		}
+		for g, s := range b.Bsums {
+			var want int16
+			for _, q := range b.Qs[16*g : 16*g+16] {
+				want += int16(q)
+			}
+			if s != want {
+				t.Errorf("block %d group %d: sum %d, want %d", i, g, s, want)
+			}
+		}
+	}
+	// Ties go to even, as ggml's nearest_int.
+	for v, want := range map[float32]int{2.5: 2, 3.5: 4, -2.5: -2, -3.5: -4, 0.49: 0, 126.6: 127} {
+		if got := nearestInt(v); got != want {
+			t.Errorf("nearestInt(%g) = %d, want %d", v, got, want)
+		}
+	}
+}
+
+// TestDotQ8K checks every 8-bit kernel against the float64 dot of the dequantized row with
+// the dequantized activations (they must agree up to float rounding: the integer part is
+// exact), and the assembly kernels against the pure-Go ones.
+func TestDotQ8K(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const n, rows = 3 * QK_K, 5
+	for _, typ := range []Type{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_M, IQ4_XS} {
+		t.Run(typ.String(), func(t *testing.T) {
+			if !Int8Dot(typ) {
+				t.Fatalf("no 8-bit kernel for %v", typ)
+			}
+			x := randomVec(n, rng)
+			a := make([]Q8K, n/QK_K)
+			QuantizeQ8K(x, a)
+			xq := make([]float32, n)
+			for i := range xq {
+				xq[i] = a[i/QK_K].D * float32(a[i/QK_K].Qs[i%QK_K])
+			}
+			data := make([]byte, 0, rows*typ.RowBytes(n))
+			for range rows {
+				data = append(data, randomRow(typ, n, rng)...)
+			}
+			out := make([]float32, rows)
+			DotRowsQ8K(typ, data, a, out)
+			rb := typ.RowBytes(n)
+			for r := range out {
+				row := data[r*rb : (r+1)*rb]
+				want, mag := exactDot(t, typ, row, xq)
+				if d := math.Abs(float64(out[r]) - want); d > 1e-5*mag {
+					t.Errorf("row %d: %g, want %g (Σ|w·x| %g)", r, out[r], want, mag)
+				}
+				if g := q8kDots[typ](row, a); math.Abs(float64(g-out[r])) > 1e-5*mag {
+					t.Errorf("row %d: pure Go %g, DotRowsQ8K %g", r, g, out[r])
+				}
+			}
+			// The 8-bit result stays near the exact one: the activations' rounding only.
+			for r := range out {
+				exact := DotF32(typ, data[r*rb:(r+1)*rb], x)
+				_, mag := exactDot(t, typ, data[r*rb:(r+1)*rb], x)
+				if math.Abs(float64(out[r]-exact)) > 0.02*mag {
+					t.Errorf("row %d: 8-bit %g, exact %g (Σ|w·x| %g)", r, out[r], exact, mag)
+				}
+			}
+		})
+	}
+}
