@@ -23,7 +23,8 @@ func TestMetalHarnessJob(t *testing.T) {
 	const prompt, maxTokens = "The harness runs Metal kernels on the CPU.", 8
 
 	// What the CPU backend generates greedily.
-	lm, err := loadModel(cfg.Model, "", engine.Options{Threads: 1})
+	// The Metal kernels compute with float32 activations: the CPU's exact path.
+	lm, err := loadModel(cfg.Model, "", engine.Options{Threads: 1, CPUDot: "exact"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,8 @@ func TestModelParity(t *testing.T) {
 	}
 	for _, path := range names {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".gguf"), func(t *testing.T) {
-			ref, err := engine.Load(path, engine.Options{Backend: cpu.New(1)})
+			// The Metal kernels compute with float32 activations: the CPU's exact path.
+			ref, err := engine.Load(path, engine.Options{Backend: cpu.New(1), CPUDot: "exact"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +160,7 @@ func TestMTPParity(t *testing.T) {
 		t.Fatal(err)
 	}
 	load := func(b ml.Backend) *engine.Model {
-		m, err := engine.Load(path, engine.Options{Backend: b})
+		m, err := engine.Load(path, engine.Options{Backend: b, CPUDot: "exact"})
 		if err != nil {
 			t.Fatal(err)
 		}
