@@ -35,7 +35,7 @@ type context struct {
 	rope map[ropeKey]*tensor
 	// iotas holds this Compute's row-id inputs by length (ops.go).
 	iotas map[int]*tensor
-	err  error // the first failure; the pass is over
+	err   error // the first failure; the pass is over
 }
 
 // op is one recorded operation.
