@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
+	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
+	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/metalkit/device"
 )
 
@@ -261,4 +264,42 @@ func TestMatMulMPSFallback(t *testing.T) {
 	}
 }
 
-var _ ml.Backend = (*Backend)(nil)
+// TestForwardParityMPS runs a whole prefill of 72 tokens (one chunk: every dense product
+// takes the route) through the host-GEMM device, against the CPU backend's logits: a qwen3
+// model always (about a second), and a qwen3next one — its DeltaNet projections — with
+// REDLITE_PARITY_FULL=1 (about 20 s on the harness).
+func TestForwardParityMPS(t *testing.T) {
+	tokens := make([]int32, mpsMinTokens+8)
+	for i := range tokens {
+		tokens[i] = int32((i*37 + 11) % 500)
+	}
+	for _, name := range []string{"tiny-qwen3-Q4_K_M", "tiny-qwen3next-IQ2_XXS"} {
+		t.Run(name, func(t *testing.T) {
+			if name != "tiny-qwen3-Q4_K_M" && os.Getenv("REDLITE_PARITY_FULL") == "" {
+				t.Skip("REDLITE_PARITY_FULL=1 runs it")
+			}
+			path := fixtures.Path(t, "models", name+".gguf")
+			ref, err := engine.Load(path, engine.Options{Threads: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			dev := &gemmDevice{Device: testDevice(t)}
+			m, err := engine.Load(path, engine.Options{Backend: New(dev)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			want := prefill(t, ref, tokens, ml.F32, 0)
+			got := prefill(t, m, tokens, ml.F32, 0)
+			if len(dev.gemms) == 0 {
+				t.Fatal("no product went through the GEMM")
+			}
+			if d := relDiff(got, want); !(d <= parityTolerance) {
+				t.Errorf("logits differ from the CPU's by %.3g of the largest (tolerance %g)", d, parityTolerance)
+			} else {
+				t.Logf("%d products through the GEMM; logits within %.2g of the CPU's", len(dev.gemms), d)
+			}
+		})
+	}
+}
