@@ -39,6 +39,12 @@ func openMPS() error {
 // keeps them (the kernel fixes the sizes at initialisation).
 type gemmShape struct{ m, n, k int }
 
+// gemmCacheMax bounds the kernels kept: the token count is part of the shape, and a daemon
+// sees prompts of every length. Past it the cache starts over; releasing a kernel already
+// encoded is safe (the command buffer holds what it runs, as when a Swift caller's kernel
+// goes out of scope before the commit).
+const gemmCacheMax = 64
+
 // EncodeGEMM encodes g into cmd (a command list of this device) in order with its
 // dispatches.
 func (d *Device) EncodeGEMM(cmd device.Commands, g device.GEMM) {
@@ -77,16 +83,14 @@ func (c *commands) encodeGEMM(g device.GEMM) {
 		c.fail(&device.Error{Op: op, Kernel: kernel, Err: err})
 		return
 	}
-	kern, err := c.d.gemmKernel(gemmShape{g.M, g.N, g.K})
-	if err != nil {
-		c.fail(&device.Error{Op: op, Kernel: kernel, Err: err})
-		return
-	}
 	withPool(func() {
-		if c.cb == 0 {
-			if !c.open() {
-				return
-			}
+		kern, err := c.d.gemmKernel(gemmShape{g.M, g.N, g.K})
+		if err != nil {
+			c.fail(&device.Error{Op: op, Kernel: kernel, Err: err})
+			return
+		}
+		if !c.newBuffer() {
+			return
 		}
 		c.closeEncoder()
 		a := newMatrix(g.A, g.M, g.K)
@@ -137,7 +141,10 @@ func (d *Device) gemmKernel(s gemmShape) (id, error) {
 	if k == 0 {
 		return 0, fmt.Errorf("MPSMatrixMultiplication of %d×%d by %d×%d refused", s.m, s.k, s.k, s.n)
 	}
-	if d.gemms == nil {
+	if d.gemms == nil || len(d.gemms) >= gemmCacheMax {
+		for _, old := range d.gemms {
+			msgRelease.send(old)
+		}
 		d.gemms = map[gemmShape]id{}
 	}
 	d.gemms[s] = k

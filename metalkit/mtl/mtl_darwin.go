@@ -490,13 +490,8 @@ func pipelineName(p device.Pipeline) string {
 // retained: they come back autoreleased. A command buffer may hold several encoders in
 // sequence: an MPS product is encoded on the command buffer between two of them (mps.go).
 func (c *commands) open() bool {
-	if c.cb == 0 {
-		cb := msgCommandBuffer.send(c.d.queue)
-		if cb == 0 {
-			c.fail(&device.Error{Op: "new command buffer", Err: errors.New("the queue made none")})
-			return false
-		}
-		c.cb, c.inBuffer = msgRetain.send(cb), 0
+	if !c.newBuffer() {
+		return false
 	}
 	enc := msgComputeCommandEncoder.send(c.cb)
 	if enc == 0 {
@@ -505,6 +500,20 @@ func (c *commands) open() bool {
 	}
 	c.enc = msgRetain.send(enc)
 	c.pipeline, c.bound = 0, map[int]binding{}
+	return true
+}
+
+// newBuffer starts a command buffer (retained) when none is being encoded.
+func (c *commands) newBuffer() bool {
+	if c.cb != 0 {
+		return true
+	}
+	cb := msgCommandBuffer.send(c.d.queue)
+	if cb == 0 {
+		c.fail(&device.Error{Op: "new command buffer", Err: errors.New("the queue made none")})
+		return false
+	}
+	c.cb, c.inBuffer = msgRetain.send(cb), 0
 	return true
 }
 
