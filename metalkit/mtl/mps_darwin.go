@@ -89,6 +89,7 @@ func (c *commands) encodeGEMM(g device.GEMM) {
 			c.fail(&device.Error{Op: op, Kernel: kernel, Err: err})
 			return
 		}
+		defer msgRelease.send(kern)
 		if !c.newBuffer() {
 			return
 		}
@@ -126,7 +127,8 @@ func newMatrix(m device.Matrix, rows, cols int) id {
 	return msgInitWithBufferOffsetDesc.send(msgAlloc.send(classMPSMatrix.get()), m.Buffer.(*buffer).obj, uint(m.Offset), desc)
 }
 
-// gemmKernel returns the product kernel of a shape: C = A · Bᵀ (transposeRight: B is
+// gemmKernel returns the product kernel of a shape, retained for the caller (another pass
+// may start the cache over meanwhile): C = A · Bᵀ (transposeRight: B is
 // stored a row per output feature), alpha 1, beta 0 (C is overwritten).
 func (d *Device) gemmKernel(s gemmShape) (id, error) {
 	d.mu.Lock()
@@ -135,7 +137,7 @@ func (d *Device) gemmKernel(s gemmShape) (id, error) {
 		return 0, errors.New("device closed")
 	}
 	if k, ok := d.gemms[s]; ok {
-		return k, nil
+		return msgRetain.send(k), nil
 	}
 	k := msgInitMatrixMultiplication.send(msgAlloc.send(classMPSMatrixMultiplication.get()), d.dev, false, true, uint(s.m), uint(s.n), uint(s.k), 1, 0)
 	if k == 0 {
@@ -148,7 +150,7 @@ func (d *Device) gemmKernel(s gemmShape) (id, error) {
 		d.gemms = map[gemmShape]id{}
 	}
 	d.gemms[s] = k
-	return k, nil
+	return msgRetain.send(k), nil
 }
 
 var _ device.GEMMEncoder = (*Device)(nil)
