@@ -5,11 +5,9 @@ package mtl
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/redlite/batch/engine/quant"
@@ -25,17 +23,10 @@ import (
 // the decoding's writes. The Linux test (metalkit's TestMatMulMPSRoute) checks the same
 // shapes and strides against a host GEMM; this one checks that MPS reads them as we do.
 
+// kernelDevice is the GPU with our kernels' library.
 func kernelDevice(t testing.TB) *Device {
 	t.Helper()
-	d, err := New(kernels.Source())
-	if errors.Is(err, ErrUnavailable) && os.Getenv("REDLITE_REQUIRE_METAL") == "" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d.(*Device)
+	return openDevice(t, kernels.Source())
 }
 
 func argBytes(t testing.TB, v any) []byte {
