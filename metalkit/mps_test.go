@@ -173,9 +173,11 @@ func TestMatMulMPSRoute(t *testing.T) {
 				dev := &gemmDevice{Device: testDevice(t)}
 				got, peakMPS := mpsProduct(t, dev, typ, w, rows, cols, x, n)
 				gemms := dev.gemms
-				UseMPS = false
-				want, peakTiled := mpsProduct(t, dev, typ, w, rows, cols, x, n)
-				UseMPS = true
+				want, peakTiled := func() ([]float32, int64) {
+					UseMPS = false
+					defer func() { UseMPS = true }()
+					return mpsProduct(t, dev, typ, w, rows, cols, x, n)
+				}()
 				if len(dev.gemms) != len(gemms) {
 					t.Fatalf("with the switch off, %d products went through the GEMM", len(dev.gemms)-len(gemms))
 				}
