@@ -15,6 +15,11 @@ import (
 // mapped GGUF (no-copy buffers); a pass's intermediates live in a scratch buffer planned by
 // liveness (context.go); caches and recurrent states are buffers of their own.
 type Backend struct {
+	// Hook, when set, receives every intermediate named with Context.Name after the
+	// Compute that makes it (for dumping and comparing against the CPU backend or the
+	// oracle; engine/cpu has the same hook). The slice is the hook's.
+	Hook func(name string, layer int, shape []int, data []float32)
+
 	dev  device.Device
 	name string
 

@@ -17,12 +17,13 @@ import (
 // the backend decides (windows, the memory plan, errors) apart from the kernels, which the
 // harness device tests (ops_test.go).
 type fakeDevice struct {
-	maxLen   int64
-	waitErr  error
-	wrapped  int
-	made     int64 // bytes of NewBuffer
-	encoded  []device.Dispatch
-	released int
+	maxLen      int64
+	badPipeline string // Pipeline fails for this kernel
+	waitErr     error
+	wrapped     int
+	made        int64 // bytes of NewBuffer
+	encoded     []device.Dispatch
+	released    int
 }
 
 type fakeBuffer struct {
@@ -73,6 +74,9 @@ func (d *fakeDevice) WrapBuffer(data []byte) (device.Buffer, error) {
 }
 func (d *fakeDevice) MaxBufferLength() int64 { return d.maxLen }
 func (d *fakeDevice) Pipeline(name string, consts ...device.Constant) (device.Pipeline, error) {
+	if name == d.badPipeline {
+		return nil, errors.New("fake: no kernel " + name)
+	}
 	return fakePipeline(name), nil
 }
 func (d *fakeDevice) NewCommands() device.Commands { return fakeCommands{d} }
@@ -335,6 +339,20 @@ func TestContextErrors(t *testing.T) {
 			t.Errorf("compute after a failed pass: %v", err)
 		}
 	})
+
+	t.Run("PipelineError", func(t *testing.T) {
+		d.badPipeline = "unary_f32"
+		defer func() { d.badPipeline = "" }()
+		ctx := b.NewContext()
+		defer ctx.Close()
+		y := ctx.SiLU(ctx.Input([]float32{1, 2}, 2))
+		if err := ctx.Compute(); err == nil || !strings.Contains(err.Error(), "silu: fake: no kernel unary_f32") {
+			t.Errorf("compute with a kernel the device cannot build: %v", err)
+		}
+		if _, err := ctx.Read(y); err == nil {
+			t.Error("read after a failed pass succeeded")
+		}
+	})
 	t.Run("ShapesPanic", func(t *testing.T) {
 		ctx := b.NewContext()
 		defer ctx.Close()
@@ -395,4 +413,34 @@ func TestTwoComputes(t *testing.T) {
 	if err := ctx.Compute(); err == nil || !strings.Contains(err.Error(), "earlier Compute") {
 		t.Errorf("use of a consumed intermediate of an earlier Compute: %v", err)
 	}
+}
+
+// BenchmarkEncodePass measures the host's side of a decode-sized pass on a device that runs
+// nothing: recording, the memory plan and encoding 48 layers of 10 operations each.
+func BenchmarkEncodePass(b *testing.B) {
+	d := &fakeDevice{maxLen: 1 << 30}
+	be := New(d)
+	data := pageAligned(4 * 2048)
+	m, _ := be.Map(data)
+	w, _ := be.Weight(m, "norm", quant.F32, []int{2048}, 0)
+	in := make([]float32, 2048)
+	b.ReportAllocs()
+	for b.Loop() {
+		d.encoded = d.encoded[:0]
+		ctx := be.NewContext()
+		x := ctx.Input(in, 1, 2048)
+		for range 48 {
+			h := ctx.RMSNorm(x, w, 1e-6)
+			q := ctx.RoPE(ctx.Reshape(h, 1, 16, 128), 100, ml.RoPE{Dims: 64, Base: 1e7, NeoX: true})
+			g := ctx.Sigmoid(ctx.Slice(h, 0, 1024))
+			u := ctx.MulVec(ctx.Concat(g, g), w)
+			x = ctx.Add(x, ctx.Mul(ctx.SwiGLU(ctx.Reshape(q, 1, 2048), u), ctx.Scale(h, 0.5)))
+		}
+		ctx.Argmax(x)
+		if err := ctx.Compute(); err != nil {
+			b.Fatal(err)
+		}
+		ctx.Close()
+	}
+	b.ReportMetric(float64(len(d.encoded)), "dispatches/pass")
 }

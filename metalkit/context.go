@@ -35,6 +35,8 @@ type context struct {
 	rope map[ropeKey]*tensor
 	// iotas holds this Compute's row-id inputs by length (ops.go).
 	iotas map[int]*tensor
+	// named are the tensors given to Name since the last Compute, for Backend.Hook.
+	named []named
 	err   error // the first failure; the pass is over
 }
 
@@ -199,6 +201,15 @@ func (c *context) Compute() error {
 	if err := cmd.Wait(); err != nil {
 		return c.fail(fmt.Errorf("metalkit: forward pass: %w", err))
 	}
+	named := c.named
+	c.named = nil
+	for _, n := range named {
+		v, err := c.Read(n.t)
+		if err != nil {
+			return c.fail(fmt.Errorf("metalkit: hook of %s: %w", n.name, err))
+		}
+		c.b.Hook(n.name, n.layer, n.t.shape, v)
+	}
 	return nil
 }
 
@@ -332,7 +343,7 @@ func (c *context) Close() {
 			c.b.putScratch(s.buf, s.need)
 		}
 	}
-	c.segs, c.ops, c.made, c.rope, c.iotas = nil, nil, nil, nil, nil
+	c.segs, c.ops, c.made, c.rope, c.iotas, c.named = nil, nil, nil, nil, nil, nil
 	c.next, c.seen = 0, 0
 	if c.err == nil {
 		c.err = errClosed

@@ -63,7 +63,7 @@ func (e *encoder) dispatch(name string, consts []device.Constant, groups, thread
 		d.Cost.Label = name
 	}
 	for i, r := range regions {
-		d.Buffers = append(d.Buffers, device.BufferArg{Index: i + 1, Buffer: r.Buf, Offset: r.Off})
+		d.Buffers = append(d.Buffers, device.BufferArg{Index: i + 1, Buffer: r.Buf, Offset: r.Off, Length: r.Len})
 	}
 	if shared > 0 {
 		d.Shared = []device.SharedArg{{Index: 0, Size: shared}}

@@ -14,7 +14,26 @@ import (
 // inputs (for the memory plan) and how to encode it. Encoding methods of the kernels of
 // ops.metal are at the end; the matrix, attention and state kernels' are in their own files.
 
-func (c *context) Name(t ml.Tensor, name string, layer int) ml.Tensor { return t }
+// Name hands t to the backend's Hook, when one is set, after the Compute that makes it: the
+// tensor then keeps its bytes to the end of the pass, as an output does.
+func (c *context) Name(t ml.Tensor, name string, layer int) ml.Tensor {
+	if c.b.Hook == nil {
+		return t
+	}
+	x := t.(*tensor)
+	if r := x.root; r.ctx == c && !r.planned {
+		r.keep = true
+		c.named = append(c.named, named{x, name, layer})
+	}
+	return t
+}
+
+// named is a tensor given to Name, for the hook.
+type named struct {
+	t     *tensor
+	name  string
+	layer int
+}
 
 func (c *context) Input(data []float32, shape ...int) ml.Tensor {
 	if ml.Numel(shape) != len(data) {

@@ -359,3 +359,42 @@ func TestChain(t *testing.T) {
 	near(t, "chain", want[0], got[0], 1e-5, 1e-5)
 	near(t, "chain's first columns", want[1], got[1], 1e-5, 1e-5)
 }
+
+// TestHook names intermediates that later operations consume (and could overwrite) and
+// checks that the hook sees the CPU backend's values for each.
+func TestHook(t *testing.T) {
+	p := newPair(t)
+	xs := randVec(rand.New(rand.NewPCG(29, 30)), 4*64, 2)
+	seen := map[string]map[string][]float32{}
+	for _, b := range []ml.Backend{p.cpu, p.metal} {
+		got := map[string][]float32{}
+		hook := func(name string, layer int, shape []int, data []float32) {
+			got[fmt.Sprintf("%s.%d%v", name, layer, shape)] = append([]float32(nil), data...)
+		}
+		switch be := b.(type) {
+		case *cpu.Backend:
+			be.Hook = hook
+		case *Backend:
+			be.Hook = hook
+		}
+		ctx := b.NewContext()
+		x := ctx.Input(xs, 4, 64)
+		h := ctx.Name(ctx.SiLU(x), "act", 0)
+		y := ctx.Name(ctx.Scale(h, 3), "scaled", 1) // consumes h: in place over it, but for the name
+		out := ctx.Add(y, x)
+		if err := ctx.Compute(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ctx.Read(out); err != nil {
+			t.Fatal(err)
+		}
+		ctx.Close()
+		seen[b.Name()] = got
+	}
+	if len(seen["metal"]) != 2 {
+		t.Fatalf("the hook saw %d tensors, want 2", len(seen["metal"]))
+	}
+	for k, want := range seen["cpu"] {
+		near(t, k, want, seen["metal"][k], 1e-7, 2e-6)
+	}
+}

@@ -214,8 +214,16 @@ func dotQ8_0Go(row []byte, x []float32) float32 {
 
 // Fused K-quant dots: per sub-block, Σ(d·q − m)·x = d·Σq·x − m·Σx.
 
+// The Q4_K, Q6_K and IQ2_XXS references below sum in "lanes": partial sum i takes the
+// elements whose index is i mod 4 (or 8), and the scaled partial sums stay in per-lane row
+// totals that are folded once at the end of the row. That is the order a 4-wide vector
+// unit computes in, so the arm64 NEON kernels reproduce these functions bit for bit (Go
+// fuses a += b*c into one FMADD on arm64, as the vector FMLA does); the amd64 kernels sum in
+// their own order and agree to rounding.
+
 func dotQ4_KGo(row []byte, x []float32) float32 {
-	var sum float32
+	// a0..a3: low-nibble sub-blocks, b0..b3: high-nibble sub-blocks.
+	var a0, a1, a2, a3, b0, b1, b2, b3 float32
 	for len(x) >= QK_K {
 		b := row[:144]
 		d, dmin := half(b), half(b[2:])
@@ -223,21 +231,56 @@ func dotQ4_KGo(row []byte, x []float32) float32 {
 		for j := 0; j < 4; j++ {
 			q := b[16+32*j : 48+32*j]
 			xl, xh := x[64*j:64*j+32], x[64*j+32:64*j+64]
-			var ql, qh, sl, sh float32
-			for l, v := range q {
-				ql += float32(v&0xf) * xl[l]
-				qh += float32(v>>4) * xh[l]
-				sl += xl[l]
-				sh += xh[l]
+			// The low nibbles, then the high ones: each sum's own order is what counts,
+			// and eight accumulators at a time stay in registers on amd64 too.
+			var q0, q1, q2, q3, s0, s1, s2, s3 float32 // Σ q·x and Σ x per lane
+			for l := 0; l < 32; l += 4 {
+				q4, x4 := q[l:l+4], xl[l:l+4]
+				q0 += float32(q4[0]&0xf) * x4[0]
+				q1 += float32(q4[1]&0xf) * x4[1]
+				q2 += float32(q4[2]&0xf) * x4[2]
+				q3 += float32(q4[3]&0xf) * x4[3]
+				s0 += x4[0]
+				s1 += x4[1]
+				s2 += x4[2]
+				s3 += x4[3]
 			}
 			sc, m := scaleMinK4(2*j, scales)
-			sum += d*float32(sc)*ql - dmin*float32(m)*sl
+			ds, dm := d*float32(sc), dmin*float32(m)
+			a0 += ds * q0
+			a1 += ds * q1
+			a2 += ds * q2
+			a3 += ds * q3
+			a0 -= dm * s0
+			a1 -= dm * s1
+			a2 -= dm * s2
+			a3 -= dm * s3
+			q0, q1, q2, q3, s0, s1, s2, s3 = 0, 0, 0, 0, 0, 0, 0, 0
+			for l := 0; l < 32; l += 4 {
+				q4, x4 := q[l:l+4], xh[l:l+4]
+				q0 += float32(q4[0]>>4) * x4[0]
+				q1 += float32(q4[1]>>4) * x4[1]
+				q2 += float32(q4[2]>>4) * x4[2]
+				q3 += float32(q4[3]>>4) * x4[3]
+				s0 += x4[0]
+				s1 += x4[1]
+				s2 += x4[2]
+				s3 += x4[3]
+			}
 			sc, m = scaleMinK4(2*j+1, scales)
-			sum += d*float32(sc)*qh - dmin*float32(m)*sh
+			ds, dm = d*float32(sc), dmin*float32(m)
+			b0 += ds * q0
+			b1 += ds * q1
+			b2 += ds * q2
+			b3 += ds * q3
+			b0 -= dm * s0
+			b1 -= dm * s1
+			b2 -= dm * s2
+			b3 -= dm * s3
 		}
 		row, x = row[144:], x[QK_K:]
 	}
-	return sum
+	return ((a0 + a1) + (a2 + a3)) + ((b0 + b1) + (b2 + b3))
 }
 
 func dotQ5_KGo(row []byte, x []float32) float32 {
@@ -278,29 +321,47 @@ func dotQ5_KGo(row []byte, x []float32) float32 {
 }
 
 func dotQ6_KGo(row []byte, x []float32) float32 {
-	var sum float32
+	// Row totals per lane: a0..a3 for the first 128 elements of each block, b0..b3 for the
+	// second.
+	var a0, a1, a2, a3, b0, b1, b2, b3 float32
 	for len(x) >= QK_K {
 		b := row[:210]
 		d := half(b[208:])
 		for n := 0; n < 2; n++ {
 			ql, qh, sc := b[64*n:64*n+64], b[128+32*n:160+32*n], b[192+8*n:200+8*n]
 			xx := x[128*n : 128*n+128]
-			var acc [8]float32 // one per 16-element scale group
-			for l := 0; l < 32; l++ {
-				is := l / 16
-				h := qh[l]
-				acc[is] += float32(int(ql[l]&0xf|(h&3)<<4)-32) * xx[l]
-				acc[is+2] += float32(int(ql[l+32]&0xf|(h>>2&3)<<4)-32) * xx[l+32]
-				acc[is+4] += float32(int(ql[l]>>4|(h>>4&3)<<4)-32) * xx[l+64]
-				acc[is+6] += float32(int(ql[l+32]>>4|(h>>6&3)<<4)-32) * xx[l+96]
-			}
-			for k, a := range acc {
-				sum += d * float32(int8(sc[k])) * a
+			// Quarter k holds elements 32k..32k+31 of the half: the low (k<2) or high
+			// nibble of ql[l+32·(k&1)] and bit pair k of qh[l]; each 16 share a scale.
+			for k := 0; k < 4; k++ {
+				lo := ql[32*(k&1) : 32*(k&1)+32]
+				shift, hs := 4*uint(k>>1), 2*uint(k)
+				for g := 0; g < 2; g++ {
+					var p0, p1, p2, p3 float32
+					for l := 16 * g; l < 16*g+16; l += 4 {
+						l4, h4, x4 := lo[l:l+4], qh[l:l+4], xx[32*k+l:32*k+l+4]
+						p0 += float32(int(l4[0]>>shift&0xf|(h4[0]>>hs&3)<<4)-32) * x4[0]
+						p1 += float32(int(l4[1]>>shift&0xf|(h4[1]>>hs&3)<<4)-32) * x4[1]
+						p2 += float32(int(l4[2]>>shift&0xf|(h4[2]>>hs&3)<<4)-32) * x4[2]
+						p3 += float32(int(l4[3]>>shift&0xf|(h4[3]>>hs&3)<<4)-32) * x4[3]
+					}
+					s := d * float32(int8(sc[2*k+g]))
+					if n == 0 {
+						a0 += s * p0
+						a1 += s * p1
+						a2 += s * p2
+						a3 += s * p3
+					} else {
+						b0 += s * p0
+						b1 += s * p1
+						b2 += s * p2
+						b3 += s * p3
+					}
+				}
 			}
 		}
 		row, x = row[210:], x[QK_K:]
 	}
-	return sum
+	return ((a0 + a1) + (a2 + a3)) + ((b0 + b1) + (b2 + b3))
 }
 
 func dotQ2_KGo(row []byte, x []float32) float32 {
@@ -349,29 +410,46 @@ var iq2xxsGridF32, iqSignMask = func() (g [256][8]float32, s [128][8]uint32) {
 }()
 
 func dotIQ2_XXSGo(row []byte, x []float32) float32 {
-	var sum float32
+	// a[j]: row total of the products with element j of each 8-element grid point.
+	var a0, a1, a2, a3, a4, a5, a6, a7 float32
 	for len(x) >= QK_K {
 		b := row[:66]
 		d := half(b)
 		qs := b[2:66]
 		for ib := 0; ib < 8; ib++ {
 			aux := binary.LittleEndian.Uint32(qs[8*ib+4:])
-			var s0, s1 float32
+			var s0, s1, s2, s3, s4, s5, s6, s7 float32
 			for l := 0; l < 4; l++ {
 				g := &iq2xxsGridF32[qs[8*ib+l]]
 				m := &iqSignMask[(aux>>(7*l))&127]
 				xx := x[32*ib+8*l : 32*ib+8*l+8]
-				for j := 0; j < 8; j += 2 {
-					s0 += math.Float32frombits(math.Float32bits(g[j]*xx[j]) ^ m[j])
-					s1 += math.Float32frombits(math.Float32bits(g[j+1]*xx[j+1]) ^ m[j+1])
-				}
+				s0 += g[0] * flipSign(xx[0], m[0])
+				s1 += g[1] * flipSign(xx[1], m[1])
+				s2 += g[2] * flipSign(xx[2], m[2])
+				s3 += g[3] * flipSign(xx[3], m[3])
+				s4 += g[4] * flipSign(xx[4], m[4])
+				s5 += g[5] * flipSign(xx[5], m[5])
+				s6 += g[6] * flipSign(xx[6], m[6])
+				s7 += g[7] * flipSign(xx[7], m[7])
 			}
-			sum += d * (0.5 + float32(aux>>28)) * 0.25 * (s0 + s1)
+			t := d * (0.5 + float32(aux>>28)) * 0.25
+			a0 += t * s0
+			a1 += t * s1
+			a2 += t * s2
+			a3 += t * s3
+			a4 += t * s4
+			a5 += t * s5
+			a6 += t * s6
+			a7 += t * s7
 		}
 		row, x = row[66:], x[QK_K:]
 	}
-	return sum
+	return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
 }
+
+// flipSign XORs the sign mask m (0 or 1<<31) into x: the sign goes onto x, which is exact,
+// so that the product with the grid value and the sum fuse.
+func flipSign(x float32, m uint32) float32 { return math.Float32frombits(math.Float32bits(x) ^ m) }
 
 func dotQ8_0Q8_0Go(w, a []byte) float32 {
 	var sum float32

@@ -85,6 +85,11 @@ type BufferArg struct {
 	Index  int
 	Buffer Buffer
 	Offset int64
+	// Length is how many bytes from Offset the kernel may touch (the bound region's length);
+	// 0 means to the end of the buffer. Metal ignores it; the harness makes the rest of the
+	// buffer unaddressable during the dispatch, so that a kernel running past its tensor
+	// into a neighbour in the same buffer is caught.
+	Length int64
 }
 
 type BytesArg struct {

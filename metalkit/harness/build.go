@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +47,10 @@ var ErrNoCompiler = errors.New("harness: clang++-16 not found (apt-get install c
 var cflags = []string{
 	"-std=c++20", optLevel(), "-gline-tables-only", "-fsanitize=address", "-fno-omit-frame-pointer",
 	"-fsigned-char", // MSL's char is signed; C++'s is not on arm64
+	// half arithmetic rounds after every operation, as the GPU's half ALUs do (clang keeps
+	// float intermediates by default).
+	"-Xclang", "-ffloat16-excess-precision=none",
+	f16c(),
 	"-Wno-unknown-attributes", "-Wno-unknown-pragmas", "-Wno-gnu-anonymous-struct",
 	"-Wno-nested-anon-types", "-Wno-unused-value", "-ferror-limit=20", "-fno-color-diagnostics",
 }
@@ -54,12 +60,30 @@ var cflags = []string{
 // mallocs are ASan's, since the executable links the sanitizer.
 var runtimeFlags = []string{"-std=c++20", "-O2", "-gline-tables-only", "-fno-omit-frame-pointer", "-DMSL_ASAN=1"}
 
+// f16c turns on the x86 half-conversion instructions where the CPU has them (the executable
+// runs where it is built): without them every half load is a library call. The flag is part
+// of the cache key, so a cache moved to an older CPU rebuilds.
+func f16c() string {
+	if runtime.GOARCH != "amd64" {
+		return "-DMSL_NO_F16C"
+	}
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil || !regexp.MustCompile(`(?m)^flags\s*:.*\bf16c\b`).Match(info) {
+		return "-DMSL_NO_F16C"
+	}
+	return "-mf16c"
+}
+
 func optLevel() string {
 	if o := os.Getenv("REDLITE_HARNESS_OPT"); o != "" {
 		return o
 	}
 	return "-O1"
 }
+
+// buildVersion is part of every cache key: change it when the build itself changes in a way
+// the inputs do not show.
+const buildVersion = "2"
 
 // cacheRoot is where built executables are kept, by the hash of everything they are built
 // from: $REDLITE_HARNESS_CACHE, else the user's cache directory.
@@ -144,7 +168,7 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 	}
 	flags := strings.Join(cflags, " ")
 	shim := mslHeader + mslSwizzle + abiHeader
-	exe := filepath.Join(root, hashOf("exe", ver, flags, shim, runtimeSource, lib), "harness")
+	exe := filepath.Join(root, hashOf("exe", buildVersion, ver, flags, shim, runtimeSource, lib), "harness")
 	if _, err := os.Stat(exe); err == nil {
 		now := time.Now()
 		os.Chtimes(filepath.Dir(exe), now, now) // used: keep it from pruning
@@ -154,7 +178,7 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("harness: cache: %w", err)
 	}
-	unlock, err := lockFile(filepath.Join(root, "build.lock"))
+	unlock, err := lockFile(filepath.Dir(exe) + ".lock") // per library: others build meanwhile
 	if err != nil {
 		return "", fmt.Errorf("harness: cache: %w", err)
 	}
@@ -163,7 +187,7 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 		return exe, nil // another process built it while we waited
 	}
 	// The runtime object is cached on its own: it changes less often than the kernels.
-	rtObj := filepath.Join(root, hashOf("runtime", ver, strings.Join(runtimeFlags, " "), abiHeader, runtimeSource), "runtime.o")
+	rtObj := filepath.Join(root, hashOf("runtime", buildVersion, ver, strings.Join(runtimeFlags, " "), abiHeader, runtimeSource), "runtime.o")
 	if _, err := os.Stat(rtObj); err != nil {
 		if err := buildInto(rtObj, func(dir, out string) error {
 			if err := writeShim(dir); err != nil {
@@ -172,7 +196,7 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 			if err := os.WriteFile(filepath.Join(dir, "runtime.cpp"), []byte(runtimeSource), 0o644); err != nil {
 				return err
 			}
-			if err := clang(ctx, dir, append(append([]string{}, runtimeFlags...), "-c", "runtime.cpp", "-o", out)...); err != nil {
+			if err := clang(ctx, dir, append(append([]string{}, runtimeFlags...), "-fdebug-prefix-map="+dir+"=harness", "-c", "runtime.cpp", "-o", out)...); err != nil {
 				return fmt.Errorf("harness: compiling the runtime: %w", err)
 			}
 			return nil
@@ -187,7 +211,8 @@ func buildCached(ctx context.Context, lib string) (string, error) {
 		if err := os.WriteFile(filepath.Join(dir, "library.cpp"), []byte("#include \"msl.h\"\n#line 1 \"library.metal\"\n"+lib), 0o644); err != nil {
 			return err
 		}
-		if err := clang(ctx, dir, append(append([]string{}, cflags...), "-c", "library.cpp", "-o", "library.o")...); err != nil {
+		// Reports name harness/msl.h, not the temporary build directory.
+		if err := clang(ctx, dir, append(append([]string{}, cflags...), "-fdebug-prefix-map="+dir+"=harness", "-c", "library.cpp", "-o", "library.o")...); err != nil {
 			return fmt.Errorf("harness: compiling the kernels: %w", err)
 		}
 		if err := clang(ctx, dir, "-fsanitize=address", "-pthread", "library.o", rtObj, "-o", out); err != nil {
@@ -208,7 +233,7 @@ func prune(root string) {
 		return
 	}
 	for _, e := range ents {
-		if info, err := e.Info(); err == nil && e.IsDir() && time.Since(info.ModTime()) > cacheMaxAge {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > cacheMaxAge {
 			os.RemoveAll(filepath.Join(root, e.Name()))
 		}
 	}
@@ -275,7 +300,7 @@ const hostStubs = `extern "C" {
 void __msl_barrier(const char *, const char *, uint32_t, uint32_t) {}
 void __msl_simd_sync(__msl_slot *, __msl_simd_fn, const char *, const char *, uint32_t, uint32_t) {}
 void *__msl_tg_alloc(const void *, size_t, size_t) { return nullptr; }
-void __msl_fail(const char *) {}
+void __msl_fail(const char *) { __builtin_trap(); }
 int __msl_fc_register(int, void *, int, bool *) { return 0; }
 }
 `

@@ -17,18 +17,30 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/redlite/batch/metalkit/device"
 )
 
 // Limits of the device, as an Apple GPU has them.
 const (
-	maxThreads      = 1024
-	simdWidth       = 32
-	maxBytes        = 4096     // setBytes
-	maxShared       = 32 << 10 // threadgroup memory per threadgroup
-	maxBufferLength = 1 << 32
+	maxThreads = 1024
+	simdWidth  = 32
+	maxBytes   = 4096     // setBytes
+	maxShared  = 32 << 10 // threadgroup memory per threadgroup
 )
+
+// Options change the device's limits, so that tests can reach the backend's paths for small
+// devices.
+type Options struct {
+	// MaxBufferLength is the largest buffer (MTLDevice.maxBufferLength); 0 means 4 GiB.
+	MaxBufferLength int64
+	// MemoryLimit is the most bytes all live buffers may hold; a NewBuffer beyond it fails
+	// with device.ErrOutOfMemory. 0 means no limit but the machine's.
+	MemoryLimit int64
+}
 
 const (
 	opNew   = 1
@@ -51,17 +63,28 @@ type Device struct {
 	stderr *tail
 	dead   error // set when the process died: every later call fails with it
 	nextID uint32
-	live   int
+	live   int64 // bytes held by live buffers
+	opts   Options
 }
+
+var _ device.Device = (*Device)(nil)
 
 // New builds (or takes from the cache) the harness executable for source, an MSL library
 // (kernels.Source(), possibly with test kernels appended), and starts it. A source clang
 // cannot compile gives an error with clang's messages.
 func New(source string) (device.Device, error) {
-	return newDevice(source)
+	return newDevice(source, Options{})
 }
 
-func newDevice(source string) (*Device, error) {
+// NewWithOptions is New with other limits.
+func NewWithOptions(source string, opts Options) (device.Device, error) {
+	return newDevice(source, opts)
+}
+
+func newDevice(source string, opts Options) (*Device, error) {
+	if opts.MaxBufferLength <= 0 {
+		opts.MaxBufferLength = 1 << 32
+	}
 	g, err := generate(source)
 	if err != nil {
 		return nil, err
@@ -70,7 +93,7 @@ func newDevice(source string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{kernels: map[string]int{}, info: g.Kernels, stderr: &tail{max: 64 << 10}}
+	d := &Device{kernels: map[string]int{}, info: g.Kernels, stderr: &tail{max: 64 << 10}, opts: opts}
 	for i, k := range g.Kernels {
 		d.kernels[k.Name] = i
 	}
@@ -118,7 +141,7 @@ func symbolizer() string {
 
 func (d *Device) Name() string { return "harness (" + filepath.Base(Compiler()) + ", CPU)" }
 
-func (d *Device) MaxBufferLength() int64 { return maxBufferLength }
+func (d *Device) MaxBufferLength() int64 { return d.opts.MaxBufferLength }
 
 // Kernels lists the library's kernel names, in the order of the source.
 func (d *Device) Kernels() []string {
@@ -228,11 +251,14 @@ type buffer struct {
 }
 
 func (d *Device) NewBuffer(size int64) (device.Buffer, error) {
-	if size <= 0 || size > maxBufferLength {
-		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("size %d outside (0, %d]", size, int64(maxBufferLength))}
+	if size <= 0 || size > d.opts.MaxBufferLength {
+		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("size %d outside (0, %d]", size, d.opts.MaxBufferLength)}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.opts.MemoryLimit > 0 && d.live+size > d.opts.MemoryLimit {
+		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("%w: %d bytes on top of %d held, limit %d", device.ErrOutOfMemory, size, d.live, d.opts.MemoryLimit)}
+	}
 	d.nextID++
 	id := d.nextID
 	perr, err := d.roundTrip(func(w *bufio.Writer) {
@@ -249,7 +275,7 @@ func (d *Device) NewBuffer(size int64) (device.Buffer, error) {
 		}
 		return nil, &device.Error{Op: "new buffer", Err: errors.New(perr.msg)}
 	}
-	d.live++
+	d.live += size
 	return &buffer{d: d, id: id, n: size}, nil
 }
 
@@ -279,49 +305,36 @@ func (b *buffer) check(op string, off int64, n int) error {
 }
 
 func (b *buffer) Write(off int64, src []byte) error {
-	if err := b.check("write", off, len(src)); err != nil {
+	return b.transfer("write", opWrite, off, src, nil)
+}
+
+func (b *buffer) Read(off int64, dst []byte) error { return b.transfer("read", opRead, off, nil, dst) }
+
+// transfer writes src to, or reads dst from, the buffer at off.
+func (b *buffer) transfer(name string, op byte, off int64, src, dst []byte) error {
+	n := len(src) + len(dst)
+	if err := b.check(name, off, n); err != nil {
 		return err
 	}
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
 	perr, err := b.d.roundTrip(func(w *bufio.Writer) {
-		w.WriteByte(opWrite)
+		w.WriteByte(op)
 		put32(w, b.id)
 		put64(w, uint64(off))
-		put64(w, uint64(len(src)))
+		put64(w, uint64(n))
 		w.Write(src)
 	})
 	if err == nil && perr != nil {
 		err = errors.New(perr.msg)
 	}
-	if err != nil {
-		return &device.Error{Op: "write", Err: err}
-	}
-	return nil
-}
-
-func (b *buffer) Read(off int64, dst []byte) error {
-	if err := b.check("read", off, len(dst)); err != nil {
-		return err
-	}
-	b.d.mu.Lock()
-	defer b.d.mu.Unlock()
-	perr, err := b.d.roundTrip(func(w *bufio.Writer) {
-		w.WriteByte(opRead)
-		put32(w, b.id)
-		put64(w, uint64(off))
-		put64(w, uint64(len(dst)))
-	})
-	if err == nil && perr != nil {
-		err = errors.New(perr.msg)
-	}
-	if err == nil {
+	if err == nil && dst != nil {
 		if _, rerr := io.ReadFull(b.d.r, dst); rerr != nil {
 			err = b.d.died(rerr)
 		}
 	}
 	if err != nil {
-		return &device.Error{Op: "read", Err: err}
+		return &device.Error{Op: name, Err: err}
 	}
 	return nil
 }
@@ -333,7 +346,7 @@ func (b *buffer) Release() {
 	b.released = true
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
-	b.d.live--
+	b.d.live -= b.n
 	if b.d.dead != nil {
 		return
 	}
@@ -472,6 +485,9 @@ func (d *Device) validate(dd *device.Dispatch) error {
 		if b.Offset < 0 || b.Offset > hb.n {
 			return fail("buffer(%d) offset %d outside a buffer of %d bytes", b.Index, b.Offset, hb.n)
 		}
+		if b.Length < 0 || b.Offset+b.Length > hb.n {
+			return fail("buffer(%d) region [%d, +%d) outside a buffer of %d bytes", b.Index, b.Offset, b.Length, hb.n)
+		}
 	}
 	for _, b := range dd.Bytes {
 		if err := bind(b.Index, "bytes"); err != nil {
@@ -539,6 +555,18 @@ func (d *Device) run(list []device.Dispatch) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var expired atomic.Bool
+	limit := commandTimeout()
+	if d.dead == nil && d.cmd != nil {
+		// A kernel that never finishes would hang the test binary: abort the process, whose
+		// report then names the kernel it was running.
+		proc := d.cmd.Process
+		timer := time.AfterFunc(limit, func() {
+			expired.Store(true)
+			proc.Signal(syscall.SIGABRT)
+		})
+		defer timer.Stop()
+	}
 	perr, err := d.roundTrip(func(w *bufio.Writer) {
 		w.WriteByte(opRun)
 		put32(w, uint32(len(list)))
@@ -563,6 +591,7 @@ func (d *Device) run(list []device.Dispatch) error {
 				put32(w, uint32(b.Index))
 				put32(w, b.Buffer.(*buffer).id)
 				put64(w, uint64(b.Offset))
+				put64(w, uint64(b.Length))
 			}
 			put32(w, uint32(len(dd.Bytes)))
 			for _, b := range dd.Bytes {
@@ -583,6 +612,9 @@ func (d *Device) run(list []device.Dispatch) error {
 		if errors.As(err, &cr) {
 			kernel = cr.kernel()
 		}
+		if expired.Load() {
+			err = fmt.Errorf("aborted after running for %v (harness.Timeout, $REDLITE_HARNESS_TIMEOUT): %w", limit, err)
+		}
 		return &device.Error{Op: "commit", Kernel: kernel, Err: err}
 	}
 	if perr != nil {
@@ -593,6 +625,19 @@ func (d *Device) run(list []device.Dispatch) error {
 		return &device.Error{Op: "commit", Kernel: kernel, Err: fmt.Errorf("dispatch %d: %s", perr.dispatch, perr.msg)}
 	}
 	return nil
+}
+
+// Timeout is how long a command list may run before the harness aborts it as hung (a kernel
+// looping forever); $REDLITE_HARNESS_TIMEOUT (a Go duration) overrides it.
+var Timeout = 2 * time.Minute
+
+func commandTimeout() time.Duration {
+	if v := os.Getenv("REDLITE_HARNESS_TIMEOUT"); v != "" {
+		if t, err := time.ParseDuration(v); err == nil && t > 0 {
+			return t
+		}
+	}
+	return Timeout
 }
 
 // tail keeps the last max bytes written to it (the process's stderr).

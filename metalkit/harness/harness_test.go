@@ -5,9 +5,11 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redlite/batch/metalkit/device"
 )
@@ -40,7 +42,7 @@ func newSelftest() (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDevice("#line 1 \"selftest.metal\"\n" + string(src))
+	return newDevice("#line 1 \"selftest.metal\"\n"+string(src), Options{})
 }
 
 // fresh is a device of its own, for tests that kill it.
@@ -233,26 +235,14 @@ func TestFunctionConstants(t *testing.T) {
 	d := selftest(t)
 	out := alloc(t, d, 16)
 	mustRun(t, d, "st_consts", []device.Constant{{Index: 0, Value: int32(21)}, {Index: 1, Value: true}, {Index: 2, Value: float32(0.5)}}, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
-	if got, want := download(t, out), []float32{42, 1, 1, 0.5}; !equal(got, want) {
+	if got, want := download(t, out), []float32{42, 1, 1, 0.5}; !slices.Equal(got, want) {
 		t.Errorf("with constants: %v, want %v", got, want)
 	}
 	// A second pipeline of the same kernel, FC_FLAG and FC_BIAS undefined.
 	mustRun(t, d, "st_consts", []device.Constant{{Index: 0, Value: int32(-3)}}, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
-	if got, want := download(t, out), []float32{-6, 0, 0, -1}; !equal(got, want) {
+	if got, want := download(t, out), []float32{-6, 0, 0, -1}; !slices.Equal(got, want) {
 		t.Errorf("with FC_FLAG undefined: %v, want %v", got, want)
 	}
-}
-
-func equal(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestHalf(t *testing.T) {
@@ -262,7 +252,7 @@ func TestHalf(t *testing.T) {
 	want := []float32{1, 1 + 2.0/1024, 65504, float32(math.Inf(1)), 0, -2.5}
 	bx, out, hout := upload(t, d, x), alloc(t, d, 4*len(x)), alloc(t, d, 2*len(x))
 	mustRun(t, d, "st_half", nil, [3]int{1, 1, 1}, [3]int{len(x), 1, 1}, nil, []device.Buffer{bx, out, hout})
-	if got := download(t, out); !equal(got, want) {
+	if got := download(t, out); !slices.Equal(got, want) {
 		t.Errorf("float(half(x)) = %v, want %v", got, want)
 	}
 	raw := make([]byte, 2*len(x))
@@ -271,6 +261,39 @@ func TestHalf(t *testing.T) {
 	}
 	if got := binary.LittleEndian.Uint16(raw[10:]); got != 0xbe00 { // -2.5 + 1 = -1.5
 		t.Errorf("half(-2.5) + 1.0h = %#04x, want 0xbe00 (-1.5)", got)
+	}
+}
+
+func TestHalfRoundsEachOperation(t *testing.T) {
+	d := selftest(t)
+	// 1000 + 0.3 = 1000.5 in half (0.3 is lost to the 0.5 spacing), - 1000 = 0.5; float
+	// intermediates would give 0.3.
+	x, err := d.WrapBuffer([]byte{0xd0, 0x63, 0xcd, 0x34, 0xd0, 0xe3}) // half 1000, 0.3, -1000
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release()
+	out := alloc(t, d, 4)
+	mustRun(t, d, "st_half_ops", nil, [3]int{1, 1, 1}, [3]int{1, 1, 1}, nil, []device.Buffer{x, out})
+	if got := download(t, out)[0]; got != 0.5 {
+		t.Errorf("1000h + 0.3h - 1000h = %v, want 0.5", got)
+	}
+}
+
+// TestMissingBarrierShows: a kernel that reads another thread's threadgroup value without a
+// barrier gets an unwritten value (NaN) in some threadgroup.
+func TestMissingBarrierShows(t *testing.T) {
+	d := selftest(t)
+	out := alloc(t, d, 4*64*2)
+	mustRun(t, d, "st_race", nil, [3]int{2, 1, 1}, [3]int{64, 1, 1}, nil, []device.Buffer{out})
+	nans := 0
+	for _, v := range download(t, out) {
+		if v != v {
+			nans++
+		}
+	}
+	if nans == 0 {
+		t.Error("every thread read its neighbour's value although no barrier separated the write and the read")
 	}
 }
 
@@ -292,7 +315,7 @@ func TestVectors(t *testing.T) {
 			2, v[1] * 10, v[2] * 10, 2,
 			v[0]*v[0] + v[1]*v[1] + v[2]*v[2] + v[3]*v[3], v[0] + v[1], max(v[0], v[3]), sel,
 		}
-		if g := got[tid*16 : tid*16+16]; !equal(g, want) {
+		if g := got[tid*16 : tid*16+16]; !slices.Equal(g, want) {
 			t.Errorf("thread %d: %v, want %v", tid, g, want)
 		}
 	}
@@ -303,7 +326,7 @@ func TestTemplateKernels(t *testing.T) {
 	x := []float32{1, -2, 3.5}
 	bx, out := upload(t, d, x), alloc(t, d, 12)
 	mustRun(t, d, "st_scale_f32", nil, [3]int{1, 1, 1}, [3]int{3, 1, 1}, nil, []device.Buffer{bx, out})
-	if got, want := download(t, out), []float32{3, -6, 10.5}; !equal(got, want) {
+	if got, want := download(t, out), []float32{3, -6, 10.5}; !slices.Equal(got, want) {
 		t.Errorf("st_scale_f32: %v, want %v", got, want)
 	}
 	hx, err := d.WrapBuffer([]byte{0x00, 0x3c, 0x00, 0xc0}) // half 1, -2
@@ -341,7 +364,51 @@ func TestOutOfBounds(t *testing.T) {
 	}
 }
 
-func TestDivergence(t *testing.T) {
+// TestHang: a kernel that never finishes is aborted after Timeout with an error naming it.
+func TestHang(t *testing.T) {
+	d := fresh(t)
+	defer func(old time.Duration) { Timeout = old }(Timeout)
+	Timeout = time.Second
+	flag := alloc(t, d, 4)
+	err := run(t, d, "st_hang", nil, [3]int{1, 1, 1}, [3]int{1, 1, 1}, nil, []device.Buffer{flag})
+	var de *device.Error
+	if !errors.As(err, &de) || de.Kernel != "st_hang" {
+		t.Fatalf("got %v, want a *device.Error naming st_hang", err)
+	}
+	t.Log(err)
+}
+
+// TestRegionFence: a kernel writing past its region into the rest of the same buffer (the
+// next tensor of a scratch buffer) is caught, though it stays inside the allocation.
+func TestRegionFence(t *testing.T) {
+	d := fresh(t)
+	const n = 64
+	a := upload(t, d, make([]float32, n))
+	scratch := alloc(t, d, 4*3*n) // [pad | c | next tensor]
+	p, err := d.Pipeline("st_add")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dispatch := func(cLen int64) error {
+		c := d.NewCommands()
+		c.Encode(device.Dispatch{Pipeline: p, Groups: [3]int{1, 1, 1}, Threads: [3]int{n, 1, 1},
+			Bytes: []device.BytesArg{{Index: 0, Data: argBytes(stArgs{N: n, Scale: 1})}},
+			Buffers: []device.BufferArg{{Index: 1, Buffer: a, Length: 4 * n}, {Index: 2, Buffer: a, Length: 4 * n},
+				{Index: 3, Buffer: scratch, Offset: 4 * n, Length: cLen}}})
+		c.Commit()
+		return c.Wait()
+	}
+	if err := dispatch(4 * n); err != nil {
+		t.Fatalf("within its region: %v", err)
+	}
+	err = dispatch(4 * (n - 1))
+	if err == nil || !strings.Contains(err.Error(), "use-after-poison") || !strings.Contains(err.Error(), "st_add") {
+		t.Fatalf("got %v, want a use-after-poison report naming st_add", err)
+	}
+}
+
+// TestRecoverableErrors: errors a kernel makes that leave the device usable.
+func TestRecoverableErrors(t *testing.T) {
 	d := selftest(t)
 	out := alloc(t, d, 4*32)
 	err := run(t, d, "st_diverge", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
@@ -352,8 +419,61 @@ func TestDivergence(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "returned without reaching") {
 		t.Fatalf("got %v, want an error about threads that returned before a barrier", err)
 	}
-	// The device survives both.
+	err = run(t, d, "st_too_much_shared", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
+	if err == nil || !strings.Contains(err.Error(), "exceeds 32768") {
+		t.Fatalf("got %v, want an error about threadgroup memory above 32 KiB", err)
+	}
+	// A buffer bound at an offset that is not a multiple of its element type's size.
+	in := upload(t, d, make([]float32, 64))
+	p, err := d.Pipeline("st_scale_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.NewCommands()
+	c.Encode(device.Dispatch{Pipeline: p, Groups: [3]int{1, 1, 1}, Threads: [3]int{32, 1, 1},
+		Buffers: []device.BufferArg{{Index: 1, Buffer: in, Offset: 2}, {Index: 2, Buffer: out}}})
+	c.Commit()
+	if err := c.Wait(); err == nil || !strings.Contains(err.Error(), "not aligned") {
+		t.Fatalf("got %v, want an error about an unaligned binding", err)
+	}
+	// The device survives all of these.
 	mustRun(t, d, "st_scale_f32", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out, out})
+}
+
+func TestOptions(t *testing.T) {
+	selftest(t)
+	src, err := os.ReadFile("testdata/selftest.metal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := NewWithOptions(string(src), Options{MaxBufferLength: 1 << 20, MemoryLimit: 3 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if got := dev.MaxBufferLength(); got != 1<<20 {
+		t.Errorf("MaxBufferLength = %d, want %d", got, 1<<20)
+	}
+	if _, err := dev.NewBuffer(1<<20 + 1); err == nil {
+		t.Error("a buffer above MaxBufferLength was made")
+	}
+	var held []device.Buffer
+	for i := 0; i < 3; i++ {
+		b, err := dev.NewBuffer(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+	}
+	if _, err := dev.NewBuffer(16); !errors.Is(err, device.ErrOutOfMemory) {
+		t.Errorf("beyond the memory limit: %v, want device.ErrOutOfMemory", err)
+	}
+	held[0].Release()
+	if b, err := dev.NewBuffer(16); err != nil {
+		t.Errorf("after a release: %v", err)
+	} else {
+		b.Release()
+	}
 }
 
 func TestCompileError(t *testing.T) {

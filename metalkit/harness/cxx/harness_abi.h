@@ -41,7 +41,7 @@ struct __msl_kernel_desc {
 void __msl_barrier(const char *op, const char *file, uint32_t line, uint32_t col);
 void __msl_simd_sync(struct __msl_slot *s, __msl_simd_fn fn, const char *op, const char *file, uint32_t line, uint32_t col);
 void *__msl_tg_alloc(const void *key, size_t size, size_t align);
-void __msl_fail(const char *msg);
+__attribute__((noreturn)) void __msl_fail(const char *msg);
 
 // Function constants: the generated code registers each variable at start-up; the runtime
 // sets them (or marks them undefined) before every dispatch.

@@ -702,8 +702,7 @@ template <class T, class U> inline T atomic_fetch_xor_explicit(_atomic<T> *a, U 
 
 // ---------------------------------------------------------------- SIMD-group matrices
 // Every lane holds the whole 8×8 matrix (on a GPU each holds two elements): loads, stores
-// and products are computed by each lane on its own, so they need no exchange between
-// lanes. They are collective in Metal; here a lane that calls one alone is not detected.
+// and products are done by each lane on its own (a lane calling one alone is not detected).
 template <class T, int Cols, int Rows = Cols> struct simdgroup_matrix {
 	T m[Rows][Cols];
 	simdgroup_matrix() = default;
@@ -743,17 +742,48 @@ inline void simdgroup_store(const simdgroup_matrix<T, C, R> &a, S *dst, ulong el
 		}
 }
 
-// d = a·b + c, accumulated in float whatever the element types.
+// d = a·b + c, accumulated in float whatever the element types. Every lane computes it (the
+// lanes hold the same matrices): 8-wide vector arithmetic on its own copies, not checked by
+// ASan, costs less than making the lanes meet (a fiber switch each) to compute it once.
+typedef float __msl_f8 __attribute__((ext_vector_type(8)));
+typedef _Float16 __msl_h8 __attribute__((ext_vector_type(8)));
+// Whole rows move as vectors: inserting elements one by one at -O1 goes through memory.
+template <class T> __attribute__((no_sanitize("address"))) inline __msl_f8 __msl_row_load(const T *p) {
+	if constexpr (std::is_same_v<T, float>) {
+		__msl_f8 v;
+		__builtin_memcpy(&v, p, sizeof v);
+		return v;
+	} else if constexpr (std::is_same_v<T, half>) {
+		__msl_h8 h;
+		__builtin_memcpy(&h, p, sizeof h);
+		return __builtin_convertvector(h, __msl_f8);
+	} else {
+		float f[8];
+		for (int j = 0; j < 8; j++) f[j] = float(p[j]);
+		return __msl_row_load(f);
+	}
+}
+template <class T> __attribute__((no_sanitize("address"))) inline void __msl_row_store(T *p, __msl_f8 v) {
+	if constexpr (std::is_same_v<T, float>) {
+		__builtin_memcpy(p, &v, sizeof v);
+	} else if constexpr (std::is_same_v<T, half>) {
+		__msl_h8 h = __builtin_convertvector(v, __msl_h8);
+		__builtin_memcpy(p, &h, sizeof h);
+	} else {
+		for (int j = 0; j < 8; j++) p[j] = T(v[j]);
+	}
+}
 template <class TD, class TA, class TB, class TC, int M, int N, int K>
-inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a, const simdgroup_matrix<TB, N, K> &b, const simdgroup_matrix<TC, N, M> &c) {
-	simdgroup_matrix<TD, N, M> r;
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < N; j++) {
-			float s = float(c.m[i][j]);
-			for (int k = 0; k < K; k++) s += float(a.m[i][k]) * float(b.m[k][j]);
-			r.m[i][j] = TD(s);
-		}
-	d = r;
+__attribute__((no_sanitize("address"))) void simdgroup_multiply_accumulate(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a,
+									  const simdgroup_matrix<TB, N, K> &b, const simdgroup_matrix<TC, N, M> &c) {
+	static_assert(N == 8, "MSL: SIMD-group matrices are 8 wide");
+	__msl_f8 brow[K]; // read first: d may be b
+	for (int k = 0; k < K; k++) brow[k] = __msl_row_load(b.m[k]);
+	for (int i = 0; i < M; i++) {
+		__msl_f8 acc = __msl_row_load(c.m[i]); // row i of c is read before row i of d is written
+		for (int k = 0; k < K; k++) acc += float(a.m[i][k]) * brow[k];
+		__msl_row_store(d.m[i], acc);
+	}
 }
 template <class TD, class TA, class TB, int M, int N, int K>
 inline void simdgroup_multiply(simdgroup_matrix<TD, N, M> &d, const simdgroup_matrix<TA, K, M> &a, const simdgroup_matrix<TB, N, K> &b) {

@@ -8,6 +8,7 @@
 //   request  = u8 op, fields…
 //   response = u8 status (0 ok, 1 error, 2 out of memory), then on error u32 dispatch, u32 n,
 //              n bytes of message; READ's data follows an ok status.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdarg>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness_abi.h"
@@ -173,7 +175,7 @@ extern "C" int __msl_fc_register(int index, void *var, int type, bool *defined) 
 	return 0;
 }
 
-enum LaneState { RUNNABLE, AT_BARRIER, AT_SIMD, DONE };
+enum LaneState { RUNNABLE, AT_BARRIER, AT_SIMD, DONE, FAILED };
 
 struct Worker;
 struct Lane {
@@ -209,6 +211,7 @@ struct Worker {
 	const Dispatch *d = nullptr;
 	std::vector<std::pair<const void *, void *>> tgvars;
 	size_t tgbytes = 0;
+	std::string fail; // set by __msl_fail in a lane
 	std::string err;
 };
 
@@ -220,12 +223,9 @@ static std::atomic<int> running_dispatch{-1};
 
 static void death_callback() {
 	fprintf(stderr, "\nharness: died running kernel %s (dispatch %d)\n", running_kernel, running_dispatch.load());
+	fprintf(stderr, "harness: (use-after-poison: an access inside a buffer but outside the regions bound to the dispatch)\n");
 }
 
-extern "C" void __msl_fail(const char *msg) {
-	fprintf(stderr, "\nharness: kernel %s: %s\n", running_kernel, msg);
-	abort();
-}
 
 // ---------------------------------------------------------------- switching
 static void switch_to_lane(Worker *w, Lane *l) {
@@ -262,6 +262,20 @@ static void lane_main(void *arg) {
 	__builtin_trap();
 }
 
+// __msl_fail stops the calling thread's threadgroup with an error (the dispatch fails, the
+// process lives on); outside a kernel it aborts.
+extern "C" void __msl_fail(const char *msg) {
+	Lane *l = cur_lane;
+	if (!l) {
+		fprintf(stderr, "\nharness: kernel %s: %s\n", running_kernel, msg);
+		abort();
+	}
+	if (l->w->fail.empty()) l->w->fail = "thread " + std::to_string(l->ctx.tiitg) + ": " + msg;
+	l->state = FAILED;
+	yield_to_scheduler(l, true);
+	__builtin_trap();
+}
+
 extern "C" void __msl_barrier(const char *op, const char *file, uint32_t line, uint32_t col) {
 	Lane *l = cur_lane;
 	l->state = AT_BARRIER;
@@ -283,8 +297,8 @@ extern "C" void *__msl_tg_alloc(const void *key, size_t size, size_t align) {
 		if (kv.first == key) return kv.second;
 	w->tgbytes += size;
 	if (w->tgbytes > MAX_SHARED) {
-		fprintf(stderr, "\nharness: kernel %s: threadgroup memory %zu bytes exceeds %zu\n", running_kernel, w->tgbytes, MAX_SHARED);
-		abort();
+		std::string msg = "threadgroup memory of " + std::to_string(w->tgbytes) + " bytes exceeds " + std::to_string(MAX_SHARED);
+		__msl_fail(msg.c_str());
 	}
 	void *p = align > 16 ? aligned_alloc(align, (size + align - 1) / align * align) : malloc(size ? size : 1);
 	memset(p, 0xFF, size); // uninitialised threadgroup memory reads as NaN
@@ -344,10 +358,25 @@ static bool run_group(Worker *w, const Dispatch &d, const uint32_t g[3]) {
 		l.sp = fiber_init(l.stack, STACK_SIZE, lane_main, &l);
 	}
 	const uint32_t nsg = (T + 31) / 32;
+	// Lanes run in increasing order in even rounds of even threadgroups and decreasing order
+	// otherwise, so that a read of another thread's threadgroup memory without a barrier
+	// sees the unwritten value in one direction or the other.
+	uint32_t round = g[0] + g[1] + g[2];
 	while (ok) {
-		for (uint32_t i = 0; i < T; i++)
-			if (w->lanes[i].state == RUNNABLE) switch_to_lane(w, &w->lanes[i]);
-		// Every lane is now finished or waiting.
+		if (round++ & 1) {
+			for (uint32_t i = T; i-- > 0;)
+				if (w->lanes[i].state == RUNNABLE) switch_to_lane(w, &w->lanes[i]);
+		} else {
+			for (uint32_t i = 0; i < T; i++)
+				if (w->lanes[i].state == RUNNABLE) switch_to_lane(w, &w->lanes[i]);
+		}
+		// Every lane is now finished, failed or waiting.
+		if (!w->fail.empty()) {
+			w->err = w->fail;
+			w->fail.clear();
+			ok = false;
+			break;
+		}
 		bool moved = false;
 		for (uint32_t s = 0; ok && s < nsg; s++) {
 			__msl_slot *L[32] = {};
@@ -558,6 +587,61 @@ static void set_constants(const std::vector<std::pair<uint32_t, std::pair<uint8_
 	}
 }
 
+// fence makes the bytes of the dispatch's buffers outside its bound regions unaddressable
+// (on) or addressable again (off): a kernel that runs past its tensor into the next one in
+// the same buffer gets a use-after-poison report. Buffers above FENCE_MAX are left alone:
+// poisoning costs an eighth of the buffer's size in shadow writes per dispatch.
+static const uint64_t FENCE_MAX = 256ull << 20;
+static void fence(const std::vector<std::pair<Buffer, std::pair<uint64_t, uint64_t>>> &regions, bool on) {
+#ifdef MSL_ASAN
+	for (auto &r : regions)
+		if (r.first.n <= FENCE_MAX) {
+			if (on)
+				__asan_poison_memory_region(r.first.p, r.first.n);
+			else
+				__asan_unpoison_memory_region(r.first.p, r.first.n);
+		}
+	if (on)
+		for (auto &r : regions)
+			if (r.first.n <= FENCE_MAX) __asan_unpoison_memory_region(r.first.p + r.second.first, r.second.second);
+#endif
+}
+
+// Profile: with $REDLITE_HARNESS_PROFILE set to a file, the time spent in each kernel (and
+// its dispatch and thread counts) is written there when the process ends.
+struct KernelProfile {
+	uint64_t ns = 0, cpu = 0, dispatches = 0, threads = 0;
+};
+static std::vector<KernelProfile> profile;
+static const char *profile_path;
+
+static uint64_t now_ns(clockid_t clock = CLOCK_MONOTONIC) {
+	timespec ts;
+	clock_gettime(clock, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+static void write_profile() {
+	if (!profile_path) return;
+	FILE *f = fopen(profile_path, "a");
+	if (!f) return;
+	std::vector<int> order;
+	uint64_t total = 0;
+	for (int i = 0; i < (int)profile.size(); i++)
+		if (profile[i].dispatches) order.push_back(i), total += profile[i].ns;
+	std::sort(order.begin(), order.end(), [](int a, int b) { return profile[a].ns > profile[b].ns; });
+	// cpu ms is the process's CPU time (all workers), steadier than the wall time on a
+	// loaded machine.
+	fprintf(f, "%-32s %10s %10s %6s %10s %12s %13s\n", "kernel", "ms", "cpu ms", "%", "dispatches", "threads", "cpu ns/thread");
+	for (int i : order) {
+		const KernelProfile &p = profile[i];
+		fprintf(f, "%-32s %10.1f %10.1f %6.1f %10llu %12llu %13.0f\n", __msl_kernels[i].name, p.ns / 1e6, p.cpu / 1e6, 100.0 * p.ns / total,
+			(unsigned long long)p.dispatches, (unsigned long long)p.threads, double(p.cpu) / double(p.threads));
+	}
+	fprintf(f, "%-32s %10.1f\n\n", "total", total / 1e6);
+	fclose(f);
+}
+
 static void do_run() {
 	uint32_t n = rd<uint32_t>();
 	std::string err;
@@ -576,11 +660,15 @@ static void do_run() {
 			consts.push_back({idx, {t, bits}});
 		}
 		uint32_t nb = rd<uint32_t>();
+		std::vector<std::pair<Buffer, std::pair<uint64_t, uint64_t>>> regions;
 		for (uint32_t i = 0; i < nb; i++) {
 			uint32_t idx = rd<uint32_t>(), id = rd<uint32_t>();
-			uint64_t off = rd<uint64_t>();
+			uint64_t off = rd<uint64_t>(), len = rd<uint64_t>();
 			auto it = buffers.find(id);
-			if (idx < MSL_MAX_BINDINGS && it != buffers.end()) d.buf[idx] = it->second.p + off;
+			if (idx < MSL_MAX_BINDINGS && it != buffers.end()) {
+				d.buf[idx] = it->second.p + off;
+				regions.push_back({it->second, {off, len ? len : it->second.n - off}});
+			}
 		}
 		std::vector<void *> bytes;
 		uint32_t nby = rd<uint32_t>();
@@ -605,7 +693,17 @@ static void do_run() {
 				running_kernel = d.k->name;
 				running_dispatch = (int)di;
 				set_constants(consts);
+				fence(regions, true);
+				uint64_t t0 = profile_path ? now_ns() : 0, c0 = profile_path ? now_ns(CLOCK_PROCESS_CPUTIME_ID) : 0;
 				err = pool.run(d);
+				if (profile_path) {
+					KernelProfile &p = profile[k];
+					p.ns += now_ns() - t0;
+					p.cpu += now_ns(CLOCK_PROCESS_CPUTIME_ID) - c0;
+					p.dispatches++;
+					p.threads += uint64_t(d.groups[0]) * d.groups[1] * d.groups[2] * d.threads[0] * d.threads[1] * d.threads[2];
+				}
+				fence(regions, false);
 				if (!err.empty()) failed_at = di;
 			}
 		}
@@ -626,6 +724,8 @@ int main(int argc, char **argv) {
 	int nthreads = 2;
 	if (const char *s = getenv("REDLITE_HARNESS_THREADS")) nthreads = atoi(s) > 0 ? atoi(s) : 2;
 	pool.start(nthreads);
+	profile_path = getenv("REDLITE_HARNESS_PROFILE");
+	profile.resize(__msl_nkernels);
 	static char inbuf[1 << 16], outbuf[1 << 16];
 	setvbuf(stdin, inbuf, _IOFBF, sizeof inbuf);
 	setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
@@ -637,7 +737,10 @@ int main(int argc, char **argv) {
 		int op = fgetc(stdin);
 		// The Go side closed the pipe: quit at once (returning from main would destroy the
 		// worker pool's threads while they wait).
-		if (op == EOF) _exit(0);
+		if (op == EOF) {
+			write_profile();
+			_exit(0);
+		}
 		switch (op) {
 		case OP_NEW: {
 			uint32_t id = rd<uint32_t>();

@@ -50,7 +50,19 @@ func Device(t testing.TB) device.Device {
 // when the test ends; same skip rule as Device.
 func New(t testing.TB, extra string) device.Device {
 	t.Helper()
-	d, err := harness.New(kernels.Source() + "\n" + extra)
+	return own(t, kernels.Source()+"\n"+extra, harness.Options{})
+}
+
+// WithOptions returns a device of its own over kernels.Source() with other limits (a small
+// MaxBufferLength, a MemoryLimit), closed when the test ends; same skip rule as Device.
+func WithOptions(t testing.TB, opts harness.Options) device.Device {
+	t.Helper()
+	return own(t, kernels.Source(), opts)
+}
+
+func own(t testing.TB, source string, opts harness.Options) device.Device {
+	t.Helper()
+	d, err := harness.NewWithOptions(source, opts)
 	if err != nil {
 		if errors.Is(err, harness.ErrNoCompiler) && os.Getenv("CI") == "" {
 			t.Skip(err)

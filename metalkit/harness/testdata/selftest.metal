@@ -106,6 +106,25 @@ kernel void st_half(
 	hout[tid] = h + 1.0h;
 }
 
+// half arithmetic rounds after each operation: out = float(x0 + x1 + x2) in half.
+kernel void st_half_ops(
+		device const half * x [[buffer(1)]],
+		device float * out    [[buffer(2)]]) {
+	out[0] = float(x[0] + x[1] + x[2]);
+}
+
+// Lanes run in an order that alternates between threadgroups: reading a neighbour's
+// threadgroup value without a barrier must show up in one of two threadgroups.
+kernel void st_race(
+		device float * out [[buffer(1)]],
+		uint tid  [[thread_index_in_threadgroup]],
+		uint ntg  [[threads_per_threadgroup]],
+		uint3 tgpig [[threadgroup_position_in_grid]]) {
+	threadgroup float sh[64];
+	sh[tid] = float(tid);
+	out[tgpig.x * ntg + tid] = sh[(tid + ntg - 1) % ntg]; // no barrier: wrong
+}
+
 // Vector constructors and swizzles; out holds 4 float4 per thread.
 kernel void st_vec(
 		device const float4 * x [[buffer(1)]],
@@ -194,4 +213,24 @@ kernel void st_simdgroup_matrix(
 			simdgroup_store(mc, c, 16, ulong2(8 * j, 8 * i));
 		}
 	}
+}
+
+// Never finishes: waits for a flag nobody sets (an atomic load, so the loop is not undefined
+// behaviour the compiler may delete).
+kernel void st_hang(
+		device atomic_int * flag [[buffer(1)]]) {
+	while (atomic_load_explicit(flag, memory_order_relaxed) == 0) {
+	}
+}
+
+// More kernel-scope threadgroup memory than a threadgroup has (32 KiB).
+kernel void st_too_much_shared(
+		device float * out [[buffer(1)]],
+		uint tid [[thread_index_in_threadgroup]]) {
+	threadgroup float big[8192];
+	threadgroup float more[4];
+	big[tid] = 1.0f;
+	more[tid % 4] = 2.0f;
+	threadgroup_barrier(mem_flags::mem_threadgroup);
+	out[tid] = big[tid] + more[tid % 4];
 }
