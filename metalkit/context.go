@@ -33,6 +33,8 @@ type context struct {
 	segs []segment
 	// rope holds this Compute's rotation tables by positions and rotation (ops.go).
 	rope map[ropeKey]*tensor
+	// iotas holds this Compute's row-id inputs by length (ops.go).
+	iotas map[int]*tensor
 	// named are the tensors given to Name since the last Compute, for Backend.Hook.
 	named []named
 	err   error // the first failure; the pass is over
@@ -48,6 +50,9 @@ type op struct {
 	// dies here.
 	inPlace bool
 	encode  func(e *encoder)
+	// temp is scratch the operation alone uses (a weight decoded for the MPS product):
+	// placed apart from its inputs and outputs, and free again after it.
+	temp *tensor
 }
 
 // segment is the scratch buffer of one Compute.
@@ -191,7 +196,7 @@ func (c *context) Compute() error {
 		}
 	}
 	c.next = len(c.ops)
-	c.rope = nil
+	c.rope, c.iotas = nil, nil
 	cmd.Commit()
 	if err := cmd.Wait(); err != nil {
 		return c.fail(fmt.Errorf("metalkit: forward pass: %w", err))
@@ -261,6 +266,10 @@ func (c *context) plan(first int) error {
 				}
 			}
 			place(t)
+		}
+		if o.temp != nil {
+			place(o.temp)
+			drop(o.temp)
 		}
 		for _, t := range o.ins {
 			if r := t.root; r.ctx == c && r.seg == seg && r.planned && r.last == i && !r.keep && !r.released {
@@ -334,7 +343,7 @@ func (c *context) Close() {
 			c.b.putScratch(s.buf, s.need)
 		}
 	}
-	c.segs, c.ops, c.made, c.rope, c.named = nil, nil, nil, nil, nil
+	c.segs, c.ops, c.made, c.rope, c.iotas, c.named = nil, nil, nil, nil, nil, nil
 	c.next, c.seen = 0, 0
 	if c.err == nil {
 		c.err = errClosed

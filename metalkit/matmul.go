@@ -2,6 +2,7 @@ package metalkit
 
 import (
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/redlite/batch/engine/quant"
@@ -73,14 +74,103 @@ func (e *encoder) matMul(t quant.Type, w Region, rows, cols int, x, y Region, n 
 			0, matVecCost(t, rows, cols, n), args, w, x, y)
 		return
 	}
-	// Dense prefill on a Mac would go to MPSMatrixMultiplication here for F32/F16 weights
-	// (Red Lite: 12.6–12.9 against 10.1–10.8 TFLOPS of its own tiled GEMM), behind a switch
-	// with this kernel as the fallback; MPS cannot run in the harness and is not built yet.
+	// The tiled kernel: the fallback of the MPS route (matMulMPS, chosen where the product
+	// is recorded, ops.go), and what every device without device.GEMMEncoder — the harness
+	// among them — runs for prefill.
 	args := kernels.MulMmArgs{Rows: int32(rows), Cols: int32(cols), N: int32(n), RowBytes: uint64(rb)}
 	e.dispatch("mul_mm_"+sfx+"_f32", nil,
 		[3]int{ceilDiv(rows, kernels.MmRows), ceilDiv(n, kernels.MmTokens), 1},
 		[3]int{kernels.MmThreads, 1, 1},
 		0, matMatCost(t, rows, cols, n), args, w, x, y)
+}
+
+// Dense prefill products may go through the device's vendor GEMM (device.GEMMEncoder: on a
+// Mac, MPSMatrixMultiplication, which Red Lite measured at 12.6–12.9 TFLOPS in float32
+// against 10.1–10.8 for its own tiled GEMM on 2048-token projections). The library takes
+// float32 matrices, so a quantized weight is first decoded to float32 rows in the pass's
+// scratch (the get_rows kernel over rows 0..r-1), at most mpsChunkBytes at a time: the
+// product is cut into chunks of output features, each decoded and multiplied into its
+// columns of the output. A float32 weight is read in place. Expert products never take this
+// route (their rows are chosen per token on the GPU).
+
+// UseMPS switches the MPS route on; the environment variable REDLITE_METAL_MPS=0 turns it
+// off at start (the tiled kernel runs instead). Devices without the capability ignore it.
+var UseMPS = os.Getenv("REDLITE_METAL_MPS") != "0"
+
+// mpsMinTokens is the batch from which a dense product takes the MPS route: below it the
+// decode of the weight to float32 would cost more than the library's faster product saves
+// (Red Lite uses MPS for prefill chunks only).
+const mpsMinTokens = 64
+
+// mpsChunkBytes bounds the float32 copy of a quantized weight that one product decodes at a
+// time: the scratch the route adds to a pass (the planner's scratch term counts it through
+// Backend.PeakScratchBytes). 64 MiB holds a whole 8192×2048 projection of Qwen3-Next-80B;
+// a larger matrix (the output head) is multiplied in chunks of rows. A variable so tests
+// can force several chunks.
+var mpsChunkBytes int64 = 64 << 20
+
+// mpsRoute is how a dense product runs through the device's GEMM: chunk output features at
+// a time, decoding each chunk to float32 first (decode) or reading the weight in place.
+// chunk 0 means the tiled kernel.
+type mpsRoute struct {
+	chunk  int
+	decode bool
+}
+
+// routeMPS chooses the route of y[n, rows] = x[n, cols] · wᵀ on dev.
+func routeMPS(dev device.Device, t quant.Type, rows, cols, n int) mpsRoute {
+	if _, ok := dev.(device.GEMMEncoder); !ok || !UseMPS || n < mpsMinTokens {
+		return mpsRoute{}
+	}
+	if t == quant.F32 {
+		return mpsRoute{chunk: rows}
+	}
+	return mpsRoute{chunk: int(min(int64(rows), max(1, mpsChunkBytes/(4*int64(cols))))), decode: true}
+}
+
+// scratch is the bytes of decoded weight the route needs during the product.
+func (r mpsRoute) scratch(cols int) int64 {
+	if !r.decode {
+		return 0
+	}
+	return int64(r.chunk) * int64(cols) * 4
+}
+
+// matMulMPS encodes y[n, rows] = x[n, cols] · wᵀ through the device's GEMM along route r:
+// ids holds the float32 values 0..r.chunk-1 and deq r.scratch(cols) bytes when r.decode.
+func (e *encoder) matMulMPS(r mpsRoute, t quant.Type, w Region, rows, cols int, x, y Region, n int, ids, deq Region) {
+	checkMatrix(t, rows, cols)
+	rb := int64(t.RowBytes(cols))
+	checkRegion("matmul weights", w, int64(rows)*rb)
+	checkRegion("matmul input", x, int64(n)*int64(cols)*4)
+	checkRegion("matmul output", y, int64(n)*int64(rows)*4)
+	if r.decode {
+		checkRegion("matmul row ids", ids, int64(r.chunk)*4)
+		checkRegion("matmul decoded weights", deq, r.scratch(cols))
+	}
+	ge, ok := e.dev.(device.GEMMEncoder)
+	if !ok {
+		e.err = fmt.Errorf("metalkit: device %s has no GEMM", e.dev.Name())
+		return
+	}
+	for r0 := 0; r0 < rows && e.err == nil; r0 += r.chunk {
+		rc := min(r.chunk, rows-r0)
+		b := device.Matrix{Buffer: w.Buf, Offset: w.Off + int64(r0)*rb, RowBytes: rb, Type: device.Float32}
+		if r.decode {
+			e.getRows(t, w.Sub(int64(r0)*rb, int64(rc)*rb), cols, ids, deq, rc)
+			b = device.Matrix{Buffer: deq.Buf, Offset: deq.Off, RowBytes: int64(cols) * 4, Type: device.Float32}
+		}
+		if e.err != nil {
+			return
+		}
+		ge.EncodeGEMM(e.cmd, device.GEMM{
+			M: n, N: rc, K: cols,
+			A:    device.Matrix{Buffer: x.Buf, Offset: x.Off, RowBytes: int64(cols) * 4, Type: device.Float32},
+			B:    b,
+			C:    device.Matrix{Buffer: y.Buf, Offset: y.Off + int64(r0)*4, RowBytes: int64(rows) * 4, Type: device.Float32},
+			Cost: gemmCost(rc, cols, n),
+		})
+	}
 }
 
 // matMulExperts encodes ml.Context.MatMulExperts: for token i and slot j, y[i][j] = x · wᵀ
@@ -183,6 +273,17 @@ func matMatCost(t quant.Type, rows, cols, n int) device.Cost {
 	return device.Cost{
 		Label:   "matmat " + kernels.TypeSuffix(t),
 		Read:    wb*int64(ceilDiv(n, kernels.MmTokens)) + xb*int64(ceilDiv(rows, kernels.MmRows)),
+		Written: int64(n) * int64(rows) * 4,
+		FLOPs:   2 * int64(rows) * int64(cols) * int64(n),
+	}
+}
+
+// gemmCost: a vendor GEMM over float32 operands, each read once (the library's tiling is
+// not ours to model; at prefill sizes its operands stream from memory about once).
+func gemmCost(rows, cols, n int) device.Cost {
+	return device.Cost{
+		Label:   "gemm mps f32",
+		Read:    int64(rows)*int64(cols)*4 + int64(n)*int64(cols)*4,
 		Written: int64(n) * int64(rows) * 4,
 		FLOPs:   2 * int64(rows) * int64(cols) * int64(n),
 	}

@@ -93,10 +93,46 @@ func (c *context) MatMul(wt ml.Weight, x ml.Tensor) ml.Tensor {
 		panic(fmt.Sprintf("metalkit: matmul of %v by %s %v", t.shape, w.name, w.dims))
 	}
 	out := c.out(n, w.rows)
+	if r := routeMPS(c.b.dev, w.typ, w.rows, w.cols, n); r.chunk > 0 {
+		if !r.decode {
+			c.record("matmul", false, func(e *encoder) {
+				e.matMulMPS(r, w.typ, w.raw, w.rows, w.cols, c.region(t), c.region(out), n, Region{}, Region{})
+			}, []*tensor{out}, t)
+			return out
+		}
+		ids := c.iota(r.chunk)
+		deq := &tensor{shape: []int{r.chunk, w.cols}, n: r.chunk * w.cols, ctx: c}
+		deq.root = deq
+		c.record("matmul", false, func(e *encoder) {
+			e.matMulMPS(r, w.typ, w.raw, w.rows, w.cols, c.region(t), c.region(out), n, c.region(ids), c.region(deq))
+		}, []*tensor{out}, t, ids)
+		c.ops[len(c.ops)-1].temp = deq
+		return out
+	}
 	c.record("matmul", false, func(e *encoder) {
 		e.matMul(w.typ, w.raw, w.rows, w.cols, c.region(t), c.region(out), n)
 	}, []*tensor{out}, t)
 	return out
+}
+
+// iota returns an input of the float32 values 0..n-1, once per Compute and length: the
+// row ids with which the get_rows kernel decodes a weight's first n rows (matMulMPS).
+func (c *context) iota(n int) *tensor {
+	if t, ok := c.iotas[n]; ok {
+		return t
+	}
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(i)
+	}
+	t := c.out(n)
+	t.host = v
+	c.record("row ids", false, nil, []*tensor{t})
+	if c.iotas == nil {
+		c.iotas = map[int]*tensor{}
+	}
+	c.iotas[n] = t
+	return t
 }
 
 // vector returns w's float32 values, checking that it has one per element of the last

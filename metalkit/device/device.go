@@ -139,3 +139,82 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// GEMMEncoder is an optional capability of a Device: encoding a dense matrix product
+// through a vendor library (the Metal device: MPSMatrixMultiplication) into a command list
+// of the same device, between its dispatches and ordered with them. The backend uses it for
+// dense prefill products when the device has it; the harness and the recorder do not, and
+// run the backend's own tiled kernel instead.
+type GEMMEncoder interface {
+	EncodeGEMM(cmd Commands, g GEMM)
+}
+
+// DataType is an element type of a GEMM operand.
+type DataType int
+
+const (
+	Float32 DataType = iota
+	Float16
+)
+
+// Size is the bytes of one element.
+func (t DataType) Size() int64 {
+	if t == Float16 {
+		return 2
+	}
+	return 4
+}
+
+func (t DataType) String() string {
+	if t == Float16 {
+		return "f16"
+	}
+	return "f32"
+}
+
+// Matrix is a row-major matrix in a buffer: element (i, j) at Offset + i·RowBytes +
+// j·Type.Size().
+type Matrix struct {
+	Buffer   Buffer
+	Offset   int64
+	RowBytes int64
+	Type     DataType
+}
+
+// GEMM is C[M, N] = A[M, K] · B[N, K]ᵀ: A the activations (float32, a row per token), B the
+// weights as the model stores them (a row per output feature, used transposed), C the
+// output (float32). Errors (shapes, types, buffers of another device) surface at Wait.
+type GEMM struct {
+	M, N, K int
+	A, B, C Matrix
+	Cost    Cost
+}
+
+// Check reports a GEMM whose shapes or operands cannot be run: every device implementing
+// GEMMEncoder calls it, so the rules are stated once.
+func (g GEMM) Check() error {
+	if g.M <= 0 || g.N <= 0 || g.K <= 0 {
+		return fmt.Errorf("GEMM of %d×%d by %d×%d", g.M, g.K, g.N, g.K)
+	}
+	if g.A.Type != Float32 || g.C.Type != Float32 {
+		return fmt.Errorf("GEMM with %v activations and %v output (both must be f32)", g.A.Type, g.C.Type)
+	}
+	for _, m := range []struct {
+		name       string
+		x          Matrix
+		rows, cols int
+	}{{"A", g.A, g.M, g.K}, {"B", g.B, g.N, g.K}, {"C", g.C, g.M, g.N}} {
+		es := m.x.Type.Size()
+		switch {
+		case m.x.Buffer == nil:
+			return fmt.Errorf("GEMM operand %s has no buffer", m.name)
+		case m.x.Offset < 0 || m.x.Offset%es != 0 || m.x.RowBytes%es != 0:
+			return fmt.Errorf("GEMM operand %s at offset %d with rows of %d bytes, not multiples of its %d-byte elements", m.name, m.x.Offset, m.x.RowBytes, es)
+		case m.x.RowBytes < int64(m.cols)*es:
+			return fmt.Errorf("GEMM operand %s: rows of %d bytes hold fewer than its %d columns", m.name, m.x.RowBytes, m.cols)
+		case m.x.Offset+int64(m.rows-1)*m.x.RowBytes+int64(m.cols)*es > m.x.Buffer.Len():
+			return fmt.Errorf("GEMM operand %s (%d×%d at offset %d, rows of %d bytes) past its buffer of %d bytes", m.name, m.rows, m.cols, m.x.Offset, m.x.RowBytes, m.x.Buffer.Len())
+		}
+	}
+	return nil
+}

@@ -39,6 +39,9 @@ var (
 	classNSString                  = newClass("NSString")
 	classMTLCompileOptions         = newClass("MTLCompileOptions")
 	classMTLFunctionConstantValues = newClass("MTLFunctionConstantValues")
+	classMPSMatrixDescriptor       = newClass("MPSMatrixDescriptor")
+	classMPSMatrix                 = newClass("MPSMatrix")
+	classMPSMatrixMultiplication   = newClass("MPSMatrixMultiplication")
 )
 
 var (
@@ -106,6 +109,13 @@ var (
 	msgSetBytes                   = newMsg3[void, unsafe.Pointer, uint, uint]("setBytes:length:atIndex:")
 	msgSetThreadgroupMemoryLength = newMsg2[void, uint, uint]("setThreadgroupMemoryLength:atIndex:")
 	msgDispatchThreadgroups       = newMsg2[void, mtlSize, mtlSize]("dispatchThreadgroups:threadsPerThreadgroup:")
+
+	// MetalPerformanceShaders: MPSMatrixDescriptor (a class method), MPSMatrix,
+	// MPSMatrixMultiplication (mps.go)
+	msgMatrixDescriptor           = newMsg4[id, uint, uint, uint, uint32]("matrixDescriptorWithRows:columns:rowBytes:dataType:")
+	msgInitWithBufferOffsetDesc   = newMsg3[id, id, uint, id]("initWithBuffer:offset:descriptor:")
+	msgInitMatrixMultiplication   = newMsg8[id, id, bool, bool, uint, uint, uint, float64, float64]("initWithDevice:transposeLeft:transposeRight:resultRows:resultColumns:interiorColumns:alpha:beta:")
+	msgEncodeMatrixMultiplication = newMsg4[void, id, id, id, id]("encodeToCommandBuffer:leftMatrix:rightMatrix:resultMatrix:")
 )
 
 // signature is a declared message as the selector check reads it.
@@ -176,6 +186,13 @@ type msg4[R, A, B, C, D any] struct {
 	fnv func(id, sel, A, B, C, D)
 }
 
+// msg8 is the one eight-argument message (MPSMatrixMultiplication's initialiser).
+type msg8[R, A, B, C, D, E, F, G, H any] struct {
+	msgBase
+	fn  func(id, sel, A, B, C, D, E, F, G, H) R
+	fnv func(id, sel, A, B, C, D, E, F, G, H)
+}
+
 func newMsg0[R any](name string) *msg0[R] {
 	m := &msg0[R]{msgBase: msgBase{name: name}}
 	messages = append(messages, m)
@@ -206,6 +223,12 @@ func newMsg4[R, A, B, C, D any](name string) *msg4[R, A, B, C, D] {
 	return m
 }
 
+func newMsg8[R, A, B, C, D, E, F, G, H any](name string) *msg8[R, A, B, C, D, E, F, G, H] {
+	m := &msg8[R, A, B, C, D, E, F, G, H]{msgBase: msgBase{name: name}}
+	messages = append(messages, m)
+	return m
+}
+
 func (m *msg0[R]) signature() signature {
 	return signature{m.name, typeOf[R](), nil}
 }
@@ -224,4 +247,8 @@ func (m *msg3[R, A, B, C]) signature() signature {
 
 func (m *msg4[R, A, B, C, D]) signature() signature {
 	return signature{m.name, typeOf[R](), []reflect.Type{typeOf[A](), typeOf[B](), typeOf[C](), typeOf[D]()}}
+}
+
+func (m *msg8[R, A, B, C, D, E, F, G, H]) signature() signature {
+	return signature{m.name, typeOf[R](), []reflect.Type{typeOf[A](), typeOf[B](), typeOf[C](), typeOf[D](), typeOf[E](), typeOf[F](), typeOf[G](), typeOf[H]()}}
 }

@@ -109,3 +109,17 @@ func (m *msg4[R, A, B, C, D]) send(o id, a A, b B, c C, d D) R {
 	}
 	return m.fn(o, m.sel, a, b, c, d)
 }
+
+func (m *msg8[R, A, B, C, D, E, F, G, H]) bind() {
+	bind(&m.msgBase, isVoid[R](), &m.fn, &m.fnv)
+}
+
+func (m *msg8[R, A, B, C, D, E, F, G, H]) send(o id, a A, b B, c C, d D, e E, f F, g G, h H) R {
+	m.bind()
+	if m.fnv != nil {
+		m.fnv(o, m.sel, a, b, c, d, e, f, g, h)
+		var r R
+		return r
+	}
+	return m.fn(o, m.sel, a, b, c, d, e, f, g, h)
+}

@@ -112,6 +112,7 @@ type Device struct {
 
 	mu        sync.Mutex
 	pipelines map[string]*pipeline
+	gemms     map[gemmShape]id // MPSMatrixMultiplication kernels by shape (mps_darwin.go)
 	closed    bool
 }
 
@@ -213,6 +214,10 @@ func (d *Device) Close() error {
 		msgRelease.send(p.obj)
 	}
 	d.pipelines = nil
+	for _, k := range d.gemms {
+		msgRelease.send(k)
+	}
+	d.gemms = nil
 	for _, o := range []id{d.lib, d.queue, d.dev} {
 		if o != 0 {
 			msgRelease.send(o)
@@ -384,7 +389,7 @@ func (d *Device) NewCommands() device.Commands { return &commands{d: d} }
 type commands struct {
 	d *Device
 
-	cb, enc  id // the command buffer being encoded and its encoder, 0 between buffers
+	cb, enc  id // the command buffer being encoded (0 between buffers) and its open compute encoder (0 between encoders)
 	inBuffer int
 	pipeline id              // the last pipeline set on enc, to skip redundant sets
 	bound    map[int]binding // the buffers bound on enc by index, to skip redundant binds
@@ -441,7 +446,7 @@ func (c *commands) Encode(d device.Dispatch) {
 	// dispatch would add three messages to the seven or so a dispatch costs.
 	if c.enc == 0 {
 		ok := false
-		withPool(func() { ok = c.begin() })
+		withPool(func() { ok = c.open() })
 		if !ok {
 			return
 		}
@@ -481,27 +486,49 @@ func pipelineName(p device.Pipeline) string {
 	return p.Name()
 }
 
-// begin starts a command buffer and its encoder, retained: both come back autoreleased.
-func (c *commands) begin() bool {
+// open starts a compute encoder, and a command buffer first when there is none, both
+// retained: they come back autoreleased. A command buffer may hold several encoders in
+// sequence: an MPS product is encoded on the command buffer between two of them (mps.go).
+func (c *commands) open() bool {
+	if !c.newBuffer() {
+		return false
+	}
+	enc := msgComputeCommandEncoder.send(c.cb)
+	if enc == 0 {
+		c.fail(&device.Error{Op: "new compute encoder", Err: errors.New("the command buffer made none")})
+		return false
+	}
+	c.enc = msgRetain.send(enc)
+	c.pipeline, c.bound = 0, map[int]binding{}
+	return true
+}
+
+// newBuffer starts a command buffer (retained) when none is being encoded.
+func (c *commands) newBuffer() bool {
+	if c.cb != 0 {
+		return true
+	}
 	cb := msgCommandBuffer.send(c.d.queue)
 	if cb == 0 {
 		c.fail(&device.Error{Op: "new command buffer", Err: errors.New("the queue made none")})
 		return false
 	}
-	enc := msgComputeCommandEncoder.send(cb)
-	if enc == 0 {
-		c.fail(&device.Error{Op: "new compute encoder", Err: errors.New("the command buffer made none")})
-		return false
-	}
-	c.cb, c.enc = msgRetain.send(cb), msgRetain.send(enc)
-	c.inBuffer, c.pipeline, c.bound = 0, 0, map[int]binding{}
+	c.cb, c.inBuffer = msgRetain.send(cb), 0
 	return true
+}
+
+// closeEncoder ends the open compute encoder, if any; the command buffer stays.
+func (c *commands) closeEncoder() {
+	if c.enc != 0 {
+		msgEndEncoding.send(c.enc)
+		msgRelease.send(c.enc)
+		c.enc = 0
+	}
 }
 
 // submit ends the current encoder and commits its command buffer.
 func (c *commands) submit() {
-	msgEndEncoding.send(c.enc)
-	msgRelease.send(c.enc)
+	c.closeEncoder()
 	msgCommit.send(c.cb)
 	c.done = append(c.done, submitted{cb: c.cb, first: c.encoded - c.inBuffer, last: c.encoded - 1})
 	c.cb, c.enc, c.inBuffer = 0, 0, 0
@@ -512,14 +539,13 @@ func (c *commands) Commit() {
 		return
 	}
 	c.committed = true
-	if c.enc == 0 {
+	if c.cb == 0 {
 		return
 	}
 	withPool(func() {
 		if c.err != nil {
 			// Do not run a buffer that stops in the middle of the pass: end it unrun.
-			msgEndEncoding.send(c.enc)
-			msgRelease.send(c.enc)
+			c.closeEncoder()
 			msgRelease.send(c.cb)
 			c.cb, c.enc = 0, 0
 			return

@@ -56,7 +56,14 @@ kernel void is_inf(device float * x [[buffer(1)]], uint gid [[thread_position_in
 
 func testDevice(t *testing.T) *Device {
 	t.Helper()
-	d, err := New(testSource)
+	return openDevice(t, testSource)
+}
+
+// openDevice compiles source on the Mac's GPU, skipping without one unless
+// $REDLITE_REQUIRE_METAL is set.
+func openDevice(t testing.TB, source string) *Device {
+	t.Helper()
+	d, err := New(source)
 	if errors.Is(err, ErrUnavailable) && os.Getenv("REDLITE_REQUIRE_METAL") == "" {
 		t.Skip(err)
 	}
