@@ -48,6 +48,10 @@ type op struct {
 	// dies here.
 	inPlace bool
 	encode  func(e *encoder)
+	// experts and sum are a MatMulExperts's and a WeightedSum's operands, for the fusion of
+	// the two (fuse.go); nil for other operations.
+	experts *expertsCall
+	sum     *sumCall
 }
 
 // segment is the scratch buffer of one Compute.
@@ -145,6 +149,9 @@ func (c *context) Compute() error {
 	first := c.next
 	if first == len(c.ops) {
 		return nil
+	}
+	if c.b.FusedTail {
+		c.fuseTails(first)
 	}
 	// Last uses of the new operations' inputs, and which tensors nothing consumes.
 	for i := first; i < len(c.ops); i++ {
