@@ -30,7 +30,6 @@ type sumCall struct {
 // pass (so neither Read nor Name's hook can ask for them), and no operation between the two
 // touches the product's inputs (the fused kernel reads them later than MatMulExperts would).
 func (c *context) fuseTails(first int) {
-	var readers map[*tensor]int // operations reading each root, counted when first needed
 	for j := first; j < len(c.ops); j++ {
 		s := c.ops[j].sum
 		if s == nil {
@@ -52,15 +51,7 @@ func (c *context) fuseTails(first int) {
 		if m.n > matVecMaxTokens {
 			continue
 		}
-		if readers == nil {
-			readers = map[*tensor]int{}
-			for _, o := range c.ops[first:] {
-				for _, t := range o.ins {
-					readers[t.root]++
-				}
-			}
-		}
-		if readers[y] != 1 || touched(c.ops[i+1:j], m.x.root, m.ids.root) {
+		if touched(c.ops[i+1:j], y, m.x.root, m.ids.root) || touched(c.ops[j+1:], y) {
 			continue
 		}
 		c.ops[j] = op{
@@ -79,7 +70,9 @@ func (c *context) fuseTails(first int) {
 	}
 }
 
-// touched reports whether any of ops reads or writes a tensor on one of roots.
+// touched reports whether any of ops reads or writes a tensor on one of roots. A pass scans
+// the operations after each fused pair once: for a decode step of Qwen3-Next-80B (about
+// 1,800 operations, 48 pairs) some 50,000 pointer comparisons, without allocating.
 func touched(ops []op, roots ...*tensor) bool {
 	for _, o := range ops {
 		for _, ts := range [][]*tensor{o.ins, o.outs} {

@@ -13,6 +13,7 @@ import (
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
 	"github.com/redlite/batch/engine/synth"
+	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/metalkit/device"
 	"github.com/redlite/batch/metalkit/kernels"
 )
@@ -271,5 +272,31 @@ func TestFusedTailDecodeStep(t *testing.T) {
 	}
 	if fusedN != layers {
 		t.Errorf("%d fused dispatches, want %d: %v", fusedN, layers, on)
+	}
+}
+
+// TestFusedTailModel runs the IQ2_XXS fixture of tiny-qwen3next token by token (every pass a
+// decode-sized one, so every MoE layer fuses) with the fusion on and off: the logits at every
+// position are the same bits.
+func TestFusedTailModel(t *testing.T) {
+	path := fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
+	logits := func(fused bool) []float32 {
+		b := New(testDevice(t))
+		b.FusedTail = fused
+		m, err := engine.Load(path, engine.Options{Backend: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		return prefill(t, m, []int32{5, 77, 300, 12, 41, 9}, ml.F16, 1)
+	}
+	off, on := logits(false), logits(true)
+	if len(on) != len(off) || len(on) == 0 {
+		t.Fatalf("%d logits fused, %d unfused", len(on), len(off))
+	}
+	for i := range off {
+		if math.Float32bits(on[i]) != math.Float32bits(off[i]) {
+			t.Fatalf("logit %d (position %d): fused %g, unfused %g", i, i/(len(on)/6), on[i], off[i])
+		}
 	}
 }
