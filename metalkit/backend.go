@@ -2,6 +2,7 @@ package metalkit
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -20,6 +21,11 @@ type Backend struct {
 	// oracle; engine/cpu has the same hook). The slice is the hook's.
 	Hook func(name string, layer int, shape []int, data []float32)
 
+	// FusedTail runs the routed experts' product and the MoE weighted sum that consumes it
+	// as one dispatch in decode (fuse.go); New sets it unless the environment has
+	// REDLITE_METAL_FUSED_TAIL=0. Off, the two operations are two dispatches.
+	FusedTail bool
+
 	dev  device.Device
 	name string
 
@@ -36,7 +42,7 @@ type Backend struct {
 // New returns a backend over dev. The backend does not own dev: close the device after the
 // backend's buffers are released.
 func New(dev device.Device) *Backend {
-	return &Backend{dev: dev, name: "metal"}
+	return &Backend{dev: dev, name: "metal", FusedTail: os.Getenv("REDLITE_METAL_FUSED_TAIL") != "0"}
 }
 
 // Name is "metal", or the name Open gave ("metal-harness").

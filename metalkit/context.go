@@ -53,6 +53,11 @@ type op struct {
 	// temp is scratch the operation alone uses (a weight decoded for the MPS product):
 	// placed apart from its inputs and outputs, and free again after it.
 	temp *tensor
+
+	// experts and sum are a MatMulExperts's and a WeightedSum's operands, for the fusion of
+	// the two (fuse.go); nil for other operations.
+	experts *expertsCall
+	sum     *sumCall
 }
 
 // segment is the scratch buffer of one Compute.
@@ -150,6 +155,9 @@ func (c *context) Compute() error {
 	first := c.next
 	if first == len(c.ops) {
 		return nil
+	}
+	if c.b.FusedTail {
+		c.fuseTails(first)
 	}
 	// Last uses of the new operations' inputs, and which tensors nothing consumes.
 	for i := first; i < len(c.ops); i++ {

@@ -180,35 +180,13 @@ func (e *encoder) matMulMPS(r mpsRoute, t quant.Type, w Region, rows, cols int, 
 // expert's threadgroups gather the pairs routed to it on the GPU and run the tiled mat-mat
 // over them, decoding the expert's weights once per tile of pairs (prefill).
 func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k int, y Region, n int) {
-	checkMatrix(t, rows, cols)
-	if experts <= 0 || k <= 0 || n <= 0 {
-		panic(fmt.Sprintf("metalkit: expert matmul of %d tokens, %d slots, %d experts", n, k, experts))
-	}
-	rb := t.RowBytes(cols)
-	eb := int64(rows) * int64(rb)
-	checkRegion("expert weights", w, int64(experts)*eb)
-	xRows := int64(n)
-	if xPerSlot {
-		xRows *= int64(k)
-	}
-	checkRegion("expert input", x, xRows*int64(cols)*4)
-	checkRegion("expert ids", ids, int64(n)*int64(k)*4)
+	rb, eb, perSlot := checkExperts("expert matmul", t, w, experts, rows, cols, x, xPerSlot, ids, k, n)
 	checkRegion("expert output", y, int64(n)*int64(k)*int64(rows)*4)
-	perSlot := int32(0)
-	if xPerSlot {
-		perSlot = 1
-	}
 	sfx := kernels.TypeSuffix(t)
 	if n <= matVecMaxTokens {
-		lanes := mvLanes(cols)
-		rowsPerGroup := kernels.MvSimdgroups * simdWidth / lanes
-		args := kernels.MulMvIdArgs{
-			Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes),
-			K: int32(k), Experts: int32(experts), XPerSlot: perSlot,
-			RowBytes: uint64(rb), ExpertBytes: uint64(eb),
-		}
+		args, groups := mvIdArgs(experts, rows, cols, rb, eb, perSlot, k, n)
 		e.dispatch("mul_mv_id_"+sfx+"_f32", nil,
-			[3]int{ceilDiv(rows, rowsPerGroup), n * k, 1},
+			[3]int{groups, n * k, 1},
 			[3]int{kernels.MvSimdgroups * simdWidth, 1, 1},
 			0, expertsVecCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
 		return
@@ -222,6 +200,58 @@ func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int,
 		[3]int{ceilDiv(rows, kernels.MmRows), experts, 1},
 		[3]int{kernels.MmThreads, 1, 1},
 		0, expertsMatCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
+}
+
+// matMulExpertsSum encodes matMulExperts followed by weightedSum in one dispatch (decode,
+// n ≤ matVecMaxTokens): y[i] = Σ_j ws[i][j] · (x[i][j] · wᵀ of expert ids[i][j]), the slots
+// added in selection order; ws [n, k] float32, y [n, rows]. Each slot's product is the one
+// matMulExperts computes, so y is bit-identical to the two dispatches (Red Lite's fused
+// down projection and MoE tail), without the [n, k, rows] products in memory.
+func (e *encoder) matMulExpertsSum(t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k int, ws, y Region, n int) {
+	rb, eb, perSlot := checkExperts("fused expert sum", t, w, experts, rows, cols, x, xPerSlot, ids, k, n)
+	if n > matVecMaxTokens {
+		panic(fmt.Sprintf("metalkit: fused expert sum of %d tokens (at most %d)", n, matVecMaxTokens))
+	}
+	checkRegion("expert sum weights", ws, int64(n)*int64(k)*4)
+	checkRegion("expert sum output", y, int64(n)*int64(rows)*4)
+	args, groups := mvIdArgs(experts, rows, cols, rb, eb, perSlot, k, n)
+	e.dispatch("mul_mv_id_sum_"+kernels.TypeSuffix(t)+"_f32", nil,
+		[3]int{groups, n, 1},
+		[3]int{kernels.MvSimdgroups * simdWidth, 1, 1},
+		0, expertsSumCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, ws, y)
+}
+
+// checkExperts panics, naming what, when an expert product's sizes or regions are wrong,
+// and returns the bytes of a weight row and of an expert, and x_per_slot as the kernels
+// take it.
+func checkExperts(what string, t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k, n int) (rb int, eb int64, perSlot int32) {
+	checkMatrix(t, rows, cols)
+	if experts <= 0 || k <= 0 || n <= 0 {
+		panic(fmt.Sprintf("metalkit: %s of %d tokens, %d slots, %d experts", what, n, k, experts))
+	}
+	rb = t.RowBytes(cols)
+	eb = int64(rows) * int64(rb)
+	checkRegion("expert weights", w, int64(experts)*eb)
+	xRows := int64(n)
+	if xPerSlot {
+		xRows *= int64(k)
+		perSlot = 1
+	}
+	checkRegion("expert input", x, xRows*int64(cols)*4)
+	checkRegion("expert ids", ids, int64(n)*int64(k)*4)
+	return rb, eb, perSlot
+}
+
+// mvIdArgs are the arguments of the expert mat-vec kernels (mul_mv_id, mul_mv_id_sum) and
+// the threadgroups that cover the rows.
+func mvIdArgs(experts, rows, cols, rb int, eb int64, perSlot int32, k, n int) (kernels.MulMvIdArgs, int) {
+	lanes := mvLanes(cols)
+	rowsPerGroup := kernels.MvSimdgroups * simdWidth / lanes
+	return kernels.MulMvIdArgs{
+		Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes),
+		K: int32(k), Experts: int32(experts), XPerSlot: perSlot,
+		RowBytes: uint64(rb), ExpertBytes: uint64(eb),
+	}, ceilDiv(rows, rowsPerGroup)
 }
 
 // getRows encodes ml.Context.Embed: y[n, cols] = the rows ids[n] (float32) of table, a
@@ -303,6 +333,18 @@ func expertsVecCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) 
 		Written: pairs * int64(rows) * 4,
 		FLOPs:   2 * int64(rows) * int64(cols) * pairs,
 	}
+}
+
+// expertsSumCost: what expertsVecCost reads, and the slots' weights; only the sums are
+// written, and each product is scaled and added (2 FLOPs per product).
+func expertsSumCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
+	c := expertsVecCost(t, experts, rows, cols, n, k, xPerSlot)
+	pairs := int64(n) * int64(k)
+	c.Label = "matvec experts+sum " + kernels.TypeSuffix(t)
+	c.Read += pairs * 4
+	c.Written = int64(n) * int64(rows) * 4
+	c.FLOPs += 2 * pairs * int64(rows)
+	return c
 }
 
 // expertsMatCost: every expert's weights once per tile of kernels.MmTokens pairs routed to

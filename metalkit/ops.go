@@ -440,6 +440,7 @@ func (c *context) MatMulExperts(wt ml.Weight, x, ids ml.Tensor) ml.Tensor {
 	c.record("matmul experts", false, func(e *encoder) {
 		e.matMulExperts(w.typ, w.raw, experts, rows, cols, c.region(xt), !shared, c.region(it), k, c.region(out), n)
 	}, []*tensor{out}, xt, it)
+	c.ops[len(c.ops)-1].experts = &expertsCall{w, experts, rows, cols, xt, !shared, it, k, n, out}
 	return out
 }
 
@@ -453,6 +454,7 @@ func (c *context) WeightedSum(x, w ml.Tensor) ml.Tensor {
 	c.record("weighted sum", false, func(e *encoder) {
 		e.weightedSum(c.region(xt), c.region(wt), c.region(out), n, k, d)
 	}, []*tensor{out}, xt, wt)
+	c.ops[len(c.ops)-1].sum = &sumCall{xt, wt, out}
 	return out
 }
 

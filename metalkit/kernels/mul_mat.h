@@ -99,6 +99,41 @@ void mul_mv_id_impl(constant mul_mv_id_args & a, device const uchar * w, device 
     }
 }
 
+// ---- experts and the MoE weighted sum fused (decode): y[t][row] = Σ_j w[t][j] · (row of
+// expert ids[t][j] · x[t][j]), tgpig.y the token. A row keeps the lanes of mul_mv_id and
+// each slot's dot is reduced exactly as there before it is scaled and added in selection
+// order, as weighted_sum_f32 adds them: the result is bit-identical to the two kernels, and
+// the [n, k, rows] products never go through memory. An id outside [0, experts) makes the
+// row NaN, as mul_mv_id's NaN row does through the sum.
+template <typename F>
+void mul_mv_id_sum_impl(constant mul_mv_id_args & a, device const uchar * w, device const float * x,
+                        device const float * ids, device const float * ws, device float * y,
+                        uint3 tgpig, ushort sgitg, ushort tiisg) {
+    const int lanes = a.lanes;
+    const int rps = 32 / lanes;
+    const int row = (int(tgpig.x) * MV_SIMDGROUPS + sgitg) * rps + tiisg / lanes;
+    const int j = tiisg % lanes;
+    const int t = int(tgpig.y);
+    float sum = 0.0f;
+    for (int s = 0; s < a.k; s++) {
+        const int pair = t * a.k + s;
+        const float fe = ids[pair];
+        const int e = int(fe);
+        const bool ok = fe >= 0.0f && e < a.experts && float(e) == fe;
+        device const float * xp = x + (uint64_t)(a.x_per_slot ? pair : t) * a.cols;
+        float acc[MV_TOKENS] = {0.0f};
+        if (ok && row < a.rows) {
+            mul_mv_row<F>(w + (uint64_t)e * a.expert_bytes + (uint64_t)row * a.row_bytes, a.cols, xp, 1, lanes, j, acc);
+        }
+        mv_reduce(acc, 1, lanes);
+        const float v = ok ? acc[0] : NAN;
+        sum += v * ws[pair];
+    }
+    if (j == 0 && row < a.rows) {
+        y[(uint64_t)t * a.rows + row] = sum;
+    }
+}
+
 // ---- mat-mat (prefill: n larger)
 //
 // A threadgroup of MM_THREADS threads computes a tile of MM_TM rows by MM_TN tokens,

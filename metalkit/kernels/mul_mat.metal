@@ -59,6 +59,19 @@ kernel void mul_mv_id_f32_f32(
     mul_mv_id_impl<fmt_f32>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_f32_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_f32>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_f16_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -112,6 +125,19 @@ kernel void mul_mv_id_f16_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_f16>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_f16_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_f16>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_bf16_f32(
@@ -169,6 +195,19 @@ kernel void mul_mv_id_bf16_f32(
     mul_mv_id_impl<fmt_bf16>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_bf16_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_bf16>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_q4_0_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -222,6 +261,19 @@ kernel void mul_mv_id_q4_0_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_q4_0>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_q4_0_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q4_0>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q4_1_f32(
@@ -279,6 +331,19 @@ kernel void mul_mv_id_q4_1_f32(
     mul_mv_id_impl<fmt_q4_1>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_q4_1_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q4_1>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_q5_0_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -332,6 +397,19 @@ kernel void mul_mv_id_q5_0_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_q5_0>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_q5_0_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q5_0>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q5_1_f32(
@@ -389,6 +467,19 @@ kernel void mul_mv_id_q5_1_f32(
     mul_mv_id_impl<fmt_q5_1>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_q5_1_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q5_1>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_q8_0_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -442,6 +533,19 @@ kernel void mul_mv_id_q8_0_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_q8_0>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_q8_0_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q8_0>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q2_K_f32(
@@ -499,6 +603,19 @@ kernel void mul_mv_id_q2_K_f32(
     mul_mv_id_impl<fmt_q2_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_q2_K_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q2_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_q3_K_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -552,6 +669,19 @@ kernel void mul_mv_id_q3_K_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_q3_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_q3_K_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q3_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q4_K_f32(
@@ -609,6 +739,19 @@ kernel void mul_mv_id_q4_K_f32(
     mul_mv_id_impl<fmt_q4_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_q4_K_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q4_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_q5_K_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -662,6 +805,19 @@ kernel void mul_mv_id_q5_K_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_q5_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_q5_K_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q5_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q6_K_f32(
@@ -719,6 +875,19 @@ kernel void mul_mv_id_q6_K_f32(
     mul_mv_id_impl<fmt_q6_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_q6_K_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_q6_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_iq2_xxs_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -772,6 +941,19 @@ kernel void mul_mv_id_iq2_xxs_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_iq2_xxs>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_iq2_xxs_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq2_xxs>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq2_xs_f32(
@@ -829,6 +1011,19 @@ kernel void mul_mv_id_iq2_xs_f32(
     mul_mv_id_impl<fmt_iq2_xs>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_iq2_xs_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq2_xs>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_iq2_s_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -882,6 +1077,19 @@ kernel void mul_mv_id_iq2_s_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_iq2_s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_iq2_s_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq2_s>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq3_xxs_f32(
@@ -939,6 +1147,19 @@ kernel void mul_mv_id_iq3_xxs_f32(
     mul_mv_id_impl<fmt_iq3_xxs>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_iq3_xxs_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq3_xxs>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_iq3_s_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -992,6 +1213,19 @@ kernel void mul_mv_id_iq3_s_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_iq3_s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_iq3_s_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq3_s>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq1_s_f32(
@@ -1049,6 +1283,19 @@ kernel void mul_mv_id_iq1_s_f32(
     mul_mv_id_impl<fmt_iq1_s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_iq1_s_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq1_s>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_iq1_m_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -1102,6 +1349,19 @@ kernel void mul_mv_id_iq1_m_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_iq1_m>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_iq1_m_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq1_m>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq4_nl_f32(
@@ -1159,6 +1419,19 @@ kernel void mul_mv_id_iq4_nl_f32(
     mul_mv_id_impl<fmt_iq4_nl>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
 
+kernel void mul_mv_id_sum_iq4_nl_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq4_nl>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
+
 kernel void mul_mv_iq4_xs_f32(
         constant mul_mv_args & args [[buffer(0)]],
         device const uchar * w [[buffer(1)]],
@@ -1212,4 +1485,17 @@ kernel void mul_mv_id_iq4_xs_f32(
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_iq4_xs>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_iq4_xs_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_iq4_xs>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
 }

@@ -259,6 +259,19 @@ kernel void mul_mv_id_%[1]s_f32(
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_impl<fmt_%[1]s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
 }
+
+kernel void mul_mv_id_sum_%[1]s_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_%[1]s>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+}
 `, s)
 	}
 	return b.Bytes()
