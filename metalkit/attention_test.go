@@ -24,7 +24,7 @@ type kernelRig struct {
 }
 
 func newKernelRig(t *testing.T) *kernelRig {
-	return &kernelRig{t: t, dev: harnesstest.Device(t), ref: cpu.New(1), rng: rand.New(rand.NewPCG(11, uint64(len(t.Name()))))}
+	return &kernelRig{t: t, dev: harnesstest.Device(t), ref: refCPU(), rng: rand.New(rand.NewPCG(11, uint64(len(t.Name()))))}
 }
 
 // floats returns n values uniform in [−amp, amp).

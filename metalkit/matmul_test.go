@@ -87,7 +87,7 @@ func run(t *testing.T, dev device.Device, enc func(e *encoder)) {
 // GGUF dims, with f issuing the operation, and returns the output.
 func cpuPass(t *testing.T, typ quant.Type, w []byte, dims []int, f func(c ml.Context, w ml.Weight) ml.Tensor) []float32 {
 	t.Helper()
-	b := cpu.New(1)
+	b := refCPU()
 	m, err := b.Map(w)
 	if err != nil {
 		t.Fatal(err)
@@ -440,4 +440,12 @@ func TestMatMulExpertsOutside(t *testing.T) {
 			}
 		}
 	}
+}
+
+// refCPU is the reference backend: the CPU on its exact path, float32 activations as the
+// kernels compute (its default picks 8-bit activations for some types).
+func refCPU() *cpu.Backend {
+	b := cpu.New(1)
+	b.SetDot(cpu.DotExact)
+	return b
 }

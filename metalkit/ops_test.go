@@ -30,7 +30,7 @@ type pair struct {
 
 func newPair(t *testing.T) pair {
 	t.Helper()
-	return pair{cpu: cpu.New(1), metal: New(harnesstest.Device(t))}
+	return pair{cpu: refCPU(), metal: New(harnesstest.Device(t))}
 }
 
 // encodeWeights lays the weights out as a GGUF tensor section would (32-byte aligned).

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/redlite/batch/engine"
-	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/internal/fixtures"
@@ -58,7 +57,7 @@ func TestModelParity(t *testing.T) {
 	for _, path := range names {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".gguf"), func(t *testing.T) {
 			// The Metal kernels compute with float32 activations: the CPU's exact path.
-			ref, err := engine.Load(path, engine.Options{Backend: cpu.New(1), CPUDot: "exact"})
+			ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +167,7 @@ func TestMTPParity(t *testing.T) {
 		return m
 	}
 	prompt := []int32{5, 77, 300, 12, 9, 480}
-	want := greedy(t, load(cpu.New(1)), prompt, false)
+	want := greedy(t, load(refCPU()), prompt, false)
 	got := greedy(t, load(New(dev)), prompt, true)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("metal-harness with MTP %v; the CPU without %v", got, want)
