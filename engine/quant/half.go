@@ -1,6 +1,9 @@
 package quant
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // F16ToF32 widens an IEEE half. Every half is exactly representable as a float32; a
 // signalling NaN comes back quiet (payload kept), as the F16C instruction and ggml's
@@ -87,6 +90,11 @@ func F32ToBF16(f float32) uint16 {
 // F16ToF32Slice widens len(dst) halves; src must be at least as long.
 func F16ToF32Slice(dst []float32, src []uint16) {
 	src = src[:len(dst)]
+	// The F16 weights' widening kernel (VCVTPH2PS) reads the same little-endian halves: an
+	// f16 KV cache is widened here for every position attention reads.
+	if len(src) > 0 && dequantF16(unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 2*len(src)), dst) {
+		return
+	}
 	for i, h := range src {
 		dst[i] = F16ToF32(h)
 	}

@@ -51,6 +51,22 @@ func TestF16ToF32AllValues(t *testing.T) {
 			t.Errorf("F16ToF32(%#04x) = %#08x, ggml %#08x", h, math.Float32bits(got), math.Float32bits(want[i]))
 		}
 	}
+	// The slice form (VCVTPH2PS where the CPU has it) gives the same bits, in runs of every
+	// length around its 32-value step.
+	halves := make([]uint16, len(want))
+	for i := range halves {
+		halves[i] = binary.LittleEndian.Uint16(raw[2*i:])
+	}
+	for start, n := 0, 1; start < len(halves); start, n = start+n, n%67+1 {
+		n := min(n, len(halves)-start)
+		got := make([]float32, n)
+		F16ToF32Slice(got, halves[start:start+n])
+		for i, g := range got {
+			if math.Float32bits(g) != math.Float32bits(want[start+i]) {
+				t.Fatalf("F16ToF32Slice at %#04x = %#08x, ggml %#08x", halves[start+i], math.Float32bits(g), math.Float32bits(want[start+i]))
+			}
+		}
+	}
 }
 
 func TestNarrowingMatchesGGML(t *testing.T) {
