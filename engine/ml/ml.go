@@ -126,6 +126,12 @@ type KVPool interface {
 // ErrPoolFull is wrapped by KVPool.Alloc when the pool has too few free blocks.
 var ErrPoolFull = errors.New("KV pool has too few free blocks")
 
+// KVBytesPerPosition is what one position of a KV cache holds: keys and values of kvHeads
+// heads of headDim features in each of layers layers.
+func KVBytesPerPosition(layers, kvHeads, headDim int, dt DType) int64 {
+	return int64(layers) * 2 * int64(kvHeads) * int64(headDim) * int64(dt.Bytes())
+}
+
 // BlocksFor is the number of blocks of blockSize positions that hold positions positions.
 func BlocksFor(positions, blockSize int) int { return (positions + blockSize - 1) / blockSize }
 
