@@ -206,6 +206,32 @@ func (c *cache) load(layer, pos0, n int, k, v []float32) {
 	})
 }
 
+// scores sets s[i] to q · the key of head g at position p+i; the positions lie in one block
+// (see run).
+func (c *cache) scores(layer, g, p int, q, s []float32) {
+	row := c.kvHeads * c.headDim
+	if c.dtype == ml.F32 {
+		k, _ := c.span32(layer, p, p+len(s))
+		scoresStrided(k[g*c.headDim:], row, q, s)
+		return
+	}
+	k, _ := c.span16(layer, p, p+len(s))
+	scoresStridedF16(k[g*c.headDim:], row, q, s)
+}
+
+// weighted sets out to Σ w[i] · the value of head g at position p+i, summed in i order; the
+// positions lie in one block.
+func (c *cache) weighted(layer, g, p int, w, out []float32) {
+	row := c.kvHeads * c.headDim
+	if c.dtype == ml.F32 {
+		_, v := c.span32(layer, p, p+len(w))
+		weightedRows(w, v[g*c.headDim:], row, out)
+		return
+	}
+	_, v := c.span16(layer, p, p+len(w))
+	weightedRowsF16(w, v[g*c.headDim:], row, out)
+}
+
 // key returns position p's key of head g as float32 (converting into buf for f16).
 func (c *cache) key(layer, p, g int, buf []float32) []float32 {
 	off := c.at(p) + g*c.headDim

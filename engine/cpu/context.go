@@ -281,51 +281,36 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 		return
 	}
 	group := heads / kc.kvHeads
-	row := kc.kvHeads * hd // floats per position in the cache
 	c.b.pool.parallel(n*heads, 1, func(lo, hi int) {
-		// One scratch buffer for the scores and two rows: this runs once per layer and
+		// One scratch buffer for the scores and a row: this runs once per layer and
 		// token, and decode should not allocate.
-		buf := c.b.pool.scratch.get(pos0 + n + 2*hd)
+		buf := c.b.pool.scratch.get(pos0 + n + hd)
 		defer c.b.pool.scratch.put(buf)
-		scores, kbuf, acc := buf[:pos0+n], buf[pos0+n:pos0+n+hd], buf[pos0+n+hd:]
+		scores, acc := buf[:pos0+n], buf[pos0+n:]
 		for job := lo; job < hi; job++ {
 			i, h := job/heads, job%heads
 			g := h / group
 			qv := qt.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
 			s := scores[:pos0+i+1] // causal: attend to positions 0 … pos0+i
 			dst := out.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
-			if kc.dtype == ml.F32 {
-				// By runs of positions within one block of the cache; a lone sequence's
-				// cache is one block.
-				for p := 0; p < len(s); p = kc.run(p, len(s)) {
-					kb, _ := kc.span32(layer, p, kc.run(p, len(s)))
-					scoresStrided(kb[g*hd:], row, qv, s[p:kc.run(p, len(s))])
-				}
-				softmax32(s, scale)
-				for p := 0; p < len(s); {
-					e := kc.run(p, len(s))
-					_, vb := kc.span32(layer, p, e)
-					if p == 0 {
-						weightedRows(s[:e], vb[g*hd:], row, dst)
-					} else {
-						weightedRows(s[p:e], vb[g*hd:], row, acc)
-						for d, x := range acc {
-							dst[d] += x
-						}
-					}
-					p = e
-				}
-				continue
-			}
-			for p := range s {
-				s[p] = quant.Dot(qv, kc.key(layer, p, g, kbuf))
+			// By runs of positions within one block of the cache; a lone sequence's cache
+			// is one block.
+			for p := 0; p < len(s); p = kc.run(p, len(s)) {
+				kc.scores(layer, g, p, qv, s[p:kc.run(p, len(s))])
 			}
 			softmax32(s, scale)
-			clear(acc)
-			for p, w := range s {
-				quant.Axpy(w, kc.value(layer, p, g, kbuf), acc)
+			for p := 0; p < len(s); {
+				e := kc.run(p, len(s))
+				if p == 0 {
+					kc.weighted(layer, g, p, s[:e], dst)
+				} else {
+					kc.weighted(layer, g, p, s[p:e], acc)
+					for d, x := range acc {
+						dst[d] += x
+					}
+				}
+				p = e
 			}
-			copy(dst, acc)
 		}
 	})
 }

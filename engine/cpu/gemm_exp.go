@@ -48,6 +48,35 @@ func weightedRowsGo(w []float32, a []float32, lda int, out []float32) {
 	}
 }
 
+// scoresStridedF16Go and weightedRowsF16Go widen one row at a time and do what the float32
+// forms do with it.
+func scoresStridedF16Go(a []uint16, lda int, x []float32, out []float32) {
+	var b [256]float32 // a head's row: decode should not allocate
+	buf := b[:]
+	if len(x) > len(b) {
+		buf = make([]float32, len(x))
+	}
+	buf = buf[:len(x)]
+	for r := range out {
+		quant.F16ToF32Slice(buf, a[r*lda:r*lda+len(x)])
+		out[r] = quant.Dot(buf, x)
+	}
+}
+
+func weightedRowsF16Go(w []float32, a []uint16, lda int, out []float32) {
+	var b [256]float32
+	buf := b[:]
+	if len(out) > len(b) {
+		buf = make([]float32, len(out))
+	}
+	buf = buf[:len(out)]
+	clear(out)
+	for r, v := range w {
+		quant.F16ToF32Slice(buf, a[r*lda:r*lda+len(out)])
+		quant.Axpy(v, buf, out)
+	}
+}
+
 // sumSquaresGo is Σ float64(v·v): each square rounded to float32, summed in float64.
 func sumSquaresGo(x []float32) float64 {
 	var sum float64

@@ -15,6 +15,12 @@ func dotStridedAVX512(a *float32, lda int, x *float32, n, rows int, out *float32
 func weightedRowsAVX512(w *float32, rows int, a *float32, lda int, out *float32)
 
 //go:noescape
+func dotStridedF16AVX512(a *uint16, lda int, x *float32, n, rows int, out *float32)
+
+//go:noescape
+func weightedRowsF16AVX512(w *float32, rows int, a *uint16, lda int, out *float32)
+
+//go:noescape
 func sumSquaresAVX512(x *float32, n int) float64
 
 //go:noescape
@@ -68,6 +74,33 @@ func weightedRows(w []float32, a []float32, lda int, out []float32) {
 		panic("cpu: weightedRows out of bounds")
 	}
 	weightedRowsAVX512(&w[0], len(w), &a[0], lda, &out[0])
+}
+
+// scoresStridedF16 is scoresStrided over rows of float16 bits, bit for bit as scoresStrided
+// over the widened rows.
+func scoresStridedF16(a []uint16, lda int, x []float32, out []float32) {
+	n := len(x)
+	if !useAVX512 || n%16 != 0 || n == 0 || len(out) == 0 {
+		scoresStridedF16Go(a, lda, x, out)
+		return
+	}
+	if len(a) < (len(out)-1)*lda+n {
+		panic("cpu: scoresStridedF16 out of bounds")
+	}
+	dotStridedF16AVX512(&a[0], lda, &x[0], n, len(out), &out[0])
+}
+
+// weightedRowsF16 is weightedRows over rows of float16 bits, bit for bit as weightedRows
+// over the widened rows.
+func weightedRowsF16(w []float32, a []uint16, lda int, out []float32) {
+	if !useAVX512 || len(out) != 128 || len(w) == 0 {
+		weightedRowsF16Go(w, a, lda, out)
+		return
+	}
+	if len(a) < (len(w)-1)*lda+128 {
+		panic("cpu: weightedRowsF16 out of bounds")
+	}
+	weightedRowsF16AVX512(&w[0], len(w), &a[0], lda, &out[0])
 }
 
 // sumSquares is Σ float64(v·v) over x (in a different order of the float64 additions).

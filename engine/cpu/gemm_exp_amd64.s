@@ -482,3 +482,121 @@ last:
 	VMOVUPS   Z9, K1, (DI)
 	VZEROUPPER
 	RET
+
+// func dotStridedF16AVX512(a *uint16, lda int, x *float32, n, rows int, out *float32)
+//
+// dotStridedAVX512 over rows of float16 bits (an f16 KV cache's keys), each widened in the
+// register that the float32 kernel loads: the same sums, bit for bit, as that kernel over
+// the widened rows, without writing them anywhere.
+TEXT ·dotStridedF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), SI
+	MOVQ lda+8(FP), R8
+	SHLQ $1, R8
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), DX
+	SHRQ $4, DX
+	MOVQ rows+32(FP), R11
+	MOVQ out+40(FP), BX
+	TESTQ R11, R11
+	JZ    done
+
+row:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   SI, R9
+	MOVQ   DI, R10
+	MOVQ   DX, CX
+	CMPQ   CX, $2
+	JLT    one
+
+two:
+	VCVTPH2PS   (R9), Z2
+	VCVTPH2PS   32(R9), Z3
+	VFMADD231PS (R10), Z2, Z0
+	VFMADD231PS 64(R10), Z3, Z1
+	ADDQ        $64, R9
+	ADDQ        $128, R10
+	SUBQ        $2, CX
+	CMPQ        CX, $2
+	JGE         two
+
+one:
+	TESTQ       CX, CX
+	JZ          sum
+	VCVTPH2PS   (R9), Z2
+	VFMADD231PS (R10), Z2, Z0
+
+sum:
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VMOVSS        X0, (BX)
+	ADDQ          $4, BX
+	ADDQ          R8, SI
+	DECQ          R11
+	JNZ           row
+
+done:
+	VZEROUPPER
+	RET
+
+// func weightedRowsF16AVX512(w *float32, rows int, a *uint16, lda int, out *float32)
+//
+// weightedRowsAVX512 over rows of float16 bits (an f16 KV cache's values), widened in
+// registers: bit for bit that kernel's sums over the widened rows.
+TEXT ·weightedRowsF16AVX512(SB), NOSPLIT, $0-40
+	MOVQ   w+0(FP), SI
+	MOVQ   rows+8(FP), CX
+	MOVQ   a+16(FP), DI
+	MOVQ   lda+24(FP), R8
+	SHLQ   $1, R8
+	MOVQ   out+32(FP), BX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	TESTQ  CX, CX
+	JZ     store
+
+loop:
+	VBROADCASTSS (SI), Z8
+	VCVTPH2PS    (DI), Z9
+	VCVTPH2PS    32(DI), Z10
+	VCVTPH2PS    64(DI), Z11
+	VCVTPH2PS    96(DI), Z12
+	VCVTPH2PS    128(DI), Z13
+	VCVTPH2PS    160(DI), Z14
+	VCVTPH2PS    192(DI), Z15
+	VCVTPH2PS    224(DI), Z16
+	VFMADD231PS  Z9, Z8, Z0
+	VFMADD231PS  Z10, Z8, Z1
+	VFMADD231PS  Z11, Z8, Z2
+	VFMADD231PS  Z12, Z8, Z3
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z14, Z8, Z5
+	VFMADD231PS  Z15, Z8, Z6
+	VFMADD231PS  Z16, Z8, Z7
+	ADDQ         $4, SI
+	ADDQ         R8, DI
+	DECQ         CX
+	JNZ          loop
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	VMOVUPS Z2, 128(BX)
+	VMOVUPS Z3, 192(BX)
+	VMOVUPS Z4, 256(BX)
+	VMOVUPS Z5, 320(BX)
+	VMOVUPS Z6, 384(BX)
+	VMOVUPS Z7, 448(BX)
+	VZEROUPPER
+	RET

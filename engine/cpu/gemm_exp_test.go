@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
 )
 
 // ulps is the distance between two float32 values in units in the last place.
@@ -86,6 +87,45 @@ func TestStridedKernels(t *testing.T) {
 		for i := range o1 {
 			if math.Abs(float64(o1[i]-o2[i])) > 1e-4*(1+math.Abs(float64(o2[i]))) {
 				t.Fatalf("rows %d: output %d = %v, want %v", rows, i, o1[i], o2[i])
+			}
+		}
+	}
+}
+
+// The f16 kernels must give exactly what the float32 ones give over the widened rows: an
+// f16 cache then attends as an f32 cache holding the same values does.
+func TestStridedF16Kernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	for _, n := range []int{16, 64, 128, 256} {
+		for _, rows := range []int{1, 2, 7, 130} {
+			lda := 4 * n
+			a32 := randomTensor(rng, (rows-1)*lda+n).data
+			a16 := make([]uint16, len(a32))
+			quant.F32ToF16Slice(a16, a32)
+			quant.F16ToF32Slice(a32, a16)
+			x := randomTensor(rng, n).data
+			got, want := make([]float32, rows), make([]float32, rows)
+			scoresStridedF16(a16, lda, x, got)
+			scoresStrided(a32, lda, x, want)
+			if !equal32(got, want) {
+				t.Fatalf("n %d rows %d: f16 scores %v, want %v", n, rows, got, want)
+			}
+			scoresStridedF16Go(a16, lda, x, got)
+			scoresStridedGo(a32, lda, x, want)
+			if !equal32(got, want) {
+				t.Fatalf("n %d rows %d: Go f16 scores %v, want %v", n, rows, got, want)
+			}
+			w := randomTensor(rng, rows).data
+			o1, o2 := make([]float32, n), make([]float32, n)
+			weightedRowsF16(w, a16, lda, o1)
+			weightedRows(w, a32, lda, o2)
+			if !equal32(o1, o2) {
+				t.Fatalf("n %d rows %d: f16 weighted rows differ", n, rows)
+			}
+			weightedRowsF16Go(w, a16, lda, o1)
+			weightedRowsGo(w, a32, lda, o2)
+			if !equal32(o1, o2) {
+				t.Fatalf("n %d rows %d: Go f16 weighted rows differ", n, rows)
 			}
 		}
 	}
