@@ -21,6 +21,18 @@ func dotStridedF16AVX512(a *uint16, lda int, x *float32, n, rows int, out *float
 func weightedRowsF16AVX512(w *float32, rows int, a *uint16, lda int, out *float32)
 
 //go:noescape
+func dotStridedAVX2(a *float32, lda int, x *float32, n, rows int, out *float32)
+
+//go:noescape
+func dotStridedF16AVX2(a *uint16, lda int, x *float32, n, rows int, out *float32)
+
+//go:noescape
+func weightedRowsAVX2(w *float32, rows int, a *float32, lda int, out *float32, n int)
+
+//go:noescape
+func weightedRowsF16AVX2(w *float32, rows int, a *uint16, lda int, out *float32, n int)
+
+//go:noescape
 func sumSquaresAVX512(x *float32, n int) float64
 
 //go:noescape
@@ -31,6 +43,9 @@ func siluAVX512(out, x *float32, n int)
 
 // useAVX512 selects the AVX-512 exponential kernels.
 var useAVX512 = func() bool { _, avx512 := cpuFeatures(); return avx512 }()
+
+// useAVX2 selects the AVX2 forms of the strided kernels where AVX-512 is absent.
+var useAVX2 = func() bool { avx2, _ := cpuFeatures(); return avx2 }()
 
 func softmax32(x []float32, scale float32) {
 	if !useAVX512 || len(x) == 0 {
@@ -54,53 +69,78 @@ func swiglu(out, g, u []float32) {
 // scoresStrided sets out[r] = a[r·lda : r·lda+len(x)] · x for r < len(out).
 func scoresStrided(a []float32, lda int, x []float32, out []float32) {
 	n := len(x)
-	if !useAVX512 || n%16 != 0 || n == 0 || len(out) == 0 {
-		scoresStridedGo(a, lda, x, out)
+	switch {
+	case n == 0 || len(out) == 0:
+	case useAVX512 && n%16 == 0:
+		checkStrided(len(a), lda, n, len(out))
+		dotStridedAVX512(&a[0], lda, &x[0], n, len(out), &out[0])
+		return
+	case useAVX2 && n%8 == 0:
+		checkStrided(len(a), lda, n, len(out))
+		dotStridedAVX2(&a[0], lda, &x[0], n, len(out), &out[0])
 		return
 	}
-	if len(a) < (len(out)-1)*lda+n {
-		panic("cpu: scoresStrided out of bounds")
-	}
-	dotStridedAVX512(&a[0], lda, &x[0], n, len(out), &out[0])
-}
-
-// weightedRows sets out[i] = Σ_r w[r]·a[r·lda+i] for i < len(out), summed in r order.
-func weightedRows(w []float32, a []float32, lda int, out []float32) {
-	if !useAVX512 || len(out) != 128 || len(w) == 0 {
-		weightedRowsGo(w, a, lda, out)
-		return
-	}
-	if len(a) < (len(w)-1)*lda+128 {
-		panic("cpu: weightedRows out of bounds")
-	}
-	weightedRowsAVX512(&w[0], len(w), &a[0], lda, &out[0])
+	scoresStridedGo(a, lda, x, out)
 }
 
 // scoresStridedF16 is scoresStrided over rows of float16 bits, bit for bit as scoresStrided
 // over the widened rows.
 func scoresStridedF16(a []uint16, lda int, x []float32, out []float32) {
 	n := len(x)
-	if !useAVX512 || n%16 != 0 || n == 0 || len(out) == 0 {
-		scoresStridedF16Go(a, lda, x, out)
+	switch {
+	case n == 0 || len(out) == 0:
+	case useAVX512 && n%16 == 0:
+		checkStrided(len(a), lda, n, len(out))
+		dotStridedF16AVX512(&a[0], lda, &x[0], n, len(out), &out[0])
+		return
+	case useAVX2 && n%8 == 0:
+		checkStrided(len(a), lda, n, len(out))
+		dotStridedF16AVX2(&a[0], lda, &x[0], n, len(out), &out[0])
 		return
 	}
-	if len(a) < (len(out)-1)*lda+n {
-		panic("cpu: scoresStridedF16 out of bounds")
+	scoresStridedF16Go(a, lda, x, out)
+}
+
+// weightedRows sets out[i] = Σ_r w[r]·a[r·lda+i] for i < len(out), summed in r order.
+func weightedRows(w []float32, a []float32, lda int, out []float32) {
+	n := len(out)
+	switch {
+	case len(w) == 0:
+	case useAVX512 && n == 128:
+		checkStrided(len(a), lda, n, len(w))
+		weightedRowsAVX512(&w[0], len(w), &a[0], lda, &out[0])
+		return
+	case useAVX2 && n%64 == 0:
+		checkStrided(len(a), lda, n, len(w))
+		weightedRowsAVX2(&w[0], len(w), &a[0], lda, &out[0], n)
+		return
 	}
-	dotStridedF16AVX512(&a[0], lda, &x[0], n, len(out), &out[0])
+	weightedRowsGo(w, a, lda, out)
 }
 
 // weightedRowsF16 is weightedRows over rows of float16 bits, bit for bit as weightedRows
 // over the widened rows.
 func weightedRowsF16(w []float32, a []uint16, lda int, out []float32) {
-	if !useAVX512 || len(out) != 128 || len(w) == 0 {
-		weightedRowsF16Go(w, a, lda, out)
+	n := len(out)
+	switch {
+	case len(w) == 0:
+	case useAVX512 && n == 128:
+		checkStrided(len(a), lda, n, len(w))
+		weightedRowsF16AVX512(&w[0], len(w), &a[0], lda, &out[0])
+		return
+	case useAVX2 && n%64 == 0:
+		checkStrided(len(a), lda, n, len(w))
+		weightedRowsF16AVX2(&w[0], len(w), &a[0], lda, &out[0], n)
 		return
 	}
-	if len(a) < (len(w)-1)*lda+128 {
-		panic("cpu: weightedRowsF16 out of bounds")
+	weightedRowsF16Go(w, a, lda, out)
+}
+
+// checkStrided refuses rows of n values every lda that run past a slice of length size.
+func checkStrided(size, lda, n, rows int) {
+	if size < (rows-1)*lda+n {
+		panic("cpu: strided rows out of bounds")
 	}
-	weightedRowsF16AVX512(&w[0], len(w), &a[0], lda, &out[0])
 }
 
 // sumSquares is Σ float64(v·v) over x (in a different order of the float64 additions).

@@ -600,3 +600,168 @@ store:
 	VMOVUPS Z7, 448(BX)
 	VZEROUPPER
 	RET
+
+// The AVX2 forms of the strided kernels, for CPUs without AVX-512. DOTROWS8 and WROWS8 are
+// their loops over one row, with LOAD8 the load of 8 values: float32 rows load as they are,
+// f16 rows widen in the register, so that the f16 kernels give bit for bit what the
+// float32 ones give over the widened rows.
+
+#define LOADF32(off, base, Y) VMOVUPS off(base), Y
+#define LOADF16(off, base, Y) VCVTPH2PS off(base), Y
+
+// func dotStridedAVX2(a *float32, lda int, x *float32, n, rows int, out *float32)
+//
+// out[r] = a[r·lda : r·lda+n] · x for r < rows; n is a multiple of 8. Four accumulators of
+// 8 lanes take 32 values per step, then 8 at a time.
+#define DOTSTRIDED(LOAD, E32, E8) \
+	TESTQ R11, R11; \
+	JZ    done; \
+row: \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	MOVQ   SI, R9; \
+	MOVQ   DI, R10; \
+	MOVQ   DX, CX; \
+	CMPQ   CX, $32; \
+	JLT    eight; \
+four: \
+	LOAD(0, R9, Y4); \
+	LOAD(E8, R9, Y5); \
+	LOAD(2*E8, R9, Y6); \
+	LOAD(3*E8, R9, Y7); \
+	VFMADD231PS (R10), Y4, Y0; \
+	VFMADD231PS 32(R10), Y5, Y1; \
+	VFMADD231PS 64(R10), Y6, Y2; \
+	VFMADD231PS 96(R10), Y7, Y3; \
+	ADDQ        E32, R9; \
+	ADDQ        $128, R10; \
+	SUBQ        $32, CX; \
+	CMPQ        CX, $32; \
+	JGE         four; \
+eight: \
+	TESTQ       CX, CX; \
+	JZ          sum; \
+	LOAD(0, R9, Y4); \
+	VFMADD231PS (R10), Y4, Y0; \
+	ADDQ        $E8, R9; \
+	ADDQ        $32, R10; \
+	SUBQ        $8, CX; \
+	JMP         eight; \
+sum: \
+	VADDPS       Y1, Y0, Y0; \
+	VADDPS       Y3, Y2, Y2; \
+	VADDPS       Y2, Y0, Y0; \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPS       X1, X0, X0; \
+	VHADDPS      X0, X0, X0; \
+	VHADDPS      X0, X0, X0; \
+	VMOVSS       X0, (BX); \
+	ADDQ         $4, BX; \
+	ADDQ         R8, SI; \
+	DECQ         R11; \
+	JNZ          row; \
+done: \
+	VZEROUPPER; \
+	RET
+
+TEXT ·dotStridedAVX2(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), SI
+	MOVQ lda+8(FP), R8
+	SHLQ $2, R8
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), DX
+	MOVQ rows+32(FP), R11
+	MOVQ out+40(FP), BX
+	DOTSTRIDED(LOADF32, $128, 32)
+
+// func dotStridedF16AVX2(a *uint16, lda int, x *float32, n, rows int, out *float32)
+TEXT ·dotStridedF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), SI
+	MOVQ lda+8(FP), R8
+	SHLQ $1, R8
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), DX
+	MOVQ rows+32(FP), R11
+	MOVQ out+40(FP), BX
+	DOTSTRIDED(LOADF16, $64, 16)
+
+// func weightedRowsAVX2(w *float32, rows int, a *float32, lda int, out *float32, n int)
+//
+// out[i] = Σ_{r<rows} w[r]·a[r·lda+i] for i < n, summed in r order; n is a multiple of 64.
+// The outputs go by 64, held in eight registers while the rows go by.
+#define WEIGHTEDROWS(LOAD, E8) \
+	SHRQ $6, DX; \
+chunk: \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7; \
+	MOVQ   SI, R9; \
+	MOVQ   DI, R10; \
+	MOVQ   CX, R11; \
+	TESTQ  R11, R11; \
+	JZ     store; \
+loop: \
+	VBROADCASTSS (R9), Y8; \
+	LOAD(0, R10, Y9); \
+	LOAD(E8, R10, Y10); \
+	LOAD(2*E8, R10, Y11); \
+	LOAD(3*E8, R10, Y12); \
+	VFMADD231PS  Y9, Y8, Y0; \
+	VFMADD231PS  Y10, Y8, Y1; \
+	VFMADD231PS  Y11, Y8, Y2; \
+	VFMADD231PS  Y12, Y8, Y3; \
+	LOAD(4*E8, R10, Y9); \
+	LOAD(5*E8, R10, Y10); \
+	LOAD(6*E8, R10, Y11); \
+	LOAD(7*E8, R10, Y12); \
+	VFMADD231PS  Y9, Y8, Y4; \
+	VFMADD231PS  Y10, Y8, Y5; \
+	VFMADD231PS  Y11, Y8, Y6; \
+	VFMADD231PS  Y12, Y8, Y7; \
+	ADDQ         $4, R9; \
+	ADDQ         R8, R10; \
+	DECQ         R11; \
+	JNZ          loop; \
+store: \
+	VMOVUPS Y0, (BX); \
+	VMOVUPS Y1, 32(BX); \
+	VMOVUPS Y2, 64(BX); \
+	VMOVUPS Y3, 96(BX); \
+	VMOVUPS Y4, 128(BX); \
+	VMOVUPS Y5, 160(BX); \
+	VMOVUPS Y6, 192(BX); \
+	VMOVUPS Y7, 224(BX); \
+	ADDQ    $256, BX; \
+	ADDQ    $(8*E8), DI; \
+	DECQ    DX; \
+	JNZ     chunk; \
+	VZEROUPPER; \
+	RET
+
+TEXT ·weightedRowsAVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ rows+8(FP), CX
+	MOVQ a+16(FP), DI
+	MOVQ lda+24(FP), R8
+	SHLQ $2, R8
+	MOVQ out+32(FP), BX
+	MOVQ n+40(FP), DX
+	WEIGHTEDROWS(LOADF32, 32)
+
+// func weightedRowsF16AVX2(w *float32, rows int, a *uint16, lda int, out *float32, n int)
+TEXT ·weightedRowsF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ rows+8(FP), CX
+	MOVQ a+16(FP), DI
+	MOVQ lda+24(FP), R8
+	SHLQ $1, R8
+	MOVQ out+32(FP), BX
+	MOVQ n+40(FP), DX
+	WEIGHTEDROWS(LOADF16, 16)

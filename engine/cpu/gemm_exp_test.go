@@ -68,8 +68,9 @@ func TestSwiGLU(t *testing.T) {
 
 func TestStridedKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
-	for _, rows := range []int{1, 2, 7, 130} {
-		const n, lda = 128, 1024
+	for _, c := range [][2]int{{1, 128}, {2, 128}, {7, 128}, {130, 128}, {3, 8}, {5, 64}, {9, 136}, {33, 256}} {
+		rows, n := c[0], c[1]
+		const lda = 1024
 		a := randomTensor(rng, (rows-1)*lda+n).data
 		x := randomTensor(rng, n).data
 		got, want := make([]float32, rows), make([]float32, rows)
