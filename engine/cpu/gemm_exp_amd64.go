@@ -41,29 +41,53 @@ func scaleRowAVX512(dst, src *float32, n int, s float32, w *float32)
 //go:noescape
 func siluAVX512(out, x *float32, n int)
 
+//go:noescape
+func softmaxAVX2(x *float32, n int, scale float32)
+
+//go:noescape
+func swigluAVX2(out, gate, up *float32, n int)
+
+//go:noescape
+func siluAVX2(out, x *float32, n int)
+
+//go:noescape
+func sumSquaresAVX2(x *float32, n int) float64
+
+//go:noescape
+func scaleRowAVX2(dst, src *float32, n int, s float32, w *float32)
+
 // useAVX512 selects the AVX-512 exponential kernels.
 var useAVX512 = func() bool { _, avx512 := cpuFeatures(); return avx512 }()
 
-// useAVX2 selects the AVX2 forms of the strided kernels where AVX-512 is absent.
+// useAVX2 selects the AVX2 forms of the row and strided kernels where there is no AVX-512
+// (every caller tries AVX-512 first).
 var useAVX2 = func() bool { avx2, _ := cpuFeatures(); return avx2 }()
 
 func softmax32(x []float32, scale float32) {
-	if !useAVX512 || len(x) == 0 {
+	switch {
+	case len(x) == 0:
+	case useAVX512:
+		softmaxAVX512(&x[0], len(x), scale)
+	case useAVX2:
+		softmaxAVX2(&x[0], len(x), scale)
+	default:
 		softmaxGo(x, scale)
-		return
 	}
-	softmaxAVX512(&x[0], len(x), scale)
 }
 
 func swiglu(out, g, u []float32) {
-	if !useAVX512 || len(out) == 0 {
+	if (!useAVX512 && !useAVX2) || len(out) == 0 {
 		swigluGo(out, g, u)
 		return
 	}
 	if len(g) != len(out) || len(u) != len(out) {
 		panic("cpu: swiglu of unequal lengths")
 	}
-	swigluAVX512(&out[0], &g[0], &u[0], len(out))
+	if useAVX512 {
+		swigluAVX512(&out[0], &g[0], &u[0], len(out))
+	} else {
+		swigluAVX2(&out[0], &g[0], &u[0], len(out))
+	}
 }
 
 // scoresStrided sets out[r] = a[r·lda : r·lda+len(x)] · x for r < len(out).
@@ -145,15 +169,20 @@ func checkStrided(size, lda, n, rows int) {
 
 // sumSquares is Σ float64(v·v) over x (in a different order of the float64 additions).
 func sumSquares(x []float32) float64 {
-	if !useAVX512 || len(x) == 0 {
-		return sumSquaresGo(x)
+	switch {
+	case len(x) == 0:
+		return 0
+	case useAVX512:
+		return sumSquaresAVX512(&x[0], len(x))
+	case useAVX2:
+		return sumSquaresAVX2(&x[0], len(x))
 	}
-	return sumSquaresAVX512(&x[0], len(x))
+	return sumSquaresGo(x)
 }
 
 // scaleRow sets dst[i] = src[i]·s·w[i] (w nil: src[i]·s).
 func scaleRow(dst, src []float32, s float32, w []float32) {
-	if !useAVX512 || len(dst) == 0 {
+	if (!useAVX512 && !useAVX2) || len(dst) == 0 {
 		scaleRowGo(dst, src, s, w)
 		return
 	}
@@ -164,17 +193,25 @@ func scaleRow(dst, src []float32, s float32, w []float32) {
 	if w != nil {
 		wp = &w[0]
 	}
-	scaleRowAVX512(&dst[0], &src[0], len(dst), s, wp)
+	if useAVX512 {
+		scaleRowAVX512(&dst[0], &src[0], len(dst), s, wp)
+	} else {
+		scaleRowAVX2(&dst[0], &src[0], len(dst), s, wp)
+	}
 }
 
 // siluRow sets out[i] = silu(x[i]).
 func siluRow(out, x []float32) {
-	if !useAVX512 || len(out) == 0 {
+	if (!useAVX512 && !useAVX2) || len(out) == 0 {
 		siluRowGo(out, x)
 		return
 	}
 	if len(x) < len(out) {
 		panic("cpu: siluRow of unequal lengths")
 	}
-	siluAVX512(&out[0], &x[0], len(out))
+	if useAVX512 {
+		siluAVX512(&out[0], &x[0], len(out))
+	} else {
+		siluAVX2(&out[0], &x[0], len(out))
+	}
 }

@@ -765,3 +765,379 @@ TEXT ·weightedRowsF16AVX2(SB), NOSPLIT, $0-48
 	MOVQ out+32(FP), BX
 	MOVQ n+40(FP), DX
 	WEIGHTEDROWS(LOADF16, 16)
+
+// The AVX2 forms of the row kernels, for CPUs without AVX-512. AVX2 has neither mask
+// registers nor VSCALEFPS nor VRNDSCALEPS: tails go through VMASKMOVPS with a mask from
+// tailMask8<>, n is rounded by VROUNDPS, and 2^n is applied as two factors 2^n1·2^n2
+// (n1 = n>>1, n2 = n − n1), each built in the exponent field. Both factors are normal for
+// |n| ≤ 216 (the clamp to ±150), p·2^n1 is exact, so the one rounding is that of p·2^n: the
+// same result as VSCALEFPS, bit for bit, including the overflow to +Inf and the gradual
+// underflow through the denormals to 0.
+
+// Eight lanes on then eight off: the 32 bytes at +4(8−r) switch on the low r lanes.
+DATA tailMask8<>+0(SB)/8, $0xffffffffffffffff
+DATA tailMask8<>+8(SB)/8, $0xffffffffffffffff
+DATA tailMask8<>+16(SB)/8, $0xffffffffffffffff
+DATA tailMask8<>+24(SB)/8, $0xffffffffffffffff
+DATA tailMask8<>+32(SB)/8, $0
+DATA tailMask8<>+40(SB)/8, $0
+DATA tailMask8<>+48(SB)/8, $0
+DATA tailMask8<>+56(SB)/8, $0
+GLOBL tailMask8<>(SB), RODATA|NOPTR, $64
+
+// TAILMASK8 sets R10 to the address of the mask of the last vector's lanes, ((CX−1)&7)+1
+// of them (all 8 when CX is a multiple of 8), and DX to the number of whole vectors before
+// it; CX ≥ 1. Clobbers R9. The last vector always goes through the mask so that no kernel
+// touches memory past the end of its rows.
+#define TAILMASK8 \
+	LEAQ -1(CX), DX; \
+	MOVQ DX, R9; \
+	SHRQ $3, DX; \
+	ANDQ $7, R9; \
+	NEGQ R9; \
+	LEAQ tailMask8<>+28(SB), R10; \
+	LEAQ (R10)(R9*4), R10
+
+// EXPCONSTS8 holds in registers the constants EXP8 uses on every instruction; the
+// polynomial's coefficients, each used once, are broadcast from expConst<> (AX) as they
+// are needed, there being too few Y registers for all of them. Clobbers R11.
+#define EXPCONSTS8 \
+	MOVQ         $expConst<>(SB), AX; \
+	VBROADCASTSS 40(AX), Y6; \
+	VBROADCASTSS 44(AX), Y7; \
+	VBROADCASTSS 0(AX), Y8; \
+	VBROADCASTSS 4(AX), Y9; \
+	VBROADCASTSS 8(AX), Y10; \
+	VBROADCASTSS 36(AX), Y11; \
+	MOVL         $127, R11; \
+	VMOVD        R11, X5; \
+	VPBROADCASTD X5, Y5
+
+// EXP8 sets Y = e^X (Y registers), EXP's steps in the same order; X is clobbered, T and U
+// are temporaries.
+#define EXP8(X, Y, T, U) \
+	VMAXPS       Y6, X, X; \
+	VMINPS       Y7, X, X; \
+	VMULPS       Y8, X, Y; \
+	VROUNDPS     $0, Y, Y; \
+	VFNMADD231PS Y9, Y, X; \
+	VFNMADD231PS Y10, Y, X; \
+	VBROADCASTSS 12(AX), T; \
+	VBROADCASTSS 16(AX), U; \
+	VFMADD213PS  U, X, T; \
+	VBROADCASTSS 20(AX), U; \
+	VFMADD213PS  U, X, T; \
+	VBROADCASTSS 24(AX), U; \
+	VFMADD213PS  U, X, T; \
+	VBROADCASTSS 28(AX), U; \
+	VFMADD213PS  U, X, T; \
+	VBROADCASTSS 32(AX), U; \
+	VFMADD213PS  U, X, T; \
+	VMULPS       X, T, T; \
+	VFMADD213PS  X, X, T; \
+	VADDPS       Y11, T, T; \
+	VCVTPS2DQ    Y, Y; \
+	VPSRAD       $1, Y, U; \
+	VPSUBD       U, Y, Y; \
+	VPADDD       Y5, U, U; \
+	VPSLLD       $23, U, U; \
+	VPADDD       Y5, Y, Y; \
+	VPSLLD       $23, Y, Y; \
+	VMULPS       U, T, T; \
+	VMULPS       Y, T, Y
+
+// func softmaxAVX2(x *float32, n int, scale float32)
+//
+// softmaxAVX512's three passes, eight lanes at a time; n ≥ 1.
+TEXT ·softmaxAVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS scale+16(FP), Y15
+	TAILMASK8
+
+	// Pass 1: maximum. The masked load reads 0 in the lanes past the end, which must not
+	// take part: VBLENDVPS puts the running maximum there instead.
+	MOVL         $0xff800000, R11 // −Inf
+	VMOVD        R11, X0
+	VPBROADCASTD X0, Y0
+	MOVQ         SI, DI
+	MOVQ         DX, R8
+	TESTQ        R8, R8
+	JZ           max_tail
+
+max_loop:
+	VMAXPS (DI), Y0, Y0
+	ADDQ   $32, DI
+	DECQ   R8
+	JNZ    max_loop
+
+max_tail:
+	VMOVDQU      (R10), Y4
+	VMASKMOVPS   (DI), Y4, Y1
+	VBLENDVPS    Y4, Y1, Y0, Y1
+	VMAXPS       Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXPS       X1, X0, X0
+	VMULSS       X15, X0, X0
+	VBROADCASTSS X0, Y14
+
+	// Pass 2: exponentials and their sum.
+	EXPCONSTS8
+	VXORPD Y12, Y12, Y12
+	VXORPD Y13, Y13, Y13
+	MOVQ   SI, DI
+	MOVQ   DX, R8
+	TESTQ  R8, R8
+	JZ     exp_tail
+
+exp_loop:
+	VMULPS       (DI), Y15, Y0
+	VSUBPS       Y14, Y0, Y0
+	EXP8(Y0, Y1, Y2, Y3)
+	VMOVUPS      Y1, (DI)
+	VCVTPS2PD    X1, Y4
+	VEXTRACTF128 $1, Y1, X1
+	VCVTPS2PD    X1, Y1
+	VADDPD       Y4, Y12, Y12
+	VADDPD       Y1, Y13, Y13
+	ADDQ         $32, DI
+	DECQ         R8
+	JNZ          exp_loop
+
+exp_tail:
+	VMOVDQU      (R10), Y4
+	VMASKMOVPS   (DI), Y4, Y0
+	VMULPS       Y15, Y0, Y0
+	VSUBPS       Y14, Y0, Y0
+	EXP8(Y0, Y1, Y2, Y3)
+	VANDPS       Y4, Y1, Y1 // the lanes past the end out of the sum
+	VMASKMOVPS   Y1, Y4, (DI)
+	VCVTPS2PD    X1, Y4
+	VEXTRACTF128 $1, Y1, X1
+	VCVTPS2PD    X1, Y1
+	VADDPD       Y4, Y12, Y12
+	VADDPD       Y1, Y13, Y13
+
+	VADDPD       Y13, Y12, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD       X1, X0, X0
+	VHADDPD      X0, X0, X0
+	MOVQ         $0x3ff0000000000000, R11 // 1.0
+	VMOVQ        R11, X1
+	VDIVSD       X0, X1, X0
+	VCVTSD2SS    X0, X0, X0
+	VBROADCASTSS X0, Y14
+
+	// Pass 3: normalise.
+	MOVQ  SI, DI
+	MOVQ  DX, R8
+	TESTQ R8, R8
+	JZ    norm_tail
+
+norm_loop:
+	VMULPS  (DI), Y14, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	DECQ    R8
+	JNZ     norm_loop
+
+norm_tail:
+	VMOVDQU    (R10), Y4
+	VMASKMOVPS (DI), Y4, Y0
+	VMULPS     Y14, Y0, Y0
+	VMASKMOVPS Y0, Y4, (DI)
+	VZEROUPPER
+	RET
+
+// SILU8 sets Y13 = silu(Y0) = Y0/(1 + e^−Y0), Y15 holding the sign bit in every lane.
+#define SILU8 \
+	VXORPS Y15, Y0, Y14; \
+	EXP8(Y14, Y1, Y2, Y3); \
+	VADDPS Y11, Y1, Y1; \
+	VDIVPS Y1, Y0, Y13
+
+// func swigluAVX2(out, gate, up *float32, n int)
+//
+// out = silu(gate)·up; n ≥ 1.
+TEXT ·swigluAVX2(SB), NOSPLIT, $0-32
+	MOVQ         out+0(FP), DI
+	MOVQ         gate+8(FP), SI
+	MOVQ         up+16(FP), BX
+	MOVQ         n+24(FP), CX
+	TAILMASK8
+	EXPCONSTS8
+	MOVL         $0x80000000, R11
+	VMOVD        R11, X15
+	VPBROADCASTD X15, Y15
+	TESTQ        DX, DX
+	JZ           last
+
+loop:
+	VMOVUPS (SI), Y0
+	SILU8
+	VMULPS  (BX), Y13, Y13
+	VMOVUPS Y13, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, BX
+	ADDQ    $32, DI
+	DECQ    DX
+	JNZ     loop
+
+last:
+	VMOVDQU    (R10), Y4
+	VMASKMOVPS (SI), Y4, Y0
+	VMASKMOVPS (BX), Y4, Y12
+	SILU8
+	VMULPS     Y12, Y13, Y13
+	VMASKMOVPS Y13, Y4, (DI)
+	VZEROUPPER
+	RET
+
+// func siluAVX2(out, x *float32, n int)
+//
+// out = x/(1 + e^−x); n ≥ 1.
+TEXT ·siluAVX2(SB), NOSPLIT, $0-24
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	TAILMASK8
+	EXPCONSTS8
+	MOVL         $0x80000000, R11
+	VMOVD        R11, X15
+	VPBROADCASTD X15, Y15
+	TESTQ        DX, DX
+	JZ           last
+
+loop:
+	VMOVUPS (SI), Y0
+	SILU8
+	VMOVUPS Y13, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	DECQ    DX
+	JNZ     loop
+
+last:
+	VMOVDQU    (R10), Y4
+	VMASKMOVPS (SI), Y4, Y0
+	SILU8
+	VMASKMOVPS Y13, Y4, (DI)
+	VZEROUPPER
+	RET
+
+// SQUARES8 adds the squares of the eight floats in Y4, rounded to float32 and widened,
+// to the float64 sums A (low four lanes) and B (high four); Y4 is clobbered, T is a
+// temporary.
+#define SQUARES8(A, B, T) \
+	VMULPS       Y4, Y4, Y4; \
+	VCVTPS2PD    X4, T; \
+	VEXTRACTF128 $1, Y4, X4; \
+	VCVTPS2PD    X4, Y4; \
+	VADDPD       T, A, A; \
+	VADDPD       Y4, B, B
+
+// func sumSquaresAVX2(x *float32, n int) float64
+//
+// Σ float64(x·x) as sumSquaresAVX512; two vectors a step into four sums, so that the
+// additions' latency does not set the pace.
+TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-24
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	TAILMASK8
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	MOVQ   DX, R8
+	SHRQ   $1, R8
+	JZ     one
+
+two:
+	VMOVUPS (SI), Y4
+	SQUARES8(Y0, Y1, Y5)
+	VMOVUPS 32(SI), Y4
+	SQUARES8(Y2, Y3, Y5)
+	ADDQ    $64, SI
+	DECQ    R8
+	JNZ     two
+
+one:
+	TESTQ   $1, DX
+	JZ      last
+	VMOVUPS (SI), Y4
+	SQUARES8(Y0, Y1, Y5)
+	ADDQ    $32, SI
+
+last:
+	VMOVDQU    (R10), Y6
+	VMASKMOVPS (SI), Y6, Y4
+	SQUARES8(Y2, Y3, Y5)
+
+	VADDPD       Y1, Y0, Y0
+	VADDPD       Y3, Y2, Y2
+	VADDPD       Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD       X1, X0, X0
+	VHADDPD      X0, X0, X0
+	VMOVSD       X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleRowAVX2(dst, src *float32, n int, s float32, w *float32)
+//
+// dst = (src·s)·w, or src·s when w is nil; n ≥ 1.
+TEXT ·scaleRowAVX2(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS s+24(FP), Y5
+	MOVQ         w+32(FP), BX
+	TAILMASK8
+	TESTQ        BX, BX
+	JZ           plain
+	TESTQ        DX, DX
+	JZ           wlast
+
+wloop:
+	VMULPS  (SI), Y5, Y0
+	VMULPS  (BX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, BX
+	ADDQ    $32, DI
+	DECQ    DX
+	JNZ     wloop
+
+wlast:
+	VMOVDQU    (R10), Y4
+	VMASKMOVPS (SI), Y4, Y0
+	VMASKMOVPS (BX), Y4, Y1
+	VMULPS     Y5, Y0, Y0
+	VMULPS     Y1, Y0, Y0
+	VMASKMOVPS Y0, Y4, (DI)
+	VZEROUPPER
+	RET
+
+plain:
+	TESTQ DX, DX
+	JZ    plast
+
+ploop:
+	VMULPS  (SI), Y5, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	DECQ    DX
+	JNZ     ploop
+
+plast:
+	VMOVDQU    (R10), Y4
+	VMASKMOVPS (SI), Y4, Y0
+	VMULPS     Y5, Y0, Y0
+	VMASKMOVPS Y0, Y4, (DI)
+	VZEROUPPER
+	RET
