@@ -88,10 +88,17 @@ func (c *context) quantizeActs(x []float32, n, cols int) (acts []quant.Q8K, rele
 	return acts, func() { c.b.pool.scratch.put(buf) }
 }
 
-// dotTileQ8K is dotTile with 8-bit activations: acts holds n tokens of nb blocks each.
+// dotTileQ8K is dotTile with 8-bit activations: acts holds n tokens of nb blocks each; four
+// tokens per kernel call where the type has a four-token kernel.
 func dotTileQ8K(t quant.Type, rows []byte, acts []quant.Q8K, nb, n int, out []float32, ldo int) {
 	nr := len(rows) / t.RowBytes(nb*quant.QK_K)
-	for i := 0; i < n; i++ {
+	i := 0
+	if quant.Int8Rows4(t) {
+		for ; i+4 <= n; i += 4 {
+			quant.DotRows4Q8K(t, rows, acts[i*nb:(i+4)*nb], out[i*ldo:], ldo)
+		}
+	}
+	for ; i < n; i++ {
 		quant.DotRowsQ8K(t, rows, acts[i*nb:(i+1)*nb], out[i*ldo:i*ldo+nr])
 	}
 }

@@ -10,6 +10,10 @@ import (
 // dotTileRows is the rows dotted with every token of a small batch before the next rows.
 const dotTileRows = 16
 
+// int8TokenRun is the bytes of quantized activations a worker takes its rows through before
+// the next tokens': half of a 512 KiB L2.
+const int8TokenRun = 256 << 10
+
 func (c *context) MatMul(wt ml.Weight, x ml.Tensor) ml.Tensor {
 	w := wt.(*weight)
 	t := x.(*tensor)
@@ -27,6 +31,23 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 	rows, cols := r1-r0, w.cols
 	small := w.f32 != nil && len(w.f32) == w.rows*w.cols && len(w.f32) <= smallVector
 	switch {
+	case n > 1 && c.b.int8(w.typ) && quant.Int8Rows4(w.typ) && cols%quant.QK_K == 0:
+		// 8-bit activations with a four-token kernel: cheaper than expanding the rows for
+		// the float GEMM at any batch size. x is quantized once; each worker's rows go by
+		// tiles that stay in L1, against the tokens in runs whose activations stay in L2.
+		acts, release := c.quantizeActs(x, n, cols)
+		defer release()
+		nb := cols / quant.QK_K
+		run := max(4, int8TokenRun/(nb*quant.Q8KFloats*4)/4*4)
+		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
+			for i0 := 0; i0 < n; i0 += run {
+				tn := min(run, n-i0)
+				for t0 := lo; t0 < hi; t0 += dotTileRows {
+					t1 := min(t0+dotTileRows, hi)
+					dotTileQ8K(w.typ, w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts[i0*nb:], nb, tn, out[i0*rows+t0:], rows)
+				}
+			}
+		})
 	case n > c.b.fusedMaxTokens(w.typ) && !small:
 		gemmWeight(c.b.pool, defaultKernel, w, r0, r1, x, n, out)
 	case w.f32 != nil && len(w.f32) == w.rows*w.cols:

@@ -204,3 +204,37 @@ func BenchmarkDotQ8K(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDotRows4Q8K compares four tokens through the four-token kernel with the same
+// four one at a time, over a tile of 16 rows as the CPU backend's matmul takes them.
+func BenchmarkDotRows4Q8K(b *testing.B) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	const n, rows = 1024, 16
+	a := make([]Q8K, 4*n/QK_K)
+	QuantizeQ8K(randomVec(4*n, rng), a)
+	out := make([]float32, 4*rows)
+	for _, t := range []Type{Q4_K} {
+		if !Int8Rows4(t) {
+			continue
+		}
+		var data []byte
+		for range rows {
+			data = append(data, randomRow(t, n, rng)...)
+		}
+		nb := n / QK_K
+		b.Run(t.String()+"/one", func(b *testing.B) {
+			b.SetBytes(int64(4 * len(data)))
+			for b.Loop() {
+				for i := range 4 {
+					DotRowsQ8K(t, data, a[i*nb:(i+1)*nb], out[i*rows:(i+1)*rows])
+				}
+			}
+		})
+		b.Run(t.String()+"/four", func(b *testing.B) {
+			b.SetBytes(int64(4 * len(data)))
+			for b.Loop() {
+				DotRows4Q8K(t, data, a, out, rows)
+			}
+		})
+	}
+}

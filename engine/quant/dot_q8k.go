@@ -126,6 +126,32 @@ func DotRowsQ8K(t Type, rows []byte, a []Q8K, out []float32) {
 	}
 }
 
+// Int8Rows4 reports whether t has a four-token 8-bit kernel on this machine (DotRows4Q8K).
+func Int8Rows4(t Type) bool { return Int8Dot(t) && int8Rows4(t) }
+
+// DotRows4Q8K is DotRowsQ8K for four tokens at once, each row's blocks decoded once for
+// the four: a holds the tokens one after another (len(a)/4 blocks each), and token i's
+// results go to out[i·ldo : i·ldo+rows]. Each token's numbers are exactly what DotRowsQ8K
+// gives it alone. t must have Int8Rows4.
+func DotRows4Q8K(t Type, rows []byte, a []Q8K, out []float32, ldo int) {
+	if !Int8Rows4(t) {
+		panic(fmt.Sprintf("quant: DotRows4Q8K on %v, which has no four-token 8-bit kernel", t))
+	}
+	nb := len(a) / 4
+	rb := t.RowBytes(nb * QK_K)
+	if len(a)%4 != 0 || nb == 0 || len(rows)%rb != 0 {
+		panic(fmt.Sprintf("quant: DotRows4Q8K %v: %d bytes, %d blocks", t, len(rows), len(a)))
+	}
+	nr := len(rows) / rb
+	if nr == 0 {
+		return
+	}
+	if ldo < nr || len(out) < 3*ldo+nr {
+		panic(fmt.Sprintf("quant: DotRows4Q8K %v: %d rows into %d floats every %d", t, nr, len(out), ldo))
+	}
+	dotRows4Q8K(t, rows, a, nr, out, ldo)
+}
+
 // Int8Faster reports whether the 8-bit path is the faster one for t on this machine, as
 // measured with BenchmarkDotQ8K (the README's table; int8Faster per architecture).
 func Int8Faster(t Type) bool { return Int8Dot(t) && int8Faster(t) }

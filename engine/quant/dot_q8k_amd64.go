@@ -20,6 +20,12 @@ func int8Asm(t Type) bool {
 	return false
 }
 
+func int8Rows4(t Type) bool { return t == Q4_K && useAsm }
+
+func dotRows4Q8K(t Type, rows []byte, a []Q8K, nr int, out []float32, ldo int) {
+	dotQ4_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
+}
+
 // int8Faster is the amd64 table of Int8Faster (BenchmarkDotQ8K, best of 6 on a loaded
 // AVX-512 machine, quantization of x included): Q6_K's AVX2 8-bit kernel is 1.97× the
 // AVX-512 exact one, Q4_K's 1.11×; Q5_K, IQ2_XXS and IQ3_XXS have vector exact kernels
@@ -49,3 +55,6 @@ func dotRowsQ8KFast(t Type, rows []byte, a []Q8K, out []float32) bool {
 	}
 	return true
 }
+
+//go:noescape
+func dotQ4_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)

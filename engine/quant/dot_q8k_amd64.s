@@ -226,3 +226,165 @@ DATA q6kShuf<>+104(SB)/8, $0x0d0c0d0c0d0c0d0c
 DATA q6kShuf<>+112(SB)/8, $0x0f0e0f0e0f0e0f0e
 DATA q6kShuf<>+120(SB)/8, $0x0f0e0f0e0f0e0f0e
 GLOBL q6kShuf<>(SB), RODATA|NOPTR, $128
+
+// The four-token form of dotQ4_KQ8KAVX2, for prefill and batched decode: each block's
+// scales are decoded and its nibbles widened once for four tokens' activations (a, a+nb,
+// a+2nb, a+3nb blocks). Every float operation is the one-token kernel's, in its order, so
+// each token's results are bit for bit what it gets alone; only the integer sums, which
+// are exact, are grouped differently.
+//
+// Registers: SI the row; DI, R8, R9, R10 the four tokens' blocks; Y0–Y3 their float sums;
+// Y8–Y11 their integer sums of the block; Y15 the nibble mask. Frame: 0(SP) the eight
+// scales as int16, 16(SP)…79(SP) the four tokens' sums of the mins term (4 lanes each).
+
+// Q4K4MINS(P, OFF): token P's mins term of the block into 4 lanes at OFF(SP); X14
+// holds the mins as int16, X10 the block's dmin as float.
+#define Q4K4MINS(P, OFF) \
+	VMOVDQU      260(P), X12; \
+	VMOVDQU      276(P), X13; \
+	VPHADDW      X13, X12, X12; \
+	VPMADDWD     X14, X12, X12; \
+	VCVTDQ2PS    X12, X12; \
+	VMULSS       0(P), X10, X13; \
+	VBROADCASTSS X13, X13; \
+	VMOVUPS      OFF(SP), X11; \
+	VFNMADD231PS X13, X12, X11; \
+	VMOVUPS      X11, OFF(SP)
+
+// Q4K4TOKEN(P, J, ACC): token P's 64 elements of chunk J (nibbles in Y4 and Y5, scales
+// in Y6 and Y7) into ACC.
+#define Q4K4TOKEN(P, J, ACC) \
+	VPMADDUBSW (4+64*J)(P), Y4, Y12; \
+	VPMADDUBSW (36+64*J)(P), Y5, Y13; \
+	VPMADDWD   Y6, Y12, Y12; \
+	VPMADDWD   Y7, Y13, Y13; \
+	VPADDD     Y12, ACC, ACC; \
+	VPADDD     Y13, ACC, ACC
+
+#define Q4K4CHUNK(J) \
+	VMOVDQU      (16+32*J)(SI), Y4; \
+	VPSRLW       $4, Y4, Y5; \
+	VPAND        Y15, Y4, Y4; \
+	VPAND        Y15, Y5, Y5; \
+	VPBROADCASTW (4*J)(SP), Y6; \
+	VPBROADCASTW (4*J+2)(SP), Y7; \
+	Q4K4TOKEN(DI, J, Y8); \
+	Q4K4TOKEN(R8, J, Y9); \
+	Q4K4TOKEN(R9, J, Y10); \
+	Q4K4TOKEN(R10, J, Y11)
+
+// Q4K4SUM(P, ACC, F): F += ACC as floats · (d · token P's D); X14 holds d as float.
+#define Q4K4SUM(P, ACC, F) \
+	VCVTDQ2PS    ACC, ACC; \
+	VMULSS       0(P), X14, X13; \
+	VBROADCASTSS X13, Y13; \
+	VFMADD231PS  Y13, ACC, F
+
+// Q4K4OUT(F, X, OFF, DST): the token's row result, F (X its low half) plus its mins term
+// at OFF(SP), to DST.
+#define Q4K4OUT(F, X, OFF, DST) \
+	VMOVUPS      OFF(SP), X12; \
+	VADDPS       Y12, F, F; \
+	VEXTRACTF128 $1, F, X13; \
+	VADDPS       X13, X, X; \
+	VHADDPS      X, X, X; \
+	VHADDPS      X, X, X; \
+	VMOVSS       X, DST
+
+// func dotQ4_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+TEXT ·dotQ4_KQ8K4AVX2(SB), NOSPLIT, $80-48
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R11
+	MOVQ         out+32(FP), R12
+	MOVQ         ldo+40(FP), R13
+	SHLQ         $2, R13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+q4row:
+	MOVQ    a+8(FP), DI
+	MOVQ    nblocks+16(FP), CX
+	IMUL3Q  $Q8K_SIZE, CX, AX
+	LEAQ    (DI)(AX*1), R8
+	LEAQ    (R8)(AX*1), R9
+	LEAQ    (R9)(AX*1), R10
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VMOVUPS X0, 16(SP)
+	VMOVUPS X0, 32(SP)
+	VMOVUPS X0, 48(SP)
+	VMOVUPS X0, 64(SP)
+
+q4block:
+	// Scales and mins as in dotQ4_KQ8KAVX2, with fewer registers.
+	MOVL      4(SI), AX
+	MOVL      12(SI), DX
+	MOVL      AX, R14
+	SHRL      $2, R14
+	ANDL      $0x30303030, R14
+	MOVL      DX, BX
+	ANDL      $0x0f0f0f0f, BX
+	ORL       R14, BX              // sc4..7
+	ANDL      $0x3f3f3f3f, AX      // sc0..3
+	VMOVD     AX, X12
+	VPINSRD   $1, BX, X12, X12
+	VPMOVZXBW X12, X12
+	VMOVDQU   X12, 0(SP)
+	MOVL      8(SI), AX
+	SHRL      $4, DX
+	ANDL      $0x0f0f0f0f, DX
+	MOVL      AX, R14
+	SHRL      $2, R14
+	ANDL      $0x30303030, R14
+	ORL       R14, DX              // m4..7
+	ANDL      $0x3f3f3f3f, AX      // m0..3
+	VMOVD     AX, X14
+	VPINSRD   $1, DX, X14, X14
+	VPMOVZXBW X14, X14             // mins as int16
+
+	MOVWLZX   2(SI), AX
+	VMOVD     AX, X10
+	VCVTPH2PS X10, X10             // dmin
+	Q4K4MINS(DI, 16)
+	Q4K4MINS(R8, 32)
+	Q4K4MINS(R9, 48)
+	Q4K4MINS(R10, 64)
+
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q4K4CHUNK(0)
+	Q4K4CHUNK(1)
+	Q4K4CHUNK(2)
+	Q4K4CHUNK(3)
+
+	MOVWLZX   0(SI), AX
+	VMOVD     AX, X14
+	VCVTPH2PS X14, X14             // d
+	Q4K4SUM(DI, Y8, Y0)
+	Q4K4SUM(R8, Y9, Y1)
+	Q4K4SUM(R9, Y10, Y2)
+	Q4K4SUM(R10, Y11, Y3)
+
+	ADDQ $144, SI
+	ADDQ $Q8K_SIZE, DI
+	ADDQ $Q8K_SIZE, R8
+	ADDQ $Q8K_SIZE, R9
+	ADDQ $Q8K_SIZE, R10
+	DECQ CX
+	JNZ  q4block
+
+	LEAQ (R13)(R13*2), AX
+	Q4K4OUT(Y0, X0, 16, (R12))
+	Q4K4OUT(Y1, X1, 32, (R12)(R13*1))
+	Q4K4OUT(Y2, X2, 48, (R12)(R13*2))
+	Q4K4OUT(Y3, X3, 64, (R12)(AX*1))
+	ADDQ $4, R12
+	DECQ R11
+	JNZ  q4row
+	VZEROUPPER
+	RET

@@ -10,3 +10,9 @@ func int8Asm(Type) bool { return false }
 func int8Faster(t Type) bool { return int8GoFaster(t) }
 
 func dotRowsQ8KFast(Type, []byte, []Q8K, []float32) bool { return false }
+
+func int8Rows4(Type) bool { return false }
+
+func dotRows4Q8K(Type, []byte, []Q8K, int, []float32, int) {
+	panic("quant: no four-token 8-bit kernel")
+}

@@ -93,3 +93,46 @@ func TestDotQ8K(t *testing.T) {
 		})
 	}
 }
+
+// The four-token kernels must give each token exactly what DotRowsQ8K gives it alone: a
+// job's numbers may not depend on what it is batched with.
+func TestDotRows4Q8K(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, typ := range []Type{Q4_K} {
+		if !Int8Rows4(typ) {
+			continue
+		}
+		for _, c := range [][2]int{{1, 1}, {3, 1}, {5, 4}, {16, 12}} {
+			rows, nb := c[0], c[1]
+			n := nb * QK_K
+			data := make([]byte, 0, rows*typ.RowBytes(n))
+			for range rows {
+				data = append(data, randomRow(typ, n, rng)...)
+			}
+			a := make([]Q8K, 4*nb)
+			x := randomVec(4*n, rng)
+			x[3] = 0 // a zero block's D is 0
+			QuantizeQ8K(x, a)
+			ldo := rows + 3
+			out := make([]float32, 3*ldo+rows+1)
+			for i := range out {
+				out[i] = -7 // between tokens and past the end: untouched
+			}
+			DotRows4Q8K(typ, data, a, out, ldo)
+			want := make([]float32, rows)
+			for i := 0; i < 4; i++ {
+				DotRowsQ8K(typ, data, a[i*nb:(i+1)*nb], want)
+				for r, w := range want {
+					if g := out[i*ldo+r]; math.Float32bits(g) != math.Float32bits(w) {
+						t.Fatalf("%v %d rows of %d blocks: token %d row %d: %g, alone %g", typ, rows, nb, i, r, g, w)
+					}
+				}
+				for r := rows; r < ldo && i*ldo+r < len(out); r++ {
+					if out[i*ldo+r] != -7 {
+						t.Fatalf("%v: token %d wrote past its rows", typ, i)
+					}
+				}
+			}
+		}
+	}
+}
