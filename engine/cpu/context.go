@@ -280,31 +280,46 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 		attentionGemm(c.b.pool, defaultKernel, qt.data, n, heads, hd, kc, layer, pos0, scale, out.data)
 		return
 	}
+	// A job is one token and a share of the query heads of one kv head: the positions go by
+	// in tiles whose keys (then values) stay in L1 while the share's heads read them, so a
+	// group of heads reads the cache once. A kv head's heads are split only as far as the
+	// threads need jobs.
 	group := heads / kc.kvHeads
-	c.b.pool.parallel(n*heads, 1, func(lo, hi int) {
+	split := min(group, max(1, (c.b.pool.threads+n*kc.kvHeads-1)/(n*kc.kvHeads)))
+	share := (group + split - 1) / split
+	split = (group + share - 1) / share
+	c.b.pool.parallel(n*kc.kvHeads*split, 1, func(lo, hi int) {
 		// One scratch buffer for the scores and a row: this runs once per layer and
 		// token, and decode should not allocate.
-		buf := c.b.pool.scratch.get(pos0 + n + hd)
+		buf := c.b.pool.scratch.get(share*(pos0+n) + hd)
 		defer c.b.pool.scratch.put(buf)
-		scores, acc := buf[:pos0+n], buf[pos0+n:]
 		for job := lo; job < hi; job++ {
-			i, h := job/heads, job%heads
-			g := h / group
-			qv := qt.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
-			s := scores[:pos0+i+1] // causal: attend to positions 0 … pos0+i
-			dst := out.data[(i*heads+h)*hd : (i*heads+h+1)*hd]
-			// By runs of positions within one block of the cache; a lone sequence's cache
-			// is one block.
-			for p := 0; p < len(s); p = kc.run(p, len(s)) {
-				kc.scores(layer, g, p, qv, s[p:kc.run(p, len(s))])
+			i, g, part := job/(kc.kvHeads*split), job/split%kc.kvHeads, job%split
+			h0 := g*group + part*share
+			nh := min(share, (g+1)*group-h0)
+			m := pos0 + i + 1 // causal: attend to positions 0 … pos0+i
+			scores, acc := buf[:nh*m], buf[share*(pos0+n):]
+			head := func(j int) []float32 { return qt.data[(i*heads+h0+j)*hd : (i*heads+h0+j+1)*hd] }
+			// By tiles within one block of the cache; a lone sequence's cache is one block.
+			for p := 0; p < m; {
+				e := min(kc.run(p, m), p+decodeTile)
+				for j := range nh {
+					kc.scores(layer, g, p, head(j), scores[j*m+p:j*m+e])
+				}
+				p = e
 			}
-			softmax32(s, scale)
-			for p := 0; p < len(s); {
-				e := kc.run(p, len(s))
-				if p == 0 {
-					kc.weighted(layer, g, p, s[:e], dst)
-				} else {
-					kc.weighted(layer, g, p, s[p:e], acc)
+			for j := range nh {
+				softmax32(scores[j*m:(j+1)*m], scale)
+			}
+			for p := 0; p < m; {
+				e := min(kc.run(p, m), p+decodeTile)
+				for j := range nh {
+					dst := out.data[(i*heads+h0+j)*hd : (i*heads+h0+j+1)*hd]
+					if p == 0 {
+						kc.weighted(layer, g, p, scores[j*m+p:j*m+e], dst)
+						continue
+					}
+					kc.weighted(layer, g, p, scores[j*m+p:j*m+e], acc)
 					for d, x := range acc {
 						dst[d] += x
 					}
@@ -314,3 +329,7 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 		}
 	})
 }
+
+// decodeTile is the positions decode attention takes at a time: 64 keys of a kv head, up
+// to 32 KiB, stay in L1 while the heads that share them go by.
+const decodeTile = 64

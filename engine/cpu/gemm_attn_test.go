@@ -99,3 +99,37 @@ func BenchmarkAttention(b *testing.B) {
 		c.Attention(q, kc, 0, 0, 0.088)
 	}
 }
+
+// TestDecodeAttention checks the few-token attention, whose jobs are shares of a kv head's
+// query heads over tiles of positions, against float64: groups of 1 to 8 heads, split
+// across 1 to 4 threads, over several tiles.
+func TestDecodeAttention(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	const layer = 0
+	for _, dt := range []ml.DType{ml.F32, ml.F16} {
+		for _, shape := range [][5]int{{1, 1, 200, 1, 128}, {8, 1, 130, 2, 64}, {16, 2, 300, 1, 256}, {8, 8, 64, 1, 128}, {6, 2, 70, 3, 64}} {
+			heads, kvHeads, pos0, n, hd := shape[0], shape[1], shape[2], shape[3], shape[4]
+			for _, threads := range []int{1, 2, 3, 4} {
+				t.Run(fmt.Sprintf("%v/%d-%d/pos0=%d/n=%d/hd=%d/threads=%d", dt, heads, kvHeads, pos0, n, hd, threads), func(t *testing.T) {
+					b := New(threads)
+					cc, err := b.NewCache(1, kvHeads, hd, pos0+n, dt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					kc := cc.(*cache)
+					kc.store(layer, 0, randomTensor(rng, pos0+n, kvHeads*hd).data, randomTensor(rng, pos0+n, kvHeads*hd).data)
+					q := randomTensor(rng, n, heads*hd).data
+					const scale = 0.125
+					c := b.NewContext().(*context)
+					got := values(t, c, c.Attention(hostTensor(q, n, heads, hd), kc, layer, pos0, scale))
+					want := refAttention(q, n, heads, hd, kc, layer, pos0, scale)
+					for i, w := range want {
+						if math.Abs(float64(got[i])-w) > 1e-5*(1+math.Abs(w)) {
+							t.Fatalf("element %d: %v, want %v", i, got[i], w)
+						}
+					}
+				})
+			}
+		}
+	}
+}
