@@ -16,11 +16,14 @@ import (
 
 // Q8K is one 256-element block of quantized activations: x ≈ D·Qs, and Bsums[g] is the sum
 // of Qs over the g-th group of 16 (the K-quants' mins and offsets need only those sums).
-// Its layout (292 bytes, 4-aligned, no pointers) is read by the assembly kernels.
+// Sums[j] is D times the sum over the j-th group of 32, as a float: the Q4_K kernels take
+// a block's mins term as one product of eight lanes with it. Its layout (324 bytes,
+// 4-aligned, no pointers) is read by the assembly kernels.
 type Q8K struct {
 	D     float32
 	Qs    [QK_K]int8
 	Bsums [QK_K / 16]int16
+	Sums  [QK_K / 32]float32
 }
 
 // Q8KFloats is the size of a Q8K in float32s, for callers that hold blocks in float32
@@ -74,6 +77,9 @@ func quantizeQ8KBlock(x []float32, b *Q8K) {
 		b.Bsums[g] = s
 	}
 	b.D = 1 / iscale
+	for j := range b.Sums {
+		b.Sums[j] = b.D * float32(int32(b.Bsums[2*j])+int32(b.Bsums[2*j+1]))
+	}
 }
 
 // nearestInt rounds to nearest, ties to even, for |v| ≤ 2²²: adding 1.5·2²³ leaves the

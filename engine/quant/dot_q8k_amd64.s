@@ -9,9 +9,11 @@
 // formats are biased to unsigned and the bias is taken back with the activations' group
 // sums (Q8K.Bsums).
 //
-// Q8K layout: D float32 at 0, Qs [256]int8 at 4, Bsums [16]int16 at 260; 292 bytes.
+// Q8K layout: D float32 at 0, Qs [256]int8 at 4, Bsums [16]int16 at 260, Sums [8]float32 at
+// 292; 324 bytes.
 
-#define Q8K_SIZE 292
+#define Q8K_SIZE 324
+#define Q8K_SUMS 292
 
 // Reduce the eight floats of Y0 to X0's low lane.
 #define HSUM0 \
@@ -29,24 +31,91 @@
 
 // Q4_K block (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of
 // nibbles (chunk j of 32 bytes: low nibbles are elements 64j…64j+31, high ones the next 32).
-// value = d·sc·q − dmin·m, so Σ value·a = d·D·Σ_j sc_j·Σ q·a − dmin·D·Σ_j m_j·(group sums).
+// value = d·sc·q − dmin·m, so Σ value·a = d·D·Σ_j sc_j·Σ q·a − Σ_j (dmin·m_j)·Sums_j: the
+// integer part per sub-block scale, the mins part as one float product of eight lanes with
+// the activations' Sums (D · each 32-group's sum).
 //
 // Frame: 0(SP) the eight scales as int16, for VPBROADCASTW.
 
-// Q4KCHUNK(J): the 64 elements of chunk J into Y1 (int32 lanes).
-#define Q4KCHUNK(J) \
+// Q4KSCALES: the block at SI's scales as int16 to 0(SP), and dmin·m_j as floats in Y12;
+// clobbers AX, BX, DX, R14, Y13. Bytewise: sc0..3 = u0&0x3f, sc4..7 = u2&0x0f | (u0>>2)&0x30,
+// m0..3 = u1&0x3f, m4..7 = (u2>>4)&0x0f | (u1>>2)&0x30.
+#define Q4KSCALES \
+	MOVL         4(SI), AX; \
+	MOVL         12(SI), DX; \
+	MOVL         AX, R14; \
+	SHRL         $2, R14; \
+	ANDL         $0x30303030, R14; \
+	MOVL         DX, BX; \
+	ANDL         $0x0f0f0f0f, BX; \
+	ORL          R14, BX; \
+	ANDL         $0x3f3f3f3f, AX; \
+	VMOVD        AX, X12; \
+	VPINSRD      $1, BX, X12, X12; \
+	VPMOVZXBW    X12, X12; \
+	VMOVDQU      X12, 0(SP); \
+	MOVL         8(SI), AX; \
+	SHRL         $4, DX; \
+	ANDL         $0x0f0f0f0f, DX; \
+	MOVL         AX, R14; \
+	SHRL         $2, R14; \
+	ANDL         $0x30303030, R14; \
+	ORL          R14, DX; \
+	ANDL         $0x3f3f3f3f, AX; \
+	VMOVD        AX, X12; \
+	VPINSRD      $1, DX, X12, X12; \
+	VPMOVZXBD    X12, Y12; \
+	VCVTDQ2PS    Y12, Y12; \
+	MOVWLZX      2(SI), AX; \
+	VMOVD        AX, X13; \
+	VCVTPH2PS    X13, X13; \
+	VBROADCASTSS X13, Y13; \
+	VMULPS       Y13, Y12, Y12
+
+// Q4KNIBBLES(J): chunk J's low nibbles in Y4, high ones in Y5, their scales in Y6 and Y7.
+#define Q4KNIBBLES(J) \
 	VMOVDQU      (16+32*J)(SI), Y4; \
 	VPSRLW       $4, Y4, Y5; \
 	VPAND        Y15, Y4, Y4; \
 	VPAND        Y15, Y5, Y5; \
-	VPMADDUBSW   (4+64*J)(DI), Y4, Y4; \
-	VPMADDUBSW   (36+64*J)(DI), Y5, Y5; \
 	VPBROADCASTW (4*J)(SP), Y6; \
-	VPBROADCASTW (4*J+2)(SP), Y7; \
-	VPMADDWD     Y6, Y4, Y4; \
-	VPMADDWD     Y7, Y5, Y5; \
-	VPADDD       Y4, Y1, Y1; \
-	VPADDD       Y5, Y2, Y2
+	VPBROADCASTW (4*J+2)(SP), Y7
+
+// Q4KTOKEN(P, J, ACC): token P's 64 elements of chunk J into ACC (int32 lanes).
+#define Q4KTOKEN(P, J, ACC) \
+	VPMADDUBSW (4+64*J)(P), Y4, Y8; \
+	VPMADDUBSW (36+64*J)(P), Y5, Y9; \
+	VPMADDWD   Y6, Y8, Y8; \
+	VPMADDWD   Y7, Y9, Y9; \
+	VPADDD     Y8, ACC, ACC; \
+	VPADDD     Y9, ACC, ACC
+
+// Q4KSUM(P, ACC, F): F += ACC as floats · (d · token P's D); X14 holds d as float.
+#define Q4KSUM(P, ACC, F) \
+	VCVTDQ2PS    ACC, ACC; \
+	VMULSS       0(P), X14, X13; \
+	VBROADCASTSS X13, Y13; \
+	VFMADD231PS  Y13, ACC, F
+
+// Q4KSUM4 is Q4KSUM with d in X4.
+#define Q4KSUM4(P, ACC, F) \
+	VCVTDQ2PS    ACC, ACC; \
+	VMULSS       0(P), X4, X13; \
+	VBROADCASTSS X13, Y13; \
+	VFMADD231PS  Y13, ACC, F
+
+// Q4KD: the block's d as float in X14.
+#define Q4KD \
+	MOVWLZX   0(SI), AX; \
+	VMOVD     AX, X14; \
+	VCVTPH2PS X14, X14
+
+// HSUM(F, X): F's eight lanes summed into X's low lane (X is F's low half).
+#define HSUM(F, X) \
+	VEXTRACTF128 $1, F, X13; \
+	VADDPS       X13, X, X; \
+	VHADDPS      X, X, X; \
+	VHADDPS      X, X, X
 
 // func dotQ4_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
 TEXT ·dotQ4_KQ8KAVX2(SB), NOSPLIT, $16-40
@@ -60,66 +129,29 @@ TEXT ·dotQ4_KQ8KAVX2(SB), NOSPLIT, $16-40
 row:
 	MOVQ   a+8(FP), DI
 	MOVQ   nblocks+16(FP), CX
-	VXORPS Y0, Y0, Y0         // Σ d·D·sumi
-	VXORPS Y3, Y3, Y3         // Σ dmin·D·mins, in X3 only
+	VXORPS Y0, Y0, Y0
 
 block:
-	// Scales and mins, bytewise: sc0..3 = u0&0x3f, sc4..7 = u2&0x0f | (u0>>2)&0x30,
-	// m0..3 = u1&0x3f, m4..7 = (u2>>4)&0x0f | (u1>>2)&0x30.
-	MOVL      4(SI), AX
-	MOVL      8(SI), BX
-	MOVL      12(SI), DX
-	MOVL      DX, R8
-	SHRL      $4, R8
-	ANDL      $0x0f0f0f0f, R8
-	MOVL      BX, R9
-	SHRL      $2, R9
-	ANDL      $0x30303030, R9
-	ORL       R9, R8              // m4..7
-	ANDL      $0x3f3f3f3f, BX     // m0..3
-	ANDL      $0x0f0f0f0f, DX
-	MOVL      AX, R9
-	SHRL      $2, R9
-	ANDL      $0x30303030, R9
-	ORL       R9, DX              // sc4..7
-	ANDL      $0x3f3f3f3f, AX     // sc0..3
-	VMOVD     AX, X8
-	VPINSRD   $1, DX, X8, X8
-	VPMOVZXBW X8, X8
-	VMOVDQU   X8, 0(SP)
-	VMOVD     BX, X9
-	VPINSRD   $1, R8, X9, X9
-	VPMOVZXBW X9, X9              // mins as int16
-
-	// Pair sums of the group sums: one per 32-element sub-block, then Σ m_j·pair_j.
-	VMOVDQU  260(DI), X10
-	VMOVDQU  276(DI), X11
-	VPHADDW  X11, X10, X10
-	VPMADDWD X9, X10, X10        // 4 int32
-	VCVTDQ2PS X10, X10
-	SCALEF16(2, X7)
-	VBROADCASTSS X7, X7
-	VFNMADD231PS X7, X10, X3
-
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-	Q4KCHUNK(0)
-	Q4KCHUNK(1)
-	Q4KCHUNK(2)
-	Q4KCHUNK(3)
-	VPADDD       Y2, Y1, Y1
-	VCVTDQ2PS    Y1, Y1
-	SCALEF16(0, X6)
-	VBROADCASTSS X6, Y6
-	VFMADD231PS  Y6, Y1, Y0
+	Q4KSCALES
+	VFNMADD231PS Q8K_SUMS(DI), Y12, Y0
+	VPXOR        Y1, Y1, Y1
+	Q4KNIBBLES(0)
+	Q4KTOKEN(DI, 0, Y1)
+	Q4KNIBBLES(1)
+	Q4KTOKEN(DI, 1, Y1)
+	Q4KNIBBLES(2)
+	Q4KTOKEN(DI, 2, Y1)
+	Q4KNIBBLES(3)
+	Q4KTOKEN(DI, 3, Y1)
+	Q4KD
+	Q4KSUM(DI, Y1, Y0)
 
 	ADDQ $144, SI
 	ADDQ $Q8K_SIZE, DI
 	DECQ CX
 	JNZ  block
 
-	VADDPS Y3, Y0, Y0
-	HSUM0
+	HSUM(Y0, X0)
 	VMOVSS X0, (R13)
 	ADDQ   $4, R13
 	DECQ   R12
@@ -230,69 +262,15 @@ GLOBL q6kShuf<>(SB), RODATA|NOPTR, $128
 // The four-token form of dotQ4_KQ8KAVX2, for prefill and batched decode: each block's
 // scales are decoded and its nibbles widened once for four tokens' activations (a, a+nb,
 // a+2nb, a+3nb blocks). Every float operation is the one-token kernel's, in its order, so
-// each token's results are bit for bit what it gets alone; only the integer sums, which
-// are exact, are grouped differently.
+// each token's results are bit for bit what it gets alone.
 //
 // Registers: SI the row; DI, R8, R9, R10 the four tokens' blocks; Y0–Y3 their float sums;
-// Y8–Y11 their integer sums of the block; Y15 the nibble mask. Frame: 0(SP) the eight
-// scales as int16, 16(SP)…79(SP) the four tokens' sums of the mins term (4 lanes each).
-
-// Q4K4MINS(P, OFF): token P's mins term of the block into 4 lanes at OFF(SP); X14
-// holds the mins as int16, X10 the block's dmin as float.
-#define Q4K4MINS(P, OFF) \
-	VMOVDQU      260(P), X12; \
-	VMOVDQU      276(P), X13; \
-	VPHADDW      X13, X12, X12; \
-	VPMADDWD     X14, X12, X12; \
-	VCVTDQ2PS    X12, X12; \
-	VMULSS       0(P), X10, X13; \
-	VBROADCASTSS X13, X13; \
-	VMOVUPS      OFF(SP), X11; \
-	VFNMADD231PS X13, X12, X11; \
-	VMOVUPS      X11, OFF(SP)
-
-// Q4K4TOKEN(P, J, ACC): token P's 64 elements of chunk J (nibbles in Y4 and Y5, scales
-// in Y6 and Y7) into ACC.
-#define Q4K4TOKEN(P, J, ACC) \
-	VPMADDUBSW (4+64*J)(P), Y4, Y12; \
-	VPMADDUBSW (36+64*J)(P), Y5, Y13; \
-	VPMADDWD   Y6, Y12, Y12; \
-	VPMADDWD   Y7, Y13, Y13; \
-	VPADDD     Y12, ACC, ACC; \
-	VPADDD     Y13, ACC, ACC
-
-#define Q4K4CHUNK(J) \
-	VMOVDQU      (16+32*J)(SI), Y4; \
-	VPSRLW       $4, Y4, Y5; \
-	VPAND        Y15, Y4, Y4; \
-	VPAND        Y15, Y5, Y5; \
-	VPBROADCASTW (4*J)(SP), Y6; \
-	VPBROADCASTW (4*J+2)(SP), Y7; \
-	Q4K4TOKEN(DI, J, Y8); \
-	Q4K4TOKEN(R8, J, Y9); \
-	Q4K4TOKEN(R9, J, Y10); \
-	Q4K4TOKEN(R10, J, Y11)
-
-// Q4K4SUM(P, ACC, F): F += ACC as floats · (d · token P's D); X14 holds d as float.
-#define Q4K4SUM(P, ACC, F) \
-	VCVTDQ2PS    ACC, ACC; \
-	VMULSS       0(P), X14, X13; \
-	VBROADCASTSS X13, Y13; \
-	VFMADD231PS  Y13, ACC, F
-
-// Q4K4OUT(F, X, OFF, DST): the token's row result, F (X its low half) plus its mins term
-// at OFF(SP), to DST.
-#define Q4K4OUT(F, X, OFF, DST) \
-	VMOVUPS      OFF(SP), X12; \
-	VADDPS       Y12, F, F; \
-	VEXTRACTF128 $1, F, X13; \
-	VADDPS       X13, X, X; \
-	VHADDPS      X, X, X; \
-	VHADDPS      X, X, X; \
-	VMOVSS       X, DST
+// Y10, Y11, Y12 and Y14 their integer sums of the block (Y12 and Y14 hold the mins and d
+// in the one-token kernel, which are not needed while the chunks go by); Y4–Y7 the chunk's
+// nibbles and scales, Y8 and Y9 products, Y13 a temporary, Y15 the nibble mask.
 
 // func dotQ4_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
-TEXT ·dotQ4_KQ8K4AVX2(SB), NOSPLIT, $80-48
+TEXT ·dotQ4_KQ8K4AVX2(SB), NOSPLIT, $16-48
 	MOVQ         rows+0(FP), SI
 	MOVQ         nrows+24(FP), R11
 	MOVQ         out+32(FP), R12
@@ -303,72 +281,55 @@ TEXT ·dotQ4_KQ8K4AVX2(SB), NOSPLIT, $80-48
 	VPBROADCASTD X15, Y15
 
 q4row:
-	MOVQ    a+8(FP), DI
-	MOVQ    nblocks+16(FP), CX
-	IMUL3Q  $Q8K_SIZE, CX, AX
-	LEAQ    (DI)(AX*1), R8
-	LEAQ    (R8)(AX*1), R9
-	LEAQ    (R9)(AX*1), R10
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	VXORPS  Y3, Y3, Y3
-	VMOVUPS X0, 16(SP)
-	VMOVUPS X0, 32(SP)
-	VMOVUPS X0, 48(SP)
-	VMOVUPS X0, 64(SP)
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	IMUL3Q $Q8K_SIZE, CX, AX
+	LEAQ   (DI)(AX*1), R8
+	LEAQ   (R8)(AX*1), R9
+	LEAQ   (R9)(AX*1), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 
 q4block:
-	// Scales and mins as in dotQ4_KQ8KAVX2, with fewer registers.
-	MOVL      4(SI), AX
-	MOVL      12(SI), DX
-	MOVL      AX, R14
-	SHRL      $2, R14
-	ANDL      $0x30303030, R14
-	MOVL      DX, BX
-	ANDL      $0x0f0f0f0f, BX
-	ORL       R14, BX              // sc4..7
-	ANDL      $0x3f3f3f3f, AX      // sc0..3
-	VMOVD     AX, X12
-	VPINSRD   $1, BX, X12, X12
-	VPMOVZXBW X12, X12
-	VMOVDQU   X12, 0(SP)
-	MOVL      8(SI), AX
-	SHRL      $4, DX
-	ANDL      $0x0f0f0f0f, DX
-	MOVL      AX, R14
-	SHRL      $2, R14
-	ANDL      $0x30303030, R14
-	ORL       R14, DX              // m4..7
-	ANDL      $0x3f3f3f3f, AX      // m0..3
-	VMOVD     AX, X14
-	VPINSRD   $1, DX, X14, X14
-	VPMOVZXBW X14, X14             // mins as int16
-
-	MOVWLZX   2(SI), AX
-	VMOVD     AX, X10
-	VCVTPH2PS X10, X10             // dmin
-	Q4K4MINS(DI, 16)
-	Q4K4MINS(R8, 32)
-	Q4K4MINS(R9, 48)
-	Q4K4MINS(R10, 64)
-
-	VPXOR Y8, Y8, Y8
-	VPXOR Y9, Y9, Y9
-	VPXOR Y10, Y10, Y10
-	VPXOR Y11, Y11, Y11
-	Q4K4CHUNK(0)
-	Q4K4CHUNK(1)
-	Q4K4CHUNK(2)
-	Q4K4CHUNK(3)
-
+	Q4KSCALES
+	VFNMADD231PS Q8K_SUMS(DI), Y12, Y0
+	VFNMADD231PS Q8K_SUMS(R8), Y12, Y1
+	VFNMADD231PS Q8K_SUMS(R9), Y12, Y2
+	VFNMADD231PS Q8K_SUMS(R10), Y12, Y3
+	VPXOR        Y10, Y10, Y10
+	VPXOR        Y11, Y11, Y11
+	VPXOR        Y12, Y12, Y12
+	VPXOR        Y14, Y14, Y14
+	Q4KNIBBLES(0)
+	Q4KTOKEN(DI, 0, Y10)
+	Q4KTOKEN(R8, 0, Y11)
+	Q4KTOKEN(R9, 0, Y12)
+	Q4KTOKEN(R10, 0, Y14)
+	Q4KNIBBLES(1)
+	Q4KTOKEN(DI, 1, Y10)
+	Q4KTOKEN(R8, 1, Y11)
+	Q4KTOKEN(R9, 1, Y12)
+	Q4KTOKEN(R10, 1, Y14)
+	Q4KNIBBLES(2)
+	Q4KTOKEN(DI, 2, Y10)
+	Q4KTOKEN(R8, 2, Y11)
+	Q4KTOKEN(R9, 2, Y12)
+	Q4KTOKEN(R10, 2, Y14)
+	Q4KNIBBLES(3)
+	Q4KTOKEN(DI, 3, Y10)
+	Q4KTOKEN(R8, 3, Y11)
+	Q4KTOKEN(R9, 3, Y12)
+	Q4KTOKEN(R10, 3, Y14)
+	// d goes in X4 here: X14 holds token 3's sums.
 	MOVWLZX   0(SI), AX
-	VMOVD     AX, X14
-	VCVTPH2PS X14, X14             // d
-	Q4K4SUM(DI, Y8, Y0)
-	Q4K4SUM(R8, Y9, Y1)
-	Q4K4SUM(R9, Y10, Y2)
-	Q4K4SUM(R10, Y11, Y3)
+	VMOVD     AX, X4
+	VCVTPH2PS X4, X4
+	Q4KSUM4(DI, Y10, Y0)
+	Q4KSUM4(R8, Y11, Y1)
+	Q4KSUM4(R9, Y12, Y2)
+	Q4KSUM4(R10, Y14, Y3)
 
 	ADDQ $144, SI
 	ADDQ $Q8K_SIZE, DI
@@ -378,13 +339,17 @@ q4block:
 	DECQ CX
 	JNZ  q4block
 
-	LEAQ (R13)(R13*2), AX
-	Q4K4OUT(Y0, X0, 16, (R12))
-	Q4K4OUT(Y1, X1, 32, (R12)(R13*1))
-	Q4K4OUT(Y2, X2, 48, (R12)(R13*2))
-	Q4K4OUT(Y3, X3, 64, (R12)(AX*1))
-	ADDQ $4, R12
-	DECQ R11
-	JNZ  q4row
+	LEAQ   (R13)(R13*2), AX
+	HSUM(Y0, X0)
+	VMOVSS X0, (R12)
+	HSUM(Y1, X1)
+	VMOVSS X1, (R12)(R13*1)
+	HSUM(Y2, X2)
+	VMOVSS X2, (R12)(R13*2)
+	HSUM(Y3, X3)
+	VMOVSS X3, (R12)(AX*1)
+	ADDQ   $4, R12
+	DECQ   R11
+	JNZ    q4row
 	VZEROUPPER
 	RET

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 func TestQuantizeQ8K(t *testing.T) {
@@ -134,5 +135,14 @@ func TestDotRows4Q8K(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The assembly kernels read Q8K at fixed offsets (dot_q8k_amd64.s's header).
+func TestQ8KLayout(t *testing.T) {
+	var b Q8K
+	got := [...]uintptr{unsafe.Offsetof(b.D), unsafe.Offsetof(b.Qs), unsafe.Offsetof(b.Bsums), unsafe.Offsetof(b.Sums), unsafe.Sizeof(b)}
+	if want := [...]uintptr{0, 4, 260, 292, 324}; got != want {
+		t.Fatalf("Q8K offsets (D, Qs, Bsums, Sums, size) %v, want %v", got, want)
 	}
 }
