@@ -84,7 +84,9 @@ func (c *context) quantizeActs(x []float32, n, cols int) (acts []quant.Q8K, rele
 	nb := cols / quant.QK_K
 	buf := c.b.pool.scratch.get(n * nb * quant.Q8KFloats)
 	acts = quant.Q8KView(buf, n*nb)
-	quant.QuantizeQ8K(x[:n*cols], acts)
+	c.b.pool.parallel(n*nb, 64, func(lo, hi int) {
+		quant.QuantizeQ8K(x[lo*quant.QK_K:hi*quant.QK_K], acts[lo:hi])
+	})
 	return acts, func() { c.b.pool.scratch.put(buf) }
 }
 

@@ -20,10 +20,15 @@ func int8Asm(t Type) bool {
 	return false
 }
 
-func int8Rows4(t Type) bool { return t == Q4_K && useAsm }
+func int8Rows4(t Type) bool { return (t == Q4_K || t == Q6_K) && useAsm }
 
 func dotRows4Q8K(t Type, rows []byte, a []Q8K, nr int, out []float32, ldo int) {
-	dotQ4_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
+	switch t {
+	case Q4_K:
+		dotQ4_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
+	case Q6_K:
+		dotQ6_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
+	}
 }
 
 // int8Faster is the amd64 table of Int8Faster (BenchmarkDotQ8K, best of 6 on a loaded
@@ -58,3 +63,6 @@ func dotRowsQ8KFast(t Type, rows []byte, a []Q8K, out []float32) bool {
 
 //go:noescape
 func dotQ4_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+
+//go:noescape
+func dotQ6_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)

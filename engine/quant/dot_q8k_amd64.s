@@ -353,3 +353,118 @@ q4block:
 	JNZ    q4row
 	VZEROUPPER
 	RET
+
+// The four-token form of dotQ6_KQ8KAVX2: each part's 6-bit values are built once (loaded
+// again for each part, to leave registers for four tokens; AVX2 shifts only registers) and multiplied with four tokens'
+// activations; the float operations are the one-token kernel's, in its order.
+//
+// Registers: SI the row; DI, R8, R9, R10 the tokens' blocks; Y0–Y3 their float sums, Y8,
+// Y9, Y10, Y12 their integer sums of the block; Y6 the part's values, Y7 its scales, Y11
+// the half's scales, Y5 and Y13 temporaries, Y14 and Y15 masks.
+
+// Q6K4TOKEN(P, DOFF, ACC): token P's 32 elements of the part into ACC.
+#define Q6K4TOKEN(P, DOFF, ACC) \
+	VPMADDUBSW DOFF(P), Y6, Y5; \
+	VPMADDWD   Y7, Y5, Y5; \
+	VPADDD     Y5, ACC, ACC
+
+// Q6K4PART(K, N, QL, SHIFT): part K of half N, its nibbles at QL(SI) (high ones when SHIFT
+// is 4), for the four tokens.
+#define Q6K4PART(K, N, QL, SHIFT) \
+	VMOVDQU    (128+32*N)(SI), Y7; \
+	VPSRLW     $(2*K), Y7, Y7; \
+	VPAND      Y14, Y7, Y7; \
+	VPSLLW     $4, Y7, Y7; \
+	VMOVDQU    QL(SI), Y6; \
+	VPSRLW     $SHIFT, Y6, Y6; \
+	VPAND      Y15, Y6, Y6; \
+	VPOR       Y7, Y6, Y6; \
+	VPSHUFB    q6kShuf<>+(32*K)(SB), Y11, Y7; \
+	Q6K4TOKEN(DI, 4+128*N+32*K, Y8); \
+	Q6K4TOKEN(R8, 4+128*N+32*K, Y9); \
+	Q6K4TOKEN(R9, 4+128*N+32*K, Y10); \
+	Q6K4TOKEN(R10, 4+128*N+32*K, Y12)
+
+#define Q6K4HALF(N) \
+	VPMOVSXBW   (192+8*N)(SI), X11; \
+	VINSERTI128 $1, X11, Y11, Y11; \
+	Q6K4PART(0, N, 64*N, 0); \
+	Q6K4PART(1, N, 64*N+32, 0); \
+	Q6K4PART(2, N, 64*N, 4); \
+	Q6K4PART(3, N, 64*N+32, 4)
+
+// Q6K4SUM(P, ACC, F): take token P's bias from ACC, then F += ACC as floats · (d · D);
+// Y4 holds the sixteen scales as int16, X6 d as float.
+#define Q6K4SUM(P, ACC, F) \
+	VPMADDWD     260(P), Y4, Y5; \
+	VPSLLD       $5, Y5, Y5; \
+	VPSUBD       Y5, ACC, ACC; \
+	VCVTDQ2PS    ACC, ACC; \
+	VMULSS       0(P), X6, X13; \
+	VBROADCASTSS X13, Y13; \
+	VFMADD231PS  Y13, ACC, F
+
+// func dotQ6_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+TEXT ·dotQ6_KQ8K4AVX2(SB), NOSPLIT, $0-48
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R11
+	MOVQ         out+32(FP), R12
+	MOVQ         ldo+40(FP), R13
+	SHLQ         $2, R13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x03030303, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+q6row4:
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	IMUL3Q $Q8K_SIZE, CX, AX
+	LEAQ   (DI)(AX*1), R8
+	LEAQ   (R8)(AX*1), R9
+	LEAQ   (R9)(AX*1), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+q6block4:
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y12, Y12, Y12
+	Q6K4HALF(0)
+	Q6K4HALF(1)
+	VPMOVSXBW 192(SI), Y4
+	MOVWLZX   208(SI), AX
+	VMOVD     AX, X6
+	VCVTPH2PS X6, X6
+	Q6K4SUM(DI, Y8, Y0)
+	Q6K4SUM(R8, Y9, Y1)
+	Q6K4SUM(R9, Y10, Y2)
+	Q6K4SUM(R10, Y12, Y3)
+
+	ADDQ $210, SI
+	ADDQ $Q8K_SIZE, DI
+	ADDQ $Q8K_SIZE, R8
+	ADDQ $Q8K_SIZE, R9
+	ADDQ $Q8K_SIZE, R10
+	DECQ CX
+	JNZ  q6block4
+
+	LEAQ   (R13)(R13*2), AX
+	HSUM(Y0, X0)
+	VMOVSS X0, (R12)
+	HSUM(Y1, X1)
+	VMOVSS X1, (R12)(R13*1)
+	HSUM(Y2, X2)
+	VMOVSS X2, (R12)(R13*2)
+	HSUM(Y3, X3)
+	VMOVSS X3, (R12)(AX*1)
+	ADDQ   $4, R12
+	DECQ   R11
+	JNZ    q6row4
+	VZEROUPPER
+	RET
