@@ -53,20 +53,47 @@ func QuantizeQ8K(x []float32, dst []Q8K) {
 	}
 }
 
-func quantizeQ8KBlock(x []float32, b *Q8K) {
+func quantizeQ8KBlock(x []float32, b *Q8K) { quantizeQ8KWith(x, b, absMax256, quantizeQs) }
+
+// quantizeQ8KWith is quantizeQ8KBlock with the given forms of its two loops (the tests run
+// the pure-Go ones beside the machine's).
+func quantizeQ8KWith(x []float32, b *Q8K, absMax func([]float32) float32, quantize func([]float32, float32, *Q8K)) {
 	x = x[:QK_K]
-	var amax, vmax float32
-	for _, v := range x {
-		if a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31)); a > amax {
-			amax, vmax = a, v
-		}
-	}
+	amax := absMax(x)
 	if amax == 0 {
 		*b = Q8K{}
 		return
 	}
+	// The first value of the largest magnitude sets the sign of the scale.
+	var vmax float32
+	for _, v := range x {
+		if abs32(v) == amax {
+			vmax = v
+			break
+		}
+	}
 	iscale := -127 / vmax
-	for j, v := range x {
+	quantize(x, iscale, b)
+	b.D = 1 / iscale
+	for j := range b.Sums {
+		b.Sums[j] = b.D * float32(int32(b.Bsums[2*j])+int32(b.Bsums[2*j+1]))
+	}
+}
+
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
+
+func absMax256Go(x []float32) float32 {
+	var amax float32
+	for _, v := range x[:QK_K] {
+		if a := abs32(v); a > amax { // not max(): a NaN would win it
+			amax = a
+		}
+	}
+	return amax
+}
+
+func quantizeQsGo(x []float32, iscale float32, b *Q8K) {
+	for j, v := range x[:QK_K] {
 		b.Qs[j] = int8(min(127, nearestInt(iscale*v)))
 	}
 	for g := range b.Bsums {
@@ -75,10 +102,6 @@ func quantizeQ8KBlock(x []float32, b *Q8K) {
 			s += int16(q)
 		}
 		b.Bsums[g] = s
-	}
-	b.D = 1 / iscale
-	for j := range b.Sums {
-		b.Sums[j] = b.D * float32(int32(b.Bsums[2*j])+int32(b.Bsums[2*j+1]))
 	}
 }
 

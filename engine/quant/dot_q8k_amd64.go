@@ -66,3 +66,26 @@ func dotQ4_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo i
 
 //go:noescape
 func dotQ6_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+
+//go:noescape
+func absMaxAVX2(x *float32) float32
+
+//go:noescape
+func quantizeQ8KAVX2(x *float32, iscale float32, b *Q8K)
+
+// absMax256 is the largest |x[i]| of a block, NaNs ignored.
+func absMax256(x []float32) float32 {
+	if !useAsm {
+		return absMax256Go(x)
+	}
+	return absMaxAVX2(&x[0])
+}
+
+// quantizeQs sets b.Qs and b.Bsums from a block and its scale.
+func quantizeQs(x []float32, iscale float32, b *Q8K) {
+	if !useAsm {
+		quantizeQsGo(x, iscale, b)
+		return
+	}
+	quantizeQ8KAVX2(&x[0], iscale, b)
+}

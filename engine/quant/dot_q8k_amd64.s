@@ -468,3 +468,114 @@ q6block4:
 	JNZ    q6row4
 	VZEROUPPER
 	RET
+
+// func absMaxAVX2(x *float32) float32
+//
+// The largest |x[i]| of a block of 256, NaNs ignored (VMAXPS returns its second source,
+// the running maximum, when the first is NaN), as quantizeQ8KBlock's loop finds it.
+TEXT ·absMaxAVX2(SB), NOSPLIT, $0-12
+	MOVQ         x+0(FP), SI
+	MOVL         $0x7fffffff, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	MOVQ         $8, CX
+
+absmax:
+	VANDPS (SI), Y15, Y4
+	VANDPS 32(SI), Y15, Y5
+	VANDPS 64(SI), Y15, Y6
+	VANDPS 96(SI), Y15, Y7
+	VMAXPS Y0, Y4, Y0
+	VMAXPS Y1, Y5, Y1
+	VMAXPS Y2, Y6, Y2
+	VMAXPS Y3, Y7, Y3
+	ADDQ   $128, SI
+	DECQ   CX
+	JNZ    absmax
+
+	VMAXPS       Y1, Y0, Y0
+	VMAXPS       Y3, Y2, Y2
+	VMAXPS       Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VMAXPS       X1, X0, X0
+	VMOVSS       X0, ret+8(FP)
+	VZEROUPPER
+	RET
+
+// q8kPerm puts the dwords of VPACKSSDW+VPACKSSWB's lane-interleaved bytes back in order.
+DATA q8kPerm<>+0(SB)/4, $0
+DATA q8kPerm<>+4(SB)/4, $4
+DATA q8kPerm<>+8(SB)/4, $1
+DATA q8kPerm<>+12(SB)/4, $5
+DATA q8kPerm<>+16(SB)/4, $2
+DATA q8kPerm<>+20(SB)/4, $6
+DATA q8kPerm<>+24(SB)/4, $3
+DATA q8kPerm<>+28(SB)/4, $7
+GLOBL q8kPerm<>(SB), RODATA|NOPTR, $32
+
+// GROUPSUM(Y, X, OFF): the sum of Y's eight int32 lanes (X its low half) as int16 at OFF(DI).
+#define GROUPSUM(Y, X, OFF) \
+	VEXTRACTI128 $1, Y, X6; \
+	VPADDD       X6, X, X; \
+	VPSHUFD      $0x4e, X, X6; \
+	VPADDD       X6, X, X; \
+	VPSHUFD      $0xb1, X, X6; \
+	VPADDD       X6, X, X; \
+	VMOVD        X, AX; \
+	MOVW         AX, OFF(DI)
+
+// func quantizeQ8KAVX2(x *float32, iscale float32, b *Q8K)
+//
+// b.Qs[i] = min(127, round(iscale·x[i])) and b.Bsums, as quantizeQ8KBlock computes them:
+// the product rounded to float32, then to the nearest integer, ties to even (VCVTPS2DQ
+// under the default rounding mode, as nearestInt).
+TEXT ·quantizeQ8KAVX2(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), SI
+	VBROADCASTSS iscale+8(FP), Y15
+	MOVQ         b+16(FP), DI
+	MOVL         $127, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	MOVQ         $q8kPerm<>(SB), AX
+	VMOVDQU      (AX), Y13
+	LEAQ         4(DI), R8 // Qs
+	ADDQ         $260, DI  // Bsums
+	MOVQ         $8, CX
+
+q8kquant:
+	VMULPS    (SI), Y15, Y0
+	VMULPS    32(SI), Y15, Y1
+	VMULPS    64(SI), Y15, Y2
+	VMULPS    96(SI), Y15, Y3
+	VCVTPS2DQ Y0, Y0
+	VCVTPS2DQ Y1, Y1
+	VCVTPS2DQ Y2, Y2
+	VCVTPS2DQ Y3, Y3
+	VPMINSD   Y14, Y0, Y0
+	VPMINSD   Y14, Y1, Y1
+	VPMINSD   Y14, Y2, Y2
+	VPMINSD   Y14, Y3, Y3
+	VPADDD    Y1, Y0, Y4
+	GROUPSUM(Y4, X4, 0)
+	VPADDD    Y3, Y2, Y5
+	GROUPSUM(Y5, X5, 2)
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD    Y0, Y13, Y0
+	VMOVDQU   Y0, (R8)
+	ADDQ      $128, SI
+	ADDQ      $32, R8
+	ADDQ      $4, DI
+	DECQ      CX
+	JNZ       q8kquant
+	VZEROUPPER
+	RET

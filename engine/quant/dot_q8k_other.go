@@ -16,3 +16,7 @@ func int8Rows4(Type) bool { return false }
 func dotRows4Q8K(Type, []byte, []Q8K, int, []float32, int) {
 	panic("quant: no four-token 8-bit kernel")
 }
+
+func absMax256(x []float32) float32 { return absMax256Go(x) }
+
+func quantizeQs(x []float32, iscale float32, b *Q8K) { quantizeQsGo(x, iscale, b) }

@@ -146,3 +146,49 @@ func TestQ8KLayout(t *testing.T) {
 		t.Fatalf("Q8K offsets (D, Qs, Bsums, Sums, size) %v, want %v", got, want)
 	}
 }
+
+// The assembly quantizer must give exactly the Go one's blocks: ties to even, the sign of
+// the largest magnitude, zeros. Non-finite activations are only checked for the abs max:
+// their quantized values are garbage either way.
+func TestQuantizeQ8KForms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	var blocks [][]float32
+	for range 50 {
+		blocks = append(blocks, randomVec(QK_K, rng))
+	}
+	ties := make([]float32, QK_K)
+	for i := range ties {
+		ties[i] = float32(i%253-126) + 0.5 // −125.5 … 126.5: with a scale of 1, all ties
+	}
+	ties[7] = -127 // vmax: iscale = 1
+	blocks = append(blocks, ties)
+	signs := make([]float32, QK_K)
+	signs[3], signs[9], signs[20] = 2, -2, 1.5 // equal magnitudes: the first sets the sign
+	blocks = append(blocks, signs, make([]float32, QK_K))
+	for n, x := range blocks {
+		if a, g := absMax256(x), absMax256Go(x); math.Float32bits(a) != math.Float32bits(g) {
+			t.Fatalf("block %d: abs max %v, Go %v", n, a, g)
+		}
+		var got, want Q8K
+		quantizeQ8KBlock(x, &got)
+		want = quantizeQ8KGo(x)
+		if got != want {
+			t.Fatalf("block %d: quantized %v / %v, Go %v / %v", n, got.Qs, got.Bsums, want.Qs, want.Bsums)
+		}
+	}
+	if got := quantizeQ8KGo(ties); got.D != 1 || got.Qs[0] != -126 || got.Qs[1] != -124 {
+		t.Fatalf("ties: D %v, Qs %v…: want 1, −126 (−125.5 to even), −124 (−124.5)", got.D, got.Qs[:2])
+	}
+	nan := randomVec(QK_K, rng)
+	nan[0], nan[100] = float32(math.NaN()), 1000
+	if a, g := absMax256(nan), absMax256Go(nan); a != 1000 || g != 1000 {
+		t.Fatalf("abs max with a NaN: %v, Go %v, want 1000", a, g)
+	}
+}
+
+// quantizeQ8KGo is quantizeQ8KBlock through the pure-Go forms only.
+func quantizeQ8KGo(x []float32) Q8K {
+	var b Q8K
+	quantizeQ8KWith(x, &b, absMax256Go, quantizeQsGo)
+	return b
+}
