@@ -8,37 +8,45 @@ func dotQ4_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
 //go:noescape
 func dotQ6_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
 
+//go:noescape
+func dotQ5_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
+
+//go:noescape
+func dotQ5_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+
 // int8Asm reports whether t has an assembly 8-bit kernel on this machine.
 func int8Asm(t Type) bool {
 	if !useAsm {
 		return false
 	}
 	switch t {
-	case Q4_K, Q6_K:
+	case Q4_K, Q5_K, Q6_K:
 		return true
 	}
 	return false
 }
 
-func int8Rows4(t Type) bool { return (t == Q4_K || t == Q6_K) && useAsm }
+func int8Rows4(t Type) bool { return (t == Q4_K || t == Q5_K || t == Q6_K) && useAsm }
 
 func dotRows4Q8K(t Type, rows []byte, a []Q8K, nr int, out []float32, ldo int) {
 	switch t {
 	case Q4_K:
 		dotQ4_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
+	case Q5_K:
+		dotQ5_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
 	case Q6_K:
 		dotQ6_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
 	}
 }
 
-// int8Faster is the amd64 table of Int8Faster (BenchmarkDotQ8K, best of 6 on a loaded
-// AVX-512 machine, quantization of x included): Q6_K's AVX2 8-bit kernel is 1.97× the
-// AVX-512 exact one, Q4_K's 1.11×; Q5_K, IQ2_XXS and IQ3_XXS have vector exact kernels
-// and only a pure-Go 8-bit one, so they stay exact. An AVX-512 VNNI Q4_K kernel (VPDPBUSD
-// on 64 bytes, VPMULLD by the scales) measured 1.4× slower than this AVX2 one and was
-// dropped.
+// int8Faster is the amd64 table of Int8Faster (BenchmarkDotQ8K, quantization of x
+// included). On a loaded AVX-512 machine, best of 6: Q6_K's AVX2 8-bit kernel is 1.97× the
+// AVX-512 exact one, Q4_K's 1.11×. On an AVX2-only one, medians of 3: Q5_K's 8-bit kernel
+// is 2.7× its exact one. IQ2_XXS and IQ3_XXS have vector exact kernels and only a pure-Go
+// 8-bit one, so they stay exact. An AVX-512 VNNI Q4_K kernel (VPDPBUSD on 64 bytes, VPMULLD
+// by the scales) measured 1.4× slower than the AVX2 one and was dropped.
 func int8Faster(t Type) bool {
-	if (t == Q4_K || t == Q6_K) && useAsm {
+	if (t == Q4_K || t == Q5_K || t == Q6_K) && useAsm {
 		return true
 	}
 	return int8GoFaster(t)
@@ -53,6 +61,8 @@ func dotRowsQ8KFast(t Type, rows []byte, a []Q8K, out []float32) bool {
 	switch t {
 	case Q4_K:
 		dotQ4_KQ8KAVX2(&rows[0], &a[0], len(a), len(out), &out[0])
+	case Q5_K:
+		dotQ5_KQ8KAVX2(&rows[0], &a[0], len(a), len(out), &out[0])
 	case Q6_K:
 		dotQ6_KQ8KAVX2(&rows[0], &a[0], len(a), len(out), &out[0])
 	default:

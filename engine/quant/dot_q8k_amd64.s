@@ -579,3 +579,166 @@ q8kquant:
 	JNZ       q8kquant
 	VZEROUPPER
 	RET
+
+// Q5_K block (176 bytes): Q4_K's d, dmin and scales, then 32 bytes qh and 128 bytes of
+// nibbles at 48. Element l of sub-block j has bit j of qh[l] as its fifth bit (16), so the
+// Q4_K kernels serve with the bit ORed into each nibble: it is moved to bit 4 by one shift
+// of the qh bytes (left for bits 0–3, right for 5–7) and masked.
+
+DATA q5kBit<>+0(SB)/8, $0x1010101010101010
+DATA q5kBit<>+8(SB)/8, $0x1010101010101010
+DATA q5kBit<>+16(SB)/8, $0x1010101010101010
+DATA q5kBit<>+24(SB)/8, $0x1010101010101010
+GLOBL q5kBit<>(SB), RODATA|NOPTR, $32
+
+// Q5KHIGH(SHIFT, N, T, DST): bit 4−N (SHIFT left) or 4+N (right) of the qh bytes, as 16, into DST.
+#define Q5KHIGH(SHIFT, N, T, DST) \
+	VMOVDQU 16(SI), T; \
+	SHIFT   $N, T, T; \
+	VPAND   q5kBit<>(SB), T, T; \
+	VPOR    T, DST, DST
+
+// Q5KNIBBLES(J, LO, LN, HI, HN): chunk J's five-bit values in Y4 (sub-block 2J) and Y5
+// (2J+1), their scales in Y6 and Y7; T the temporary.
+#define Q5KNIBBLES(J, LO, LN, HI, HN, T) \
+	VMOVDQU      (48+32*J)(SI), Y4; \
+	VPSRLW       $4, Y4, Y5; \
+	VPAND        Y15, Y4, Y4; \
+	VPAND        Y15, Y5, Y5; \
+	Q5KHIGH(LO, LN, T, Y4); \
+	Q5KHIGH(HI, HN, T, Y5); \
+	VPBROADCASTW (4*J)(SP), Y6; \
+	VPBROADCASTW (4*J+2)(SP), Y7
+
+#define Q5KCHUNK0(T) Q5KNIBBLES(0, VPSLLW, 4, VPSLLW, 3, T)
+#define Q5KCHUNK1(T) Q5KNIBBLES(1, VPSLLW, 2, VPSLLW, 1, T)
+#define Q5KCHUNK2(T) Q5KNIBBLES(2, VPSLLW, 0, VPSRLW, 1, T)
+#define Q5KCHUNK3(T) Q5KNIBBLES(3, VPSRLW, 2, VPSRLW, 3, T)
+
+// func dotQ5_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
+TEXT ·dotQ5_KQ8KAVX2(SB), NOSPLIT, $16-40
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R12
+	MOVQ         out+32(FP), R13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+q5row:
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	VXORPS Y0, Y0, Y0
+
+q5block:
+	Q4KSCALES
+	VFNMADD231PS Q8K_SUMS(DI), Y12, Y0
+	VPXOR        Y1, Y1, Y1
+	Q5KCHUNK0(Y8)
+	Q4KTOKEN(DI, 0, Y1)
+	Q5KCHUNK1(Y8)
+	Q4KTOKEN(DI, 1, Y1)
+	Q5KCHUNK2(Y8)
+	Q4KTOKEN(DI, 2, Y1)
+	Q5KCHUNK3(Y8)
+	Q4KTOKEN(DI, 3, Y1)
+	Q4KD
+	Q4KSUM(DI, Y1, Y0)
+
+	ADDQ $176, SI
+	ADDQ $Q8K_SIZE, DI
+	DECQ CX
+	JNZ  q5block
+
+	HSUM(Y0, X0)
+	VMOVSS X0, (R13)
+	ADDQ   $4, R13
+	DECQ   R12
+	JNZ    q5row
+	VZEROUPPER
+	RET
+
+// func dotQ5_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+//
+// The four-token form, as dotQ4_KQ8K4AVX2 (same registers).
+TEXT ·dotQ5_KQ8K4AVX2(SB), NOSPLIT, $16-48
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R11
+	MOVQ         out+32(FP), R12
+	MOVQ         ldo+40(FP), R13
+	SHLQ         $2, R13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+q5row4:
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	IMUL3Q $Q8K_SIZE, CX, AX
+	LEAQ   (DI)(AX*1), R8
+	LEAQ   (R8)(AX*1), R9
+	LEAQ   (R9)(AX*1), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+q5block4:
+	Q4KSCALES
+	VFNMADD231PS Q8K_SUMS(DI), Y12, Y0
+	VFNMADD231PS Q8K_SUMS(R8), Y12, Y1
+	VFNMADD231PS Q8K_SUMS(R9), Y12, Y2
+	VFNMADD231PS Q8K_SUMS(R10), Y12, Y3
+	VPXOR        Y10, Y10, Y10
+	VPXOR        Y11, Y11, Y11
+	VPXOR        Y12, Y12, Y12
+	VPXOR        Y14, Y14, Y14
+	Q5KCHUNK0(Y8)
+	Q4KTOKEN(DI, 0, Y10)
+	Q4KTOKEN(R8, 0, Y11)
+	Q4KTOKEN(R9, 0, Y12)
+	Q4KTOKEN(R10, 0, Y14)
+	Q5KCHUNK1(Y8)
+	Q4KTOKEN(DI, 1, Y10)
+	Q4KTOKEN(R8, 1, Y11)
+	Q4KTOKEN(R9, 1, Y12)
+	Q4KTOKEN(R10, 1, Y14)
+	Q5KCHUNK2(Y8)
+	Q4KTOKEN(DI, 2, Y10)
+	Q4KTOKEN(R8, 2, Y11)
+	Q4KTOKEN(R9, 2, Y12)
+	Q4KTOKEN(R10, 2, Y14)
+	Q5KCHUNK3(Y8)
+	Q4KTOKEN(DI, 3, Y10)
+	Q4KTOKEN(R8, 3, Y11)
+	Q4KTOKEN(R9, 3, Y12)
+	Q4KTOKEN(R10, 3, Y14)
+	MOVWLZX   0(SI), AX
+	VMOVD     AX, X4
+	VCVTPH2PS X4, X4
+	Q4KSUM4(DI, Y10, Y0)
+	Q4KSUM4(R8, Y11, Y1)
+	Q4KSUM4(R9, Y12, Y2)
+	Q4KSUM4(R10, Y14, Y3)
+
+	ADDQ $176, SI
+	ADDQ $Q8K_SIZE, DI
+	ADDQ $Q8K_SIZE, R8
+	ADDQ $Q8K_SIZE, R9
+	ADDQ $Q8K_SIZE, R10
+	DECQ CX
+	JNZ  q5block4
+
+	LEAQ   (R13)(R13*2), AX
+	HSUM(Y0, X0)
+	VMOVSS X0, (R12)
+	HSUM(Y1, X1)
+	VMOVSS X1, (R12)(R13*1)
+	HSUM(Y2, X2)
+	VMOVSS X2, (R12)(R13*2)
+	HSUM(Y3, X3)
+	VMOVSS X3, (R12)(AX*1)
+	ADDQ   $4, R12
+	DECQ   R11
+	JNZ    q5row4
+	VZEROUPPER
+	RET
