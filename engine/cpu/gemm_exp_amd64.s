@@ -617,6 +617,11 @@ store:
 	TESTQ R11, R11; \
 	JZ    done; \
 row: \
+	LEAQ        (SI)(R8*4), R12; \
+	PREFETCHT0  (R12); \
+	PREFETCHT0  64(R12); \
+	PREFETCHT0  128(R12); \
+	PREFETCHT0  192(R12); \
 	VXORPS Y0, Y0, Y0; \
 	VXORPS Y1, Y1, Y1; \
 	VXORPS Y2, Y2, Y2; \
@@ -708,6 +713,9 @@ chunk: \
 	TESTQ  R11, R11; \
 	JZ     store; \
 loop: \
+	LEAQ         (R10)(R8*4), R12; \
+	PREFETCHT0   (R12); \
+	PREFETCHT0   64(R12); \
 	VBROADCASTSS (R9), Y8; \
 	LOAD(0, R10, Y9); \
 	LOAD(E8, R10, Y10); \
