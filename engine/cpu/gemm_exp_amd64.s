@@ -241,6 +241,11 @@ TEXT ·dotStridedAVX512(SB), NOSPLIT, $0-48
 	JZ    done
 
 row:
+	LEAQ       (SI)(R8*4), R12
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	MOVQ   SI, R9
@@ -307,6 +312,9 @@ TEXT ·weightedRowsAVX512(SB), NOSPLIT, $0-40
 	JZ     store
 
 loop:
+	LEAQ         (DI)(R8*4), R12
+	PREFETCHT0   (R12)
+	PREFETCHT0   64(R12)
 	VBROADCASTSS (SI), Z8
 	VFMADD231PS  (DI), Z8, Z0
 	VFMADD231PS  64(DI), Z8, Z1
@@ -501,6 +509,11 @@ TEXT ·dotStridedF16AVX512(SB), NOSPLIT, $0-48
 	JZ    done
 
 row:
+	LEAQ       (SI)(R8*4), R12
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	MOVQ   SI, R9
@@ -567,6 +580,9 @@ TEXT ·weightedRowsF16AVX512(SB), NOSPLIT, $0-40
 	JZ     store
 
 loop:
+	LEAQ         (DI)(R8*4), R12
+	PREFETCHT0   (R12)
+	PREFETCHT0   64(R12)
 	VBROADCASTSS (SI), Z8
 	VCVTPH2PS    (DI), Z9
 	VCVTPH2PS    32(DI), Z10
@@ -601,10 +617,12 @@ store:
 	VZEROUPPER
 	RET
 
-// The AVX2 forms of the strided kernels, for CPUs without AVX-512. DOTROWS8 and WROWS8 are
-// their loops over one row, with LOAD8 the load of 8 values: float32 rows load as they are,
-// f16 rows widen in the register, so that the f16 kernels give bit for bit what the
-// float32 ones give over the widened rows.
+// The AVX2 forms of the strided kernels, for CPUs without AVX-512. DOTSTRIDED and
+// WEIGHTEDROWS are their bodies, with LOAD the load of 8 values: float32 rows load as they
+// are, f16 rows widen in the register, so that the f16 kernels give bit for bit what the
+// float32 ones give over the widened rows. Every strided kernel prefetches the row four
+// ahead: a kv head's rows lie kvHeads·headDim values apart, a stride the hardware
+// prefetcher follows too late, and decode at depth waited on memory.
 
 #define LOADF32(off, base, Y) VMOVUPS off(base), Y
 #define LOADF16(off, base, Y) VCVTPH2PS off(base), Y
