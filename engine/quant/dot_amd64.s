@@ -130,6 +130,7 @@ TEXT ·dotQ8_0AVX2(SB), NOSPLIT, $0-28
 
 loop2:
 	// Two blocks per iteration, into separate totals Y0 and Y1.
+	PREFETCHT0   1024(SI)
 	VPBROADCASTW (SI), X8
 	VCVTPH2PS    X8, Y8
 	VPBROADCASTW 34(SI), X9
