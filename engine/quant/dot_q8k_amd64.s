@@ -259,6 +259,201 @@ DATA q6kShuf<>+112(SB)/8, $0x0f0e0f0e0f0e0f0e
 DATA q6kShuf<>+120(SB)/8, $0x0f0e0f0e0f0e0f0e
 GLOBL q6kShuf<>(SB), RODATA|NOPTR, $128
 
+// Q2_K block (84 bytes): 16 scale bytes (low nibble the sub-block's scale, high its min),
+// 64 bytes of 2-bit values, f16 d at 80, f16 dmin at 82. In half n (128 elements), element
+// 32k + l (k = 0..3, l = 0..31) is bits 2k, 2k+1 of qs[32n + l] and its scale byte is
+// 16-group 8n + 2k + l/16: the same group pattern as Q6_K, so a 32-byte part is one
+// VPMADDUBSW and one VPMADDWD by scales shuffled to its two 128-bit lanes. value =
+// d·sc·q − dmin·m, and the mins part needs only the activations' 16-group sums (Bsums):
+// one VPMADDWD of the sixteen mins with them.
+
+// Q2KPART(K, N): part K of half N, the half's bits in Y8 and its eight scales (bytes,
+// repeated in each 64-bit lane) in Y11, into Y1.
+#define Q2KPART(K, N) \
+	VPSRLW     $(2*K), Y8, Y6; \
+	VPAND      Y15, Y6, Y6; \
+	VPMADDUBSW (4+128*N+32*K)(DI), Y6, Y6; \
+	VPSHUFB    q2kShuf<>+(32*K)(SB), Y11, Y7; \
+	VPMADDWD   Y7, Y6, Y6; \
+	VPADDD     Y6, Y1, Y1
+
+#define Q2KHALF(N) \
+	VMOVDQU      (16+32*N)(SI), Y8; \
+	VPBROADCASTQ (8*N)(SI), Y11; \
+	VPAND        Y14, Y11, Y11; \
+	Q2KPART(0, N); \
+	Q2KPART(1, N); \
+	Q2KPART(2, N); \
+	Q2KPART(3, N)
+
+// func dotQ2_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
+TEXT ·dotQ2_KQ8KAVX2(SB), NOSPLIT, $0-40
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R12
+	MOVQ         out+32(FP), R13
+	MOVL         $0x03030303, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+q2row:
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	VXORPS Y0, Y0, Y0
+
+q2block:
+	VPXOR Y1, Y1, Y1
+	Q2KHALF(0)
+	Q2KHALF(1)
+	// The mins: Σ_g m_g·Bsums_g, as eight int32 lanes.
+	VPMOVZXBW    0(SI), Y8
+	VPSRLW       $4, Y8, Y8
+	VPMADDWD     260(DI), Y8, Y8
+	// Both sums are reduced to integers before the float step, which is then the Go
+	// kernel's: d·D·sumi − dmin·D·mins. The two products can cancel (an all-zero weight
+	// is d·sc·q = dmin·m), and lane by lane they would leave their rounding behind.
+	VPHADDD      Y8, Y1, Y1
+	VEXTRACTI128 $1, Y1, X8
+	VPADDD       X8, X1, X1
+	VPHADDD      X1, X1, X1
+	VCVTDQ2PS    X1, X1
+	VMOVD        80(SI), X6
+	VCVTPH2PS    X6, X6
+	VBROADCASTSS 0(DI), X7
+	VMULPS       X7, X6, X6
+	VMULPS       X6, X1, X1
+	VMOVSHDUP    X1, X6
+	VSUBSS       X6, X1, X1
+	VADDSS       X1, X0, X0
+
+	ADDQ $84, SI
+	ADDQ $Q8K_SIZE, DI
+	DECQ CX
+	JNZ  q2block
+
+	VMOVSS X0, (R13)
+	ADDQ   $4, R13
+	DECQ   R12
+	JNZ    q2row
+	VZEROUPPER
+	RET
+
+// q2kShuf zero-extends, for part k, scale byte 2k to int16 in the low 128-bit lane and
+// scale byte 2k+1 in the high lane, from eight scale bytes repeated in every 64-bit lane.
+DATA q2kShuf<>+0(SB)/8, $0x8000800080008000
+DATA q2kShuf<>+8(SB)/8, $0x8000800080008000
+DATA q2kShuf<>+16(SB)/8, $0x8001800180018001
+DATA q2kShuf<>+24(SB)/8, $0x8001800180018001
+DATA q2kShuf<>+32(SB)/8, $0x8002800280028002
+DATA q2kShuf<>+40(SB)/8, $0x8002800280028002
+DATA q2kShuf<>+48(SB)/8, $0x8003800380038003
+DATA q2kShuf<>+56(SB)/8, $0x8003800380038003
+DATA q2kShuf<>+64(SB)/8, $0x8004800480048004
+DATA q2kShuf<>+72(SB)/8, $0x8004800480048004
+DATA q2kShuf<>+80(SB)/8, $0x8005800580058005
+DATA q2kShuf<>+88(SB)/8, $0x8005800580058005
+DATA q2kShuf<>+96(SB)/8, $0x8006800680068006
+DATA q2kShuf<>+104(SB)/8, $0x8006800680068006
+DATA q2kShuf<>+112(SB)/8, $0x8007800780078007
+DATA q2kShuf<>+120(SB)/8, $0x8007800780078007
+GLOBL q2kShuf<>(SB), RODATA|NOPTR, $128
+
+// IQ2_XXS block (66 bytes): f16 d, then per 32-element sub-block 4 grid indices and a
+// 32-bit word of four 7-bit sign indices and a 4-bit scale s; a weight is
+// d·(2s+1)/8 · grid · sign. The grid bytes (0x08, 0x19, 0x2b) are the unsigned operand of
+// VPMADDUBSW as they are; the signs go onto the activations with VPSIGNB, from
+// iqSignBytes (±1 per byte, the eighth sign already derived from the parity). Both
+// tables are read eight bytes per group, four groups to a 256-bit register. The odd
+// integer 2s+1 multiplies the int16 pair sums in VPMADDWD; the 1/8 goes with d·D.
+//
+// Registers: R8 the grid (iq2xxsGrid, whose little-endian uint64s are the eight bytes in
+// element order), R9 the signs, Y1 the block's integer sums, Y15 0.125.
+
+// IQ2XXSSUB(IB): sub-block IB of the block at SI into Y1.
+#define IQ2XXSSUB(IB) \
+	MOVL         (6+8*IB)(SI), BX; \
+	MOVBLZX      (2+8*IB)(SI), AX; \
+	VMOVQ        (R8)(AX*8), X4; \
+	MOVBLZX      (3+8*IB)(SI), AX; \
+	VPINSRQ      $1, (R8)(AX*8), X4, X4; \
+	MOVBLZX      (4+8*IB)(SI), AX; \
+	VMOVQ        (R8)(AX*8), X5; \
+	MOVBLZX      (5+8*IB)(SI), AX; \
+	VPINSRQ      $1, (R8)(AX*8), X5, X5; \
+	VINSERTI128  $1, X5, Y4, Y4; \
+	MOVL         BX, AX; \
+	ANDL         $127, AX; \
+	VMOVQ        (R9)(AX*8), X6; \
+	MOVL         BX, AX; \
+	SHRL         $7, AX; \
+	ANDL         $127, AX; \
+	VPINSRQ      $1, (R9)(AX*8), X6, X6; \
+	MOVL         BX, AX; \
+	SHRL         $14, AX; \
+	ANDL         $127, AX; \
+	VMOVQ        (R9)(AX*8), X7; \
+	MOVL         BX, AX; \
+	SHRL         $21, AX; \
+	ANDL         $127, AX; \
+	VPINSRQ      $1, (R9)(AX*8), X7, X7; \
+	VINSERTI128  $1, X7, Y6, Y6; \
+	VMOVDQU      (4+32*IB)(DI), Y7; \
+	VPSIGNB      Y6, Y7, Y7; \
+	VPMADDUBSW   Y7, Y4, Y4; \
+	SHRL         $28, BX; \
+	LEAL         1(BX)(BX*1), BX; \
+	VMOVD        BX, X5; \
+	VPBROADCASTW X5, Y5; \
+	VPMADDWD     Y5, Y4, Y4; \
+	VPADDD       Y4, Y1, Y1
+
+// func dotIQ2_XXSQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
+TEXT ·dotIQ2_XXSQ8KAVX2(SB), NOSPLIT, $0-40
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R12
+	MOVQ         out+32(FP), R13
+	LEAQ         ·iq2xxsGrid(SB), R8
+	LEAQ         ·iqSignBytes(SB), R9
+	MOVL         $0x3e000000, AX // 0.125
+	VMOVD        AX, X15
+
+iq2row:
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	VXORPS Y0, Y0, Y0
+
+iq2block:
+	VPXOR Y1, Y1, Y1
+	IQ2XXSSUB(0)
+	IQ2XXSSUB(1)
+	IQ2XXSSUB(2)
+	IQ2XXSSUB(3)
+	IQ2XXSSUB(4)
+	IQ2XXSSUB(5)
+	IQ2XXSSUB(6)
+	IQ2XXSSUB(7)
+	// Each lane sums 32 products of at most 43·127·31: exact as a float.
+	VCVTDQ2PS    Y1, Y1
+	SCALEF16(0, X6)
+	VMULSS       X15, X6, X6
+	VBROADCASTSS X6, Y6
+	VFMADD231PS  Y6, Y1, Y0
+
+	ADDQ $66, SI
+	ADDQ $Q8K_SIZE, DI
+	DECQ CX
+	JNZ  iq2block
+
+	HSUM0
+	VMOVSS X0, (R13)
+	ADDQ   $4, R13
+	DECQ   R12
+	JNZ    iq2row
+	VZEROUPPER
+	RET
+
 // The four-token form of dotQ4_KQ8KAVX2, for prefill and batched decode: each block's
 // scales are decoded and its nibbles widened once for four tokens' activations (a, a+nb,
 // a+2nb, a+3nb blocks). Every float operation is the one-token kernel's, in its order, so
