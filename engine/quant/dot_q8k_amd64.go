@@ -14,21 +14,6 @@ func dotQ2_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
 //go:noescape
 func dotIQ2_XXSQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
 
-// iqSignBytes widens the i-quants' sign patterns for VPSIGNB: byte j of entry i is −1 where
-// iqSigns[i] has bit j, else 1. The IQ2_XXS kernel reads it (and iq2xxsGrid) by symbol.
-var iqSignBytes = func() (t [128]uint64) {
-	for i, m := range iqSigns {
-		for j := range 8 {
-			b := uint64(0x01)
-			if m>>j&1 != 0 {
-				b = 0xff
-			}
-			t[i] |= b << (8 * j)
-		}
-	}
-	return t
-}()
-
 // int8Asm reports whether t has an assembly 8-bit kernel on this machine.
 func int8Asm(t Type) bool {
 	if !useAsm {

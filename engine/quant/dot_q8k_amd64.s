@@ -363,17 +363,29 @@ GLOBL q2kShuf<>(SB), RODATA|NOPTR, $128
 // IQ2_XXS block (66 bytes): f16 d, then per 32-element sub-block 4 grid indices and a
 // 32-bit word of four 7-bit sign indices and a 4-bit scale s; a weight is
 // d·(2s+1)/8 · grid · sign. The grid bytes (0x08, 0x19, 0x2b) are the unsigned operand of
-// VPMADDUBSW as they are; the signs go onto the activations with VPSIGNB, from
-// iqSignBytes (±1 per byte, the eighth sign already derived from the parity). Both
-// tables are read eight bytes per group, four groups to a 256-bit register. The odd
-// integer 2s+1 multiplies the int16 pair sums in VPMADDWD; the 1/8 goes with d·D.
+// VPMADDUBSW as they are, read eight to a group from iq2xxsGrid (its little-endian uint64s
+// are the bytes in element order), four groups to a register. The signs go onto the
+// activations with VPSIGNB. They are built in registers rather than read from a table:
+// four table reads and their index arithmetic cost more instructions than the vector
+// steps, and the loads and instruction count are what bound this kernel. The odd integer
+// 2s+1 multiplies the int16 pair sums in VPMADDWD; the 1/8 goes with d·D.
 //
-// Registers: R8 the grid (iq2xxsGrid, whose little-endian uint64s are the eight bytes in
-// element order), R9 the signs, Y1 the block's integer sums, Y15 0.125.
+// Signs of group l: its index is the low 7 bits of the sign word shifted right by 7l
+// (VPSRLVQ on the word repeated in each 64-bit lane), spread to the group's 8 bytes, and
+// byte j tested for bit j: 0xff where set. Byte 7 tests nothing and comes out 0xff; the
+// byte sum of the 64-bit lane (VPSADBW) is then 255·(set bits + 1), whose low bit is 1
+// exactly when the parity bit, the eighth sign, is 0: shifted to the top of byte 7 and
+// XORed in, it leaves 0xff (negate) or 0x7f (keep) there. ORing in 1 turns the other
+// bytes' 0 (keep) into 1, as VPSIGNB zeroes on 0. The scale: the sign word's top half
+// shifted right by 11 is 2s plus the last sign index's top bit, and 2s+1 whatever that bit
+// once 1 is ORed in.
+//
+// Registers: R8 the grid, Y1 the block's integer sums, Y15 0.125, Y14 the sign shifts,
+// Y13 the spreading shuffle, Y12 the bit of each byte, Y11 zero, Y10 bytes of 1, Y9 words
+// of 1.
 
 // IQ2XXSSUB(IB): sub-block IB of the block at SI into Y1.
 #define IQ2XXSSUB(IB) \
-	MOVL         (6+8*IB)(SI), BX; \
 	MOVBLZX      (2+8*IB)(SI), AX; \
 	VMOVQ        (R8)(AX*8), X4; \
 	MOVBLZX      (3+8*IB)(SI), AX; \
@@ -383,29 +395,21 @@ GLOBL q2kShuf<>(SB), RODATA|NOPTR, $128
 	MOVBLZX      (5+8*IB)(SI), AX; \
 	VPINSRQ      $1, (R8)(AX*8), X5, X5; \
 	VINSERTI128  $1, X5, Y4, Y4; \
-	MOVL         BX, AX; \
-	ANDL         $127, AX; \
-	VMOVQ        (R9)(AX*8), X6; \
-	MOVL         BX, AX; \
-	SHRL         $7, AX; \
-	ANDL         $127, AX; \
-	VPINSRQ      $1, (R9)(AX*8), X6, X6; \
-	MOVL         BX, AX; \
-	SHRL         $14, AX; \
-	ANDL         $127, AX; \
-	VMOVQ        (R9)(AX*8), X7; \
-	MOVL         BX, AX; \
-	SHRL         $21, AX; \
-	ANDL         $127, AX; \
-	VPINSRQ      $1, (R9)(AX*8), X7, X7; \
-	VINSERTI128  $1, X7, Y6, Y6; \
+	VPBROADCASTD (6+8*IB)(SI), Y6; \
+	VPSRLVQ      Y14, Y6, Y6; \
+	VPSHUFB      Y13, Y6, Y6; \
+	VPAND        Y12, Y6, Y6; \
+	VPCMPEQB     Y12, Y6, Y6; \
+	VPSADBW      Y11, Y6, Y7; \
+	VPSLLQ       $63, Y7, Y7; \
+	VPXOR        Y7, Y6, Y6; \
+	VPOR         Y10, Y6, Y6; \
 	VMOVDQU      (4+32*IB)(DI), Y7; \
 	VPSIGNB      Y6, Y7, Y7; \
 	VPMADDUBSW   Y7, Y4, Y4; \
-	SHRL         $28, BX; \
-	LEAL         1(BX)(BX*1), BX; \
-	VMOVD        BX, X5; \
-	VPBROADCASTW X5, Y5; \
+	VPBROADCASTW (8+8*IB)(SI), Y5; \
+	VPSRLW       $11, Y5, Y5; \
+	VPOR         Y9, Y5, Y5; \
 	VPMADDWD     Y5, Y4, Y4; \
 	VPADDD       Y4, Y1, Y1
 
@@ -415,9 +419,18 @@ TEXT ·dotIQ2_XXSQ8KAVX2(SB), NOSPLIT, $0-40
 	MOVQ         nrows+24(FP), R12
 	MOVQ         out+32(FP), R13
 	LEAQ         ·iq2xxsGrid(SB), R8
-	LEAQ         ·iqSignBytes(SB), R9
 	MOVL         $0x3e000000, AX // 0.125
 	VMOVD        AX, X15
+	VMOVDQU      iq2SignShift<>(SB), Y14
+	VMOVDQU      iq2SignSpread<>(SB), Y13
+	VPBROADCASTQ iq2SignBits<>(SB), Y12
+	VPXOR        Y11, Y11, Y11
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, Y9
 
 iq2row:
 	MOVQ   a+8(FP), DI
@@ -453,6 +466,24 @@ iq2block:
 	JNZ    iq2row
 	VZEROUPPER
 	RET
+
+// iq2SignShift: group l's sign index to the bottom of 64-bit lane l.
+DATA iq2SignShift<>+0(SB)/8, $0
+DATA iq2SignShift<>+8(SB)/8, $7
+DATA iq2SignShift<>+16(SB)/8, $14
+DATA iq2SignShift<>+24(SB)/8, $21
+GLOBL iq2SignShift<>(SB), RODATA|NOPTR, $32
+
+// iq2SignSpread: each 64-bit lane's low byte to all eight of its bytes.
+DATA iq2SignSpread<>+0(SB)/8, $0x0000000000000000
+DATA iq2SignSpread<>+8(SB)/8, $0x0808080808080808
+DATA iq2SignSpread<>+16(SB)/8, $0x0000000000000000
+DATA iq2SignSpread<>+24(SB)/8, $0x0808080808080808
+GLOBL iq2SignSpread<>(SB), RODATA|NOPTR, $32
+
+// iq2SignBits: byte j's sign bit, none for byte 7 (the parity).
+DATA iq2SignBits<>+0(SB)/8, $0x0040201008040201
+GLOBL iq2SignBits<>(SB), RODATA|NOPTR, $8
 
 // The four-token form of dotQ4_KQ8KAVX2, for prefill and batched decode: each block's
 // scales are decoded and its nibbles widened once for four tokens' activations (a, a+nb,
