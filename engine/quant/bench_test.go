@@ -172,6 +172,7 @@ func BenchmarkQuantize(b *testing.B) {
 // the 8-bit one (QuantizeQ8K once, then DotRowsQ8K) over a 512-row × 2048 matrix: a decode
 // step's product (one thread's share), the quantization paid once for all rows as in the
 // CPU backend. Bytes are the weights'. Int8Faster's table is read off this benchmark.
+// Types with an assembly 8-bit kernel also run the pure-Go one (int8go).
 func BenchmarkDotQ8K(b *testing.B) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	const n, rows = 2048, 512
@@ -194,6 +195,20 @@ func BenchmarkDotQ8K(b *testing.B) {
 			for b.Loop() {
 				QuantizeQ8K(x, a)
 				DotRowsQ8K(t, data, a, out)
+			}
+		})
+		if !Int8Vector(t) {
+			continue
+		}
+		// The pure-Go kernel the assembly one replaces, for what the assembly gains.
+		b.Run(t.String()+"/int8go", func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			rb := len(data) / rows
+			for b.Loop() {
+				QuantizeQ8K(x, a)
+				for r := range out {
+					out[r] = q8kDots[t](data[r*rb:(r+1)*rb], a)
+				}
 			}
 		})
 	}

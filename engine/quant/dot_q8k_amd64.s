@@ -259,6 +259,232 @@ DATA q6kShuf<>+112(SB)/8, $0x0f0e0f0e0f0e0f0e
 DATA q6kShuf<>+120(SB)/8, $0x0f0e0f0e0f0e0f0e
 GLOBL q6kShuf<>(SB), RODATA|NOPTR, $128
 
+// Q2_K block (84 bytes): 16 scale bytes (low nibble the sub-block's scale, high its min),
+// 64 bytes of 2-bit values, f16 d at 80, f16 dmin at 82. In half n (128 elements), element
+// 32k + l (k = 0..3, l = 0..31) is bits 2k, 2k+1 of qs[32n + l] and its scale byte is
+// 16-group 8n + 2k + l/16: the same group pattern as Q6_K, so a 32-byte part is one
+// VPMADDUBSW and one VPMADDWD by scales shuffled to its two 128-bit lanes. value =
+// d·sc·q − dmin·m, and the mins part needs only the activations' 16-group sums (Bsums):
+// one VPMADDWD of the sixteen mins with them.
+
+// Q2KPART(K, N): part K of half N, the half's bits in Y8 and its eight scales (bytes,
+// repeated in each 64-bit lane) in Y11, into Y1.
+#define Q2KPART(K, N) \
+	VPSRLW     $(2*K), Y8, Y6; \
+	VPAND      Y15, Y6, Y6; \
+	VPMADDUBSW (4+128*N+32*K)(DI), Y6, Y6; \
+	VPSHUFB    q2kShuf<>+(32*K)(SB), Y11, Y7; \
+	VPMADDWD   Y7, Y6, Y6; \
+	VPADDD     Y6, Y1, Y1
+
+#define Q2KHALF(N) \
+	VMOVDQU      (16+32*N)(SI), Y8; \
+	VPBROADCASTQ (8*N)(SI), Y11; \
+	VPAND        Y14, Y11, Y11; \
+	Q2KPART(0, N); \
+	Q2KPART(1, N); \
+	Q2KPART(2, N); \
+	Q2KPART(3, N)
+
+// func dotQ2_KQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
+TEXT ·dotQ2_KQ8KAVX2(SB), NOSPLIT, $0-40
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R12
+	MOVQ         out+32(FP), R13
+	MOVL         $0x03030303, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+q2row:
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	VXORPS Y0, Y0, Y0
+
+q2block:
+	VPXOR Y1, Y1, Y1
+	Q2KHALF(0)
+	Q2KHALF(1)
+	// The mins: Σ_g m_g·Bsums_g, as eight int32 lanes.
+	VPMOVZXBW    0(SI), Y8
+	VPSRLW       $4, Y8, Y8
+	VPMADDWD     260(DI), Y8, Y8
+	// Both sums are reduced to integers before the float step, which is then the Go
+	// kernel's: d·D·sumi − dmin·D·mins. The two products can cancel (an all-zero weight
+	// is d·sc·q = dmin·m), and lane by lane they would leave their rounding behind.
+	VPHADDD      Y8, Y1, Y1
+	VEXTRACTI128 $1, Y1, X8
+	VPADDD       X8, X1, X1
+	VPHADDD      X1, X1, X1
+	VCVTDQ2PS    X1, X1
+	VMOVD        80(SI), X6
+	VCVTPH2PS    X6, X6
+	VBROADCASTSS 0(DI), X7
+	VMULPS       X7, X6, X6
+	VMULPS       X6, X1, X1
+	VMOVSHDUP    X1, X6
+	VSUBSS       X6, X1, X1
+	VADDSS       X1, X0, X0
+
+	ADDQ $84, SI
+	ADDQ $Q8K_SIZE, DI
+	DECQ CX
+	JNZ  q2block
+
+	VMOVSS X0, (R13)
+	ADDQ   $4, R13
+	DECQ   R12
+	JNZ    q2row
+	VZEROUPPER
+	RET
+
+// q2kShuf zero-extends, for part k, scale byte 2k to int16 in the low 128-bit lane and
+// scale byte 2k+1 in the high lane, from eight scale bytes repeated in every 64-bit lane.
+DATA q2kShuf<>+0(SB)/8, $0x8000800080008000
+DATA q2kShuf<>+8(SB)/8, $0x8000800080008000
+DATA q2kShuf<>+16(SB)/8, $0x8001800180018001
+DATA q2kShuf<>+24(SB)/8, $0x8001800180018001
+DATA q2kShuf<>+32(SB)/8, $0x8002800280028002
+DATA q2kShuf<>+40(SB)/8, $0x8002800280028002
+DATA q2kShuf<>+48(SB)/8, $0x8003800380038003
+DATA q2kShuf<>+56(SB)/8, $0x8003800380038003
+DATA q2kShuf<>+64(SB)/8, $0x8004800480048004
+DATA q2kShuf<>+72(SB)/8, $0x8004800480048004
+DATA q2kShuf<>+80(SB)/8, $0x8005800580058005
+DATA q2kShuf<>+88(SB)/8, $0x8005800580058005
+DATA q2kShuf<>+96(SB)/8, $0x8006800680068006
+DATA q2kShuf<>+104(SB)/8, $0x8006800680068006
+DATA q2kShuf<>+112(SB)/8, $0x8007800780078007
+DATA q2kShuf<>+120(SB)/8, $0x8007800780078007
+GLOBL q2kShuf<>(SB), RODATA|NOPTR, $128
+
+// IQ2_XXS block (66 bytes): f16 d, then per 32-element sub-block 4 grid indices and a
+// 32-bit word of four 7-bit sign indices and a 4-bit scale s; a weight is
+// d·(2s+1)/8 · grid · sign. The grid bytes (0x08, 0x19, 0x2b) are the unsigned operand of
+// VPMADDUBSW as they are, read eight to a group from iq2xxsGrid (its little-endian uint64s
+// are the bytes in element order), four groups to a register. The signs go onto the
+// activations with VPSIGNB. They are built in registers rather than read from a table:
+// four table reads and their index arithmetic cost more instructions than the vector
+// steps, and the loads and instruction count are what bound this kernel. The odd integer
+// 2s+1 multiplies the int16 pair sums in VPMADDWD; the 1/8 goes with d·D.
+//
+// Signs of group l: its index is the low 7 bits of the sign word shifted right by 7l
+// (VPSRLVQ on the word repeated in each 64-bit lane), spread to the group's 8 bytes, and
+// byte j tested for bit j: 0xff where set. Byte 7 tests nothing and comes out 0xff; the
+// byte sum of the 64-bit lane (VPSADBW) is then 255·(set bits + 1), whose low bit is 1
+// exactly when the parity bit, the eighth sign, is 0: shifted to the top of byte 7 and
+// XORed in, it leaves 0xff (negate) or 0x7f (keep) there. ORing in 1 turns the other
+// bytes' 0 (keep) into 1, as VPSIGNB zeroes on 0. The scale: the sign word's top half
+// shifted right by 11 is 2s plus the last sign index's top bit, and 2s+1 whatever that bit
+// once 1 is ORed in.
+//
+// Registers: R8 the grid, Y1 the block's integer sums, Y15 0.125, Y14 the sign shifts,
+// Y13 the spreading shuffle, Y12 the bit of each byte, Y11 zero, Y10 bytes of 1, Y9 words
+// of 1.
+
+// IQ2XXSSUB(IB): sub-block IB of the block at SI into Y1.
+#define IQ2XXSSUB(IB) \
+	MOVBLZX      (2+8*IB)(SI), AX; \
+	VMOVQ        (R8)(AX*8), X4; \
+	MOVBLZX      (3+8*IB)(SI), AX; \
+	VPINSRQ      $1, (R8)(AX*8), X4, X4; \
+	MOVBLZX      (4+8*IB)(SI), AX; \
+	VMOVQ        (R8)(AX*8), X5; \
+	MOVBLZX      (5+8*IB)(SI), AX; \
+	VPINSRQ      $1, (R8)(AX*8), X5, X5; \
+	VINSERTI128  $1, X5, Y4, Y4; \
+	VPBROADCASTD (6+8*IB)(SI), Y6; \
+	VPSRLVQ      Y14, Y6, Y6; \
+	VPSHUFB      Y13, Y6, Y6; \
+	VPAND        Y12, Y6, Y6; \
+	VPCMPEQB     Y12, Y6, Y6; \
+	VPSADBW      Y11, Y6, Y7; \
+	VPSLLQ       $63, Y7, Y7; \
+	VPXOR        Y7, Y6, Y6; \
+	VPOR         Y10, Y6, Y6; \
+	VMOVDQU      (4+32*IB)(DI), Y7; \
+	VPSIGNB      Y6, Y7, Y7; \
+	VPMADDUBSW   Y7, Y4, Y4; \
+	VPBROADCASTW (8+8*IB)(SI), Y5; \
+	VPSRLW       $11, Y5, Y5; \
+	VPOR         Y9, Y5, Y5; \
+	VPMADDWD     Y5, Y4, Y4; \
+	VPADDD       Y4, Y1, Y1
+
+// func dotIQ2_XXSQ8KAVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32)
+TEXT ·dotIQ2_XXSQ8KAVX2(SB), NOSPLIT, $0-40
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R12
+	MOVQ         out+32(FP), R13
+	LEAQ         ·iq2xxsGrid(SB), R8
+	MOVL         $0x3e000000, AX // 0.125
+	VMOVD        AX, X15
+	VMOVDQU      iq2SignShift<>(SB), Y14
+	VMOVDQU      iq2SignSpread<>(SB), Y13
+	VPBROADCASTQ iq2SignBits<>(SB), Y12
+	VPXOR        Y11, Y11, Y11
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, Y9
+
+iq2row:
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	VXORPS Y0, Y0, Y0
+
+iq2block:
+	VPXOR Y1, Y1, Y1
+	IQ2XXSSUB(0)
+	IQ2XXSSUB(1)
+	IQ2XXSSUB(2)
+	IQ2XXSSUB(3)
+	IQ2XXSSUB(4)
+	IQ2XXSSUB(5)
+	IQ2XXSSUB(6)
+	IQ2XXSSUB(7)
+	// Each lane sums 32 products of at most 43·127·31: exact as a float.
+	VCVTDQ2PS    Y1, Y1
+	SCALEF16(0, X6)
+	VMULSS       X15, X6, X6
+	VBROADCASTSS X6, Y6
+	VFMADD231PS  Y6, Y1, Y0
+
+	ADDQ $66, SI
+	ADDQ $Q8K_SIZE, DI
+	DECQ CX
+	JNZ  iq2block
+
+	HSUM0
+	VMOVSS X0, (R13)
+	ADDQ   $4, R13
+	DECQ   R12
+	JNZ    iq2row
+	VZEROUPPER
+	RET
+
+// iq2SignShift: group l's sign index to the bottom of 64-bit lane l.
+DATA iq2SignShift<>+0(SB)/8, $0
+DATA iq2SignShift<>+8(SB)/8, $7
+DATA iq2SignShift<>+16(SB)/8, $14
+DATA iq2SignShift<>+24(SB)/8, $21
+GLOBL iq2SignShift<>(SB), RODATA|NOPTR, $32
+
+// iq2SignSpread: each 64-bit lane's low byte to all eight of its bytes.
+DATA iq2SignSpread<>+0(SB)/8, $0x0000000000000000
+DATA iq2SignSpread<>+8(SB)/8, $0x0808080808080808
+DATA iq2SignSpread<>+16(SB)/8, $0x0000000000000000
+DATA iq2SignSpread<>+24(SB)/8, $0x0808080808080808
+GLOBL iq2SignSpread<>(SB), RODATA|NOPTR, $32
+
+// iq2SignBits: byte j's sign bit, none for byte 7 (the parity).
+DATA iq2SignBits<>+0(SB)/8, $0x0040201008040201
+GLOBL iq2SignBits<>(SB), RODATA|NOPTR, $8
+
 // The four-token form of dotQ4_KQ8KAVX2, for prefill and batched decode: each block's
 // scales are decoded and its nibbles widened once for four tokens' activations (a, a+nb,
 // a+2nb, a+3nb blocks). Every float operation is the one-token kernel's, in its order, so

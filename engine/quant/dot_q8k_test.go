@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -191,4 +192,74 @@ func quantizeQ8KGo(x []float32) Q8K {
 	var b Q8K
 	quantizeQ8KWith(x, &b, absMax256Go, quantizeQsGo)
 	return b
+}
+
+// TestDotQ8KAsm runs the assembly 8-bit kernels over more rows and blocks than TestDotQ8K,
+// with the edge cases the random rows miss: an all-zero activation block (D = 0), blocks
+// of activations at ±127 everywhere (the largest pair sums VPMADDUBSW must not saturate
+// on), and rows whose every scale, min, index and sign field is all ones or all zeros,
+// under the largest and smallest f16 block scales.
+func TestDotQ8KAsm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	const nb, nrand = 8, 31
+	for _, typ := range []Type{Q2_K, Q4_K, Q6_K, IQ2_XXS} {
+		t.Run(typ.String(), func(t *testing.T) {
+			if !Int8Vector(typ) {
+				t.Skip("no assembly kernel on this machine")
+			}
+			n := nb * QK_K
+			x := randomVec(n, rng)
+			clear(x[QK_K : 2*QK_K])
+			for i := 2 * QK_K; i < 3*QK_K; i++ {
+				x[i] = 3 // all 127 after quantization (or −127: the sign of the first)
+			}
+			for i := 3 * QK_K; i < 4*QK_K; i++ {
+				x[i] = float32(1 - 2*(i&1))
+			}
+			a := make([]Q8K, nb)
+			QuantizeQ8K(x, a)
+			if a[1].D != 0 {
+				t.Fatalf("zero block has D %g", a[1].D)
+			}
+			xq := make([]float32, n)
+			for i := range xq {
+				xq[i] = a[i/QK_K].D * float32(a[i/QK_K].Qs[i%QK_K])
+			}
+			rb := typ.RowBytes(n)
+			var data []byte
+			for range nrand {
+				data = append(data, randomRow(typ, n, rng)...)
+			}
+			for _, fill := range []byte{0xff, 0x00, 0x55} {
+				for _, d := range []uint16{0x7bff, 0x0001} { // 65504 and the least subnormal
+					row := make([]byte, rb)
+					for i := range row {
+						row[i] = fill
+					}
+					for o := 0; o < rb; o += typ.TypeSize() {
+						for _, off := range scaleFields[typ] {
+							binary.LittleEndian.PutUint16(row[o+off:], d)
+						}
+					}
+					data = append(data, row...)
+				}
+			}
+			rows := len(data) / rb
+			out := make([]float32, rows)
+			DotRowsQ8K(typ, data, a, out)
+			for r := range out {
+				row := data[r*rb : (r+1)*rb]
+				_, mag := exactDot(t, typ, row, xq)
+				if g := q8kDots[typ](row, a); math.Abs(float64(g-out[r])) > 1e-5*mag || math.IsNaN(float64(out[r])) {
+					t.Errorf("row %d: pure Go %g, assembly %g (Σ|w·x| %g)", r, g, out[r], mag)
+				}
+			}
+			// One row of one block: the loops' shortest trip.
+			one := make([]float32, 1)
+			DotRowsQ8K(typ, data[:typ.TypeSize()], a[:1], one)
+			if g := q8kDots[typ](data[:typ.TypeSize()], a[:1]); math.Abs(float64(g-one[0])) > 1e-5*math.Abs(float64(g))+1e-30 {
+				t.Errorf("one block: pure Go %g, assembly %g", g, one[0])
+			}
+		})
+	}
 }
