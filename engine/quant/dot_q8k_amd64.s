@@ -132,6 +132,8 @@ row:
 	VXORPS Y0, Y0, Y0
 
 block:
+	PREFETCHT0   1024(SI)
+	PREFETCHT0   1088(SI)
 	Q4KSCALES
 	VFNMADD231PS Q8K_SUMS(DI), Y12, Y0
 	VPXOR        Y1, Y1, Y1
@@ -213,6 +215,9 @@ q6row:
 	VXORPS Y0, Y0, Y0
 
 q6block:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
 	VPXOR Y1, Y1, Y1
 	Q6KHALF(0)
 	Q6KHALF(1)
@@ -484,6 +489,9 @@ GLOBL iq2SignSpread<>(SB), RODATA|NOPTR, $32
 // iq2SignBits: byte j's sign bit, none for byte 7 (the parity).
 DATA iq2SignBits<>+0(SB)/8, $0x0040201008040201
 GLOBL iq2SignBits<>(SB), RODATA|NOPTR, $8
+
+// The one-token kernels prefetch the rows 1 KiB ahead: decode streams the weights once and
+// waits on memory otherwise (the Q8_0 dot measured 1.15× with it).
 
 // The four-token form of dotQ4_KQ8KAVX2, for prefill and batched decode: each block's
 // scales are decoded and its nibbles widened once for four tokens' activations (a, a+nb,
@@ -856,6 +864,9 @@ q5row:
 	VXORPS Y0, Y0, Y0
 
 q5block:
+	PREFETCHT0   1024(SI)
+	PREFETCHT0   1088(SI)
+	PREFETCHT0   1152(SI)
 	Q4KSCALES
 	VFNMADD231PS Q8K_SUMS(DI), Y12, Y0
 	VPXOR        Y1, Y1, Y1

@@ -202,7 +202,7 @@ func quantizeQ8KGo(x []float32) Q8K {
 func TestDotQ8KAsm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	const nb, nrand = 8, 31
-	for _, typ := range []Type{Q2_K, Q4_K, Q6_K, IQ2_XXS} {
+	for _, typ := range []Type{Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XXS} {
 		t.Run(typ.String(), func(t *testing.T) {
 			if !Int8Vector(typ) {
 				t.Skip("no assembly kernel on this machine")
