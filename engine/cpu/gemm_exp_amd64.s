@@ -621,7 +621,7 @@ store:
 // WEIGHTEDROWS are their bodies, with LOAD the load of 8 values: float32 rows load as they
 // are, f16 rows widen in the register, so that the f16 kernels give bit for bit what the
 // float32 ones give over the widened rows. Every strided kernel prefetches the row four
-// ahead: a kv head's rows lie kvHeads·headDim values apart, a stride the hardware
+// ahead (512 bytes of it: a 256-value f16 key): a kv head's rows lie kvHeads·headDim values apart, a stride the hardware
 // prefetcher follows too late, and decode at depth waited on memory.
 
 #define LOADF32(off, base, Y) VMOVUPS off(base), Y
@@ -640,6 +640,10 @@ row: \
 	PREFETCHT0  64(R12); \
 	PREFETCHT0  128(R12); \
 	PREFETCHT0  192(R12); \
+	PREFETCHT0  256(R12); \
+	PREFETCHT0  320(R12); \
+	PREFETCHT0  384(R12); \
+	PREFETCHT0  448(R12); \
 	VXORPS Y0, Y0, Y0; \
 	VXORPS Y1, Y1, Y1; \
 	VXORPS Y2, Y2, Y2; \
