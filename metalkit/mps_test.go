@@ -281,7 +281,8 @@ func TestForwardParityMPS(t *testing.T) {
 				t.Skip("REDLITE_TEST_PARITY=full runs it")
 			}
 			path := fixtures.Path(t, "models", name+".gguf")
-			ref, err := engine.Load(path, engine.Options{Threads: 1})
+			// The CPU's exact dot path: the Metal kernels compute as it does.
+			ref, err := engine.Load(path, engine.Options{Threads: 1, CPUDot: "exact"})
 			if err != nil {
 				t.Fatal(err)
 			}
