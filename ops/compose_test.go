@@ -20,7 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/redlite/batch/jobs"
-	"github.com/redlite/batch/jobs/httpapi"
+	"github.com/redlite/batch/api"
 )
 
 // composeFile is the part of the Compose specification docker-compose.yml uses. Decoding
@@ -568,7 +568,7 @@ func TestCompose(t *testing.T) {
 		for k, v := range got {
 			environ = append(environ, k+"="+v)
 		}
-		if _, err := httpapi.ConfigFromEnv(environ); err != nil {
+		if _, err := api.ConfigFromEnv(environ); err != nil {
 			t.Errorf("the api service's environment: %v", err)
 		}
 		port := portOf(t, got["REDLITE_API_ADDR"])

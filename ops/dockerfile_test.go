@@ -156,7 +156,7 @@ func TestDockerignore(t *testing.T) {
 	ig := parseDockerignore(t, readFile(t, ".dockerignore"))
 	for _, p := range []string{".git/HEAD", "models/x.gguf", "engine/testdata/tiny.gguf", "x.gguf",
 		"redlite", "quant.test", "engine/cpu/cpu.test", "ops/redis.env", "ops/grafana.env", "ops/api.env", ".ci/run",
-		"jobs/httpapi/testdata/node/node_modules/openai/package.json"} {
+		"api/testdata/node/node_modules/openai/package.json"} {
 		if !ig.ignored(p) {
 			t.Errorf("%s goes into the build context", p)
 		}

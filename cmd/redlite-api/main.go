@@ -17,7 +17,7 @@ import (
 
 	"github.com/redlite/batch/daemon"
 	"github.com/redlite/batch/internal/buildinfo"
-	"github.com/redlite/batch/jobs/httpapi"
+	"github.com/redlite/batch/api"
 )
 
 func main() {
@@ -33,19 +33,19 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: redlite-api [--version] (configured by REDLITE_* environment variables; see the README)")
 		return 2
 	}
-	cfg, err := httpapi.ConfigFromEnv(environ)
+	cfg, err := api.ConfigFromEnv(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlite-api: invalid configuration: %v\n", err)
 		return 2
 	}
-	log, err := httpapi.NewLogger(cfg, stderr)
+	log, err := api.NewLogger(cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlite-api: invalid configuration: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := httpapi.Run(ctx, cfg, httpapi.Options{Logger: log, Fleet: fleet(cfg)}); err != nil {
+	if err := api.Run(ctx, cfg, api.Options{Logger: log, Fleet: fleet(cfg)}); err != nil {
 		log.Error("redlite-api", "err", err)
 		return 1
 	}
@@ -54,7 +54,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 
 // fleet lists workers with the daemon's own listing (the one `redlite workers` shows) and
 // the models they serve.
-func fleet(cfg httpapi.Config) httpapi.Fleet {
+func fleet(cfg api.Config) api.Fleet {
 	return func(context.Context) (any, []string, error) {
 		ws, err := daemon.Workers(cfg.RedisURL, cfg.TLSFiles())
 		if err != nil {

@@ -1,4 +1,4 @@
-package httpapi_test
+package api_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 		_, err = os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json"))
 	}
 	if err != nil {
-		msg := "node or the openai npm package is missing (" + err.Error() + "): run npm ci in jobs/httpapi/testdata/node"
+		msg := "node or the openai npm package is missing (" + err.Error() + "): run npm ci in api/testdata/node"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}

@@ -1,4 +1,4 @@
-package httpapi_test
+package api_test
 
 import (
 	"bufio"
@@ -26,7 +26,7 @@ import (
 	"github.com/redlite/batch/internal/redistest"
 	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
-	"github.com/redlite/batch/jobs/httpapi"
+	"github.com/redlite/batch/api"
 )
 
 // waitLimit bounds every wait for an event; nothing waits by sleeping.
@@ -41,12 +41,12 @@ const (
 // a test can kill -9 a real API process.
 func TestMain(m *testing.M) {
 	if os.Getenv("REDLITE_TEST_AS_API") == "1" {
-		cfg, err := httpapi.ConfigFromEnv(os.Environ())
+		cfg, err := api.ConfigFromEnv(os.Environ())
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "redlite-api:", err)
 			os.Exit(2)
 		}
-		if err := httpapi.Run(context.Background(), cfg, httpapi.Options{}); err != nil {
+		if err := api.Run(context.Background(), cfg, api.Options{}); err != nil {
 			fmt.Fprintln(os.Stderr, "redlite-api:", err)
 			os.Exit(1)
 		}
@@ -58,16 +58,16 @@ func TestMain(m *testing.M) {
 type bundle struct {
 	redis  *redistest.Server
 	rdb    *redis.Client
-	api    *httpapi.Server
+	api    *api.Server
 	base   string
 	daemon *daemon.Daemon
 	dcfg   daemon.Config
-	cfg    httpapi.Config
+	cfg    api.Config
 }
 
 type setupOpts struct {
 	noDaemon bool
-	config   func(*httpapi.Config)
+	config   func(*api.Config)
 	// webhookSecret is REDLITE_WEBHOOK_SECRET of the daemon and the API.
 	webhookSecret string
 }
@@ -83,7 +83,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	if !o.noDaemon {
 		b.startDaemon(t, o.webhookSecret)
 	}
-	cfg, err := httpapi.ConfigFromEnv([]string{
+	cfg, err := api.ConfigFromEnv([]string{
 		"REDLITE_REDIS_URL=" + r.URL(0),
 		"REDLITE_API_ADDR=127.0.0.1:0",
 		"REDLITE_API_TOKENS=" + tokenA + "," + tokenB,
@@ -148,7 +148,7 @@ func (b *bundle) startAPI(t *testing.T) {
 		}
 		return ws, models, nil
 	}
-	api, err := httpapi.New(cfg, httpapi.Options{Logger: testlog.New(t, slog.LevelDebug), Fleet: fleet})
+	api, err := api.New(cfg, api.Options{Logger: testlog.New(t, slog.LevelDebug), Fleet: fleet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,13 +215,13 @@ func (b *bundle) send(t *testing.T, token, method, path string, body any, hdr ..
 }
 
 // submit posts a job and returns its view; it fails the test unless the status is want.
-func (b *bundle) submit(t *testing.T, token string, body any, want int, hdr ...string) httpapi.JobView {
+func (b *bundle) submit(t *testing.T, token string, body any, want int, hdr ...string) api.JobView {
 	t.Helper()
 	code, data := b.call(t, token, "POST", "/v1/jobs", body, hdr...)
 	if code != want {
 		t.Fatalf("POST /v1/jobs: status %d, want %d: %s", code, want, data)
 	}
-	var v httpapi.JobView
+	var v api.JobView
 	if err := json.Unmarshal(data, &v); err != nil {
 		t.Fatalf("POST /v1/jobs: %v: %s", err, data)
 	}
@@ -327,7 +327,7 @@ func TestNativeJobs(t *testing.T) {
 			t.Errorf("result: %s", data)
 		}
 		code, data = b.call(t, tokenA, "GET", "/v1/jobs/"+v.ID, nil)
-		var st httpapi.JobView
+		var st api.JobView
 		if code != http.StatusOK || json.Unmarshal(data, &st) != nil || st.State != jobs.StateCompleted || st.Result == nil || st.CompletedAt == nil {
 			t.Errorf("GET job: %d %s", code, data)
 		}
@@ -401,7 +401,7 @@ func TestNativeJobs(t *testing.T) {
 			}
 		}
 		code, data := b.call(t, tokenA, "DELETE", "/v1/jobs/"+v.ID, nil)
-		var st httpapi.JobView
+		var st api.JobView
 		if code != http.StatusOK || json.Unmarshal(data, &st) != nil || st.State != jobs.StateArchived ||
 			st.Result == nil || st.Result.FinishReason != jobs.FinishCancelled {
 			t.Fatalf("DELETE: %d %s", code, data)
@@ -428,7 +428,7 @@ func TestNativeJobs(t *testing.T) {
 		code, data = b.call(t, tokenA, "GET", "/v1/models", nil)
 		var ms struct {
 			Object string          `json:"object"`
-			Data   []httpapi.Model `json:"data"`
+			Data   []api.Model `json:"data"`
 		}
 		if code != http.StatusOK || json.Unmarshal(data, &ms) != nil || ms.Object != "list" || len(ms.Data) != 1 || ms.Data[0].ID != b.modelName() {
 			t.Errorf("models: %d %s (model %q)", code, data, b.modelName())
@@ -452,7 +452,7 @@ func TestNativeJobs(t *testing.T) {
 // TestBadRequests sends what a careless or hostile client would: each gets the right status
 // and a message naming the problem, and nothing is enqueued.
 func TestBadRequests(t *testing.T) {
-	b := setup(t, setupOpts{noDaemon: true, config: func(c *httpapi.Config) { c.MaxBodyBytes = 4096; c.MaxFileBytes = 2048 }})
+	b := setup(t, setupOpts{noDaemon: true, config: func(c *api.Config) { c.MaxBodyBytes = 4096; c.MaxFileBytes = 2048 }})
 	cases := []struct {
 		name, token, method, path string
 		body                      any
@@ -517,7 +517,7 @@ func TestBadRequests(t *testing.T) {
 	t.Run("NotDoneYet", func(t *testing.T) {
 		v := b.submit(t, tokenA, generate(2), http.StatusCreated)
 		code, data := b.call(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/result?wait=10ms", nil)
-		var st httpapi.JobView
+		var st api.JobView
 		if code != http.StatusAccepted || json.Unmarshal(data, &st) != nil || st.State != jobs.StatePending || st.Progress == nil || st.Progress.Phase != jobs.PhaseQueued {
 			t.Errorf("result of a pending job: %d %s", code, data)
 		}
@@ -525,7 +525,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	b := setup(t, setupOpts{noDaemon: true, config: func(c *httpapi.Config) { c.MaxQueuedJobs = 2; c.RateLimit = 5 }})
+	b := setup(t, setupOpts{noDaemon: true, config: func(c *api.Config) { c.MaxQueuedJobs = 2; c.RateLimit = 5 }})
 
 	t.Run("QueuedJobs", func(t *testing.T) {
 		b.submit(t, tokenA, generate(2), http.StatusCreated)
@@ -569,7 +569,7 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"REDLITE_API_TOKENS=a", "REDLITE_REDIS_URL=http://x"}, "REDLITE_REDIS_URL"},
 		{[]string{"REDLITE_API_TOKENS=a", "REDLITE_API_CORS_ORIGINS=example.com"}, "REDLITE_API_CORS_ORIGINS"},
 	} {
-		_, err := httpapi.ConfigFromEnv(c.env)
+		_, err := api.ConfigFromEnv(c.env)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ConfigFromEnv(%q): %v, want an error naming %s", c.env, err, c.want)
 		}
@@ -583,18 +583,18 @@ func ptr[T any](v T) *T { return &v }
 func TestTokensFileAndCORS(t *testing.T) {
 	const secret = "file-token-0123456789"
 	file := filepath.Join(t.TempDir(), "tokens")
-	content := "# API tokens\n" + httpapi.HashToken(secret) + " team-a\n\n"
+	content := "# API tokens\n" + api.HashToken(secret) + " team-a\n\n"
 	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, setupOpts{noDaemon: true, config: func(c *httpapi.Config) {
+	b := setup(t, setupOpts{noDaemon: true, config: func(c *api.Config) {
 		c.TokensFile = file
 		c.CORSOrigins = []string{"https://app.example.com"}
 	}})
 	if code, data := b.call(t, secret, "GET", "/v1/models", nil); code != http.StatusOK {
 		t.Errorf("a token from the file: %d %s", code, data)
 	}
-	if code, _ := b.call(t, httpapi.HashToken(secret), "GET", "/v1/models", nil); code != http.StatusUnauthorized {
+	if code, _ := b.call(t, api.HashToken(secret), "GET", "/v1/models", nil); code != http.StatusUnauthorized {
 		t.Errorf("the digest itself as a token: %d, want 401", code)
 	}
 	resp := b.send(t, "", "OPTIONS", "/v1/jobs", nil, "Origin", "https://app.example.com", "Access-Control-Request-Method", "POST")
@@ -636,7 +636,7 @@ func TestWebhookPerToken(t *testing.T) {
 	defer srv.Close()
 	secretOf := func(token string) []byte {
 		code, data := b.call(t, token, "GET", "/v1/webhook_secret", nil)
-		var s httpapi.WebhookSecret
+		var s api.WebhookSecret
 		if code != http.StatusOK || json.Unmarshal(data, &s) != nil || len(s.Secret) != 64 {
 			t.Fatalf("webhook secret: %d %s", code, data)
 		}

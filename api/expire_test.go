@@ -1,4 +1,4 @@
-package httpapi_test
+package api_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/redlite/batch/jobs"
-	"github.com/redlite/batch/jobs/httpapi"
+	"github.com/redlite/batch/api"
 )
 
 // TestBatchExpires moves a batch's 24-hour window into the past while its requests wait
@@ -50,7 +50,7 @@ func TestBatchExpires(t *testing.T) {
 			t.Errorf("line %d: %+v", i, l)
 		}
 		code, data := b.call(t, tokenA, "GET", fmt.Sprintf("/v1/jobs/%s:%d", batch.ID, i), nil)
-		var v httpapi.JobView
+		var v api.JobView
 		if code != http.StatusOK || json.Unmarshal(data, &v) != nil || v.State != jobs.StateArchived {
 			t.Errorf("job of line %d: %d %s", i, code, data)
 		}

@@ -1,9 +1,9 @@
-// Package httpapi is redlite-api: the public HTTP surface of Red Lite Batch. It serves the
+// Package api is redlite-api: the public HTTP surface of Red Lite Batch. It serves the
 // native job API (/v1/jobs), an OpenAI-compatible files + batches API and chat completions,
 // all on jobs.Client, so that routing, validation and idempotency are the Go client's. Every
 // piece of state lives in Redis (keys.go lists the keys), so that several instances can run
 // behind a load balancer and a restart loses nothing.
-package httpapi
+package api
 
 import (
 	"context"
@@ -102,7 +102,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	rdb, ok := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
 	if !ok {
 		client.Close()
-		return nil, errors.New("httpapi: unexpected redis client type")
+		return nil, errors.New("api: unexpected redis client type")
 	}
 	s := &Server{cfg: cfg, log: log, client: client, rdb: rdb, tokens: tokens, hookSecret: hookSecret, fleet: o.Fleet,
 		m: newMetrics(reg), gather: reg, served: make(chan error, 1)}
@@ -150,13 +150,13 @@ func (s *Server) routes() http.Handler {
 		pattern := op.method + " " + op.path
 		h, ok := handlers[pattern]
 		if !ok {
-			panic("httpapi: the OpenAPI document has " + pattern + " but no handler does")
+			panic("api: the OpenAPI document has " + pattern + " but no handler does")
 		}
 		authed(pattern, h)
 		delete(handlers, pattern)
 	}
 	for pattern := range handlers {
-		panic("httpapi: " + pattern + " has a handler but is not in the OpenAPI document")
+		panic("api: " + pattern + " has a handler but is not in the OpenAPI document")
 	}
 
 	open("/", func(w http.ResponseWriter, r *http.Request) {

@@ -1,4 +1,4 @@
-package httpapi_test
+package api_test
 
 import (
 	"bufio"

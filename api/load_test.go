@@ -1,4 +1,4 @@
-package httpapi_test
+package api_test
 
 import (
 	"bytes"
@@ -11,16 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redlite/batch/jobs/httpapi"
+	"github.com/redlite/batch/api"
 )
 
 // TestLoad submits 1,000 jobs over loopback HTTP from 32 concurrent clients and reports
 // requests per second and latency percentiles; it asserts only that every submission
 // succeeded and that exactly 1,000 jobs are queued. Reproduce the numbers with
-// go test ./jobs/httpapi -run TestLoad -v.
+// go test ./api -run TestLoad -v.
 func TestLoad(t *testing.T) {
 	const total, clients = 1000, 32
-	b := setup(t, setupOpts{noDaemon: true, config: func(c *httpapi.Config) { c.MaxQueuedJobs = 0; c.RateLimit = 0 }})
+	b := setup(t, setupOpts{noDaemon: true, config: func(c *api.Config) { c.MaxQueuedJobs = 0; c.RateLimit = 0 }})
 	body, _ := json.Marshal(generate(4))
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	var next atomic.Int64

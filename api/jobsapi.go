@@ -1,4 +1,4 @@
-package httpapi
+package api
 
 import (
 	"bytes"
@@ -85,7 +85,7 @@ func common(p jobs.Payload) *jobs.Common {
 	case *jobs.Summarize:
 		return &p.Common
 	}
-	panic(fmt.Sprintf("httpapi: unknown payload type %T", p))
+	panic(fmt.Sprintf("api: unknown payload type %T", p))
 }
 
 // decodeJSON decodes one JSON value and names the byte offset of a syntax error; anything
