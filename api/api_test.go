@@ -21,12 +21,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlite/batch/api"
 	"github.com/redlite/batch/daemon"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/internal/redistest"
 	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
-	"github.com/redlite/batch/api"
 )
 
 // waitLimit bounds every wait for an event; nothing waits by sleeping.
@@ -427,7 +427,7 @@ func TestNativeJobs(t *testing.T) {
 		}
 		code, data = b.call(t, tokenA, "GET", "/v1/models", nil)
 		var ms struct {
-			Object string          `json:"object"`
+			Object string      `json:"object"`
 			Data   []api.Model `json:"data"`
 		}
 		if code != http.StatusOK || json.Unmarshal(data, &ms) != nil || ms.Object != "list" || len(ms.Data) != 1 || ms.Data[0].ID != b.modelName() {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/api"
+	"github.com/redlite/batch/jobs"
 )
 
 // TestBatchExpires moves a batch's 24-hour window into the past while its requests wait

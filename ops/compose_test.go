@@ -19,8 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
-	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/api"
+	"github.com/redlite/batch/jobs"
 )
 
 // composeFile is the part of the Compose specification docker-compose.yml uses. Decoding

@@ -15,9 +15,9 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/redlite/batch/api"
 	"github.com/redlite/batch/daemon"
 	"github.com/redlite/batch/internal/buildinfo"
-	"github.com/redlite/batch/api"
 )
 
 func main() {
