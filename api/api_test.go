@@ -136,7 +136,7 @@ func (b *bundle) startAPI(t *testing.T) {
 	t.Helper()
 	cfg := b.cfg
 	fleet := func(context.Context) (any, []string, error) {
-		ws, err := daemon.Workers(cfg.RedisURL, cfg.TLSFiles())
+		ws, err := jobs.Workers(cfg.RedisURL, cfg.TLSFiles())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -420,7 +420,7 @@ func TestNativeJobs(t *testing.T) {
 	t.Run("WorkersAndModels", func(t *testing.T) {
 		code, data := b.call(t, tokenA, "GET", "/v1/workers", nil)
 		var ws struct {
-			Data []daemon.WorkerServer `json:"data"`
+			Data []jobs.WorkerServer `json:"data"`
 		}
 		if code != http.StatusOK || json.Unmarshal(data, &ws) != nil || len(ws.Data) != 1 || ws.Data[0].Name != "test-worker" {
 			t.Errorf("workers: %d %s", code, data)

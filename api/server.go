@@ -33,7 +33,7 @@ const readyTimeout = time.Second
 
 // Fleet lists the worker fleet for GET /v1/workers (any JSON value) and the models it
 // serves for GET /v1/models. The API does not import the daemon, which owns that listing;
-// cmd/redlite-api passes daemon.Workers in.
+// cmd/redlite-api passes jobs.Workers in.
 type Fleet func(ctx context.Context) (workers any, models []string, err error)
 
 // Options are the parts of a Server that are not configuration.

@@ -216,7 +216,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	build := buildinfo.Get()
 	backendName := lm.m.Backend.Name()
-	if d.hb, err = newHeartbeat(d.redis, identity{Name: name, Model: lm.name, Backend: backendName, Build: build}, d.log); err != nil {
+	if d.hb, err = newHeartbeat(d.redis, jobs.Identity{Name: name, Model: lm.name, Backend: backendName, Build: build}, d.log); err != nil {
 		return err
 	}
 	pool, err := planPool(d.cfg, lm, cal, budget, policy)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redlite/batch/internal/testlog"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/internal/redistest"
+	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
 )
 

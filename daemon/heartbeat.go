@@ -10,42 +10,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/jobs"
 )
 
-// asynq's server list (Inspector.Servers, asynqmon's Servers page) names a worker by the
-// host name and PID its heartbeat reads from the OS; asynq v0.26 has no setting for a name.
-// So a worker publishes its REDLITE_WORKER_NAME (and build) beside asynq's heartbeat, under
-// a key made of the same host and PID, refreshed and expiring as asynq's is, and
-// `redlite workers` (daemon.Workers) joins the two.
+// The worker publishes its jobs.Identity beside asynq's heartbeat (jobs.Workers joins the two).
 
 const (
 	identityInterval = 5 * time.Second  // asynq's heartbeat interval
 	identityTTL      = 30 * time.Second // asynq's heartbeat expiry
 )
 
-// identityKey is the Redis key of the worker process on host with pid.
-func identityKey(host string, pid int) string { return fmt.Sprintf("redlite:worker:%s:%d", host, pid) }
-
-// jobsKey is the set of the job ids the worker process on host with pid is running: written
-// when a job starts, before the engine runs (asynq's own list of a worker's jobs is written
-// only with its next heartbeat), so that a restarted worker can prove them orphaned.
-func jobsKey(host string, pid int) string { return identityKey(host, pid) + ":jobs" }
-
-// identity is what a worker publishes about itself.
-type identity struct {
-	Name    string         `json:"name"`
-	Model   string         `json:"model"`
-	Backend string         `json:"backend"`
-	Build   buildinfo.Info `json:"build"`
-}
-
 // heartbeat publishes the worker's identity every identityInterval until terminate.
 type heartbeat struct {
 	rdb  redis.UniversalClient
 	key  string
-	jobs string // jobsKey
+	jobs string // jobs.WorkerJobsKey
 	val  []byte
 	log  *slog.Logger
 	stop chan struct{}
@@ -54,7 +33,7 @@ type heartbeat struct {
 	started bool
 }
 
-func newHeartbeat(ru jobs.RedisURL, id identity, log *slog.Logger) (*heartbeat, error) {
+func newHeartbeat(ru jobs.RedisURL, id jobs.Identity, log *slog.Logger) (*heartbeat, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown-host" // as asynq does
@@ -67,7 +46,7 @@ func newHeartbeat(ru jobs.RedisURL, id identity, log *slog.Logger) (*heartbeat, 
 	if !ok {
 		return nil, fmt.Errorf("heartbeat: unexpected redis client type")
 	}
-	return &heartbeat{rdb: rdb, key: identityKey(host, os.Getpid()), jobs: jobsKey(host, os.Getpid()), val: val, log: log,
+	return &heartbeat{rdb: rdb, key: jobs.IdentityKey(host, os.Getpid()), jobs: jobs.WorkerJobsKey(host, os.Getpid()), val: val, log: log,
 		stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 

@@ -131,7 +131,7 @@ func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
 	for iter.Next(ctx) {
 		key := iter.Val()
 		pid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(key, prefix), ":jobs"))
-		if err != nil || key != jobsKey(f.host, pid) {
+		if err != nil || key != jobs.WorkerJobsKey(f.host, pid) {
 			continue
 		}
 		if pid == os.Getpid() && !atStart || pid != os.Getpid() && processAlive(pid) {

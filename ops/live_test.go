@@ -3,7 +3,6 @@ package ops
 import (
 	"bufio"
 	"context"
-	"github.com/redlite/batch/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	asynqdash "github.com/redlite/batch/internal/dashboard"
+	"github.com/redlite/batch/internal/testlog"
 
 	"github.com/redlite/batch/daemon"
 	"github.com/redlite/batch/internal/fixtures"
@@ -200,7 +202,7 @@ func TestAgainstLiveDaemon(t *testing.T) {
 
 	t.Run("ComposeDashboardHealthcheck", func(t *testing.T) {
 		u := healthURL(t, "dashboard", loadCompose(t).service(t, "dashboard").Healthcheck)
-		dash, err := daemon.NewDashboard(cfg.RedisURL, jobs.TLSFiles{}, "", true)
+		dash, err := asynqdash.New(cfg.RedisURL, jobs.TLSFiles{}, "", true)
 		if err != nil {
 			t.Fatal(err)
 		}

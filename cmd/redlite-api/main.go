@@ -16,8 +16,8 @@ import (
 	"syscall"
 
 	"github.com/redlite/batch/api"
-	"github.com/redlite/batch/daemon"
 	"github.com/redlite/batch/internal/buildinfo"
+	"github.com/redlite/batch/jobs"
 )
 
 func main() {
@@ -56,7 +56,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 // the models they serve.
 func fleet(cfg api.Config) api.Fleet {
 	return func(context.Context) (any, []string, error) {
-		ws, err := daemon.Workers(cfg.RedisURL, cfg.TLSFiles())
+		ws, err := jobs.Workers(cfg.RedisURL, cfg.TLSFiles())
 		if err != nil {
 			return nil, nil, err
 		}

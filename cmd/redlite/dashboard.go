@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/internal/dashboard"
 )
 
 func init() {
@@ -27,7 +27,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if jf.envErr != nil {
 		return fmt.Errorf("environment: %w", jf.envErr)
 	}
-	d, err := daemon.NewDashboard(jf.redisURL(), jf.tlsFiles(), "", *readOnly)
+	d, err := dashboard.New(jf.redisURL(), jf.tlsFiles(), "", *readOnly)
 	if err != nil {
 		return usageErr("--redis: %v", err)
 	}
@@ -37,7 +37,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("--addr: %w", err)
 	}
 	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(stdout, "asynqmon at http://%s/, the fleet at http://%s%s (Ctrl-C stops it)\n", ln.Addr(), ln.Addr(), daemon.FleetPath)
+	fmt.Fprintf(stdout, "asynqmon at http://%s/, the fleet at http://%s%s (Ctrl-C stops it)\n", ln.Addr(), ln.Addr(), dashboard.FleetPath)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -83,7 +83,7 @@ func TestJobCommands(t *testing.T) {
 			t.Errorf("--anyway: exit %d, %s %s", code, out, errs)
 		}
 		code, out, errs = runCmd(t, "fleet", "--redis", url, "--json")
-		var f daemon.Fleet
+		var f jobs.Fleet
 		if code != 0 || json.Unmarshal([]byte(out), &f) != nil {
 			t.Fatalf("fleet --json: exit %d, %s %s", code, out, errs)
 		}
@@ -204,7 +204,7 @@ func TestJobCommands(t *testing.T) {
 		// asynq publishes a worker's running jobs with its heartbeat, every 5 s. Another
 		// subtest's hierarchical parent may be active too, for the moment of each of its
 		// checks: look for this job among the active ones.
-		var ws []daemon.WorkerServer
+		var ws []jobs.WorkerServer
 		long := -1
 		waitUntil(t, func() bool {
 			code, out, errs = runCmd(t, "workers", "--redis", url, "--json")
@@ -214,7 +214,7 @@ func TestJobCommands(t *testing.T) {
 			if len(ws) != 1 {
 				return false
 			}
-			long = slices.IndexFunc(ws[0].Active, func(a daemon.ActiveJob) bool { return a.ID == "long-1" })
+			long = slices.IndexFunc(ws[0].Active, func(a jobs.ActiveJob) bool { return a.ID == "long-1" })
 			return long >= 0
 		})
 		if ws[0].Queues["critical"] != 6 || ws[0].Active[long].Type != "generate" ||

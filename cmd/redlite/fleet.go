@@ -7,7 +7,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/redlite/batch/daemon"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -34,7 +33,7 @@ func readFleet[T any](name string, args []string, stdout, stderr io.Writer, load
 }
 
 func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, done, err := readFleet("fleet", args, stdout, stderr, daemon.FleetView)
+	f, done, err := readFleet("fleet", args, stdout, stderr, jobs.FleetView)
 	if err != nil || done {
 		return err
 	}
@@ -45,7 +44,7 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for _, l := range c.Largest {
 			largest = append(largest, fmt.Sprintf("%s/%d: %d", l.KV, l.MaxTokens, l.PromptTokens))
 		}
-		var d daemon.QueueDepth
+		var d jobs.QueueDepth
 		for _, q := range c.Queues {
 			d.Pending, d.Active, d.Retry, d.Archived = d.Pending+q.Pending, d.Active+q.Active, d.Retry+q.Retry, d.Archived+q.Archived
 		}

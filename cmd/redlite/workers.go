@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/jobs"
 )
 
 func init() {
@@ -16,7 +16,7 @@ func init() {
 }
 
 func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	ws, done, err := readFleet("workers", args, stdout, stderr, daemon.Workers)
+	ws, done, err := readFleet("workers", args, stdout, stderr, jobs.Workers)
 	if err != nil || done {
 		return err
 	}
@@ -50,7 +50,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 // progressText is a running job's phase and progress: "prefill 512/2048" or "decode 17/64".
-func progressText(a daemon.ActiveJob) string {
+func progressText(a jobs.ActiveJob) string {
 	p := a.Progress
 	switch {
 	case p == nil:

@@ -1,4 +1,4 @@
-package daemon
+package dashboard
 
 import (
 	"context"
@@ -32,9 +32,9 @@ type fleetPage struct {
 
 // fleetData is what the page renders.
 type fleetData struct {
-	Workers []WorkerServer `json:"workers"`
-	Fleet   Fleet          `json:"fleet"`
-	Now     time.Time      `json:"now"`
+	Workers []jobs.WorkerServer `json:"workers"`
+	Fleet   jobs.Fleet          `json:"fleet"`
+	Now     time.Time           `json:"now"`
 }
 
 func (f *fleetPage) servePage(w http.ResponseWriter, r *http.Request) {
@@ -46,12 +46,12 @@ func (f *fleetPage) servePage(w http.ResponseWriter, r *http.Request) {
 func (f *fleetPage) serveData(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	ws, err := workers(ctx, f.u, f.client, f.insp)
+	ws, err := jobs.ListWorkers(ctx, f.u, f.client, f.insp)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	fl, err := fleetView(ctx, f.client, f.insp)
+	fl, err := jobs.ListFleet(ctx, f.client, f.insp)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return

@@ -1,4 +1,4 @@
-package daemon
+package main
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/redlite/batch/internal/dashboard"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -38,9 +39,13 @@ func chromium(t *testing.T) string {
 // and the job's phase and token counts moving while it runs.
 func TestFleetPage(t *testing.T) {
 	browser := chromium(t)
-	b := setup(t)
-	startDaemon(t, b.cfg, Observer{})
-	dash, err := NewDashboard(b.cfg.RedisURL, jobs.TLSFiles{}, "/monitor", true)
+	url := jobsSetup(t, true)
+	client, err := jobs.NewClient(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	dash, err := dashboard.New(url, jobs.TLSFiles{}, "/monitor", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +53,11 @@ func TestFleetPage(t *testing.T) {
 	srv := httptest.NewServer(dash)
 	defer srv.Close()
 
-	job := enqueue(t, b.client, longGenerate())
+	job := enqueueLong(t, client)
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = b.client.Cancel(ctx, job.ID)
+		_ = client.Cancel(ctx, job.ID)
 	}()
 
 	actx, cancel := chromedp.NewExecAllocator(context.Background(),
@@ -64,7 +69,7 @@ func TestFleetPage(t *testing.T) {
 	defer cancel()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, waitLimit)
+	ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
 	row := fmt.Sprintf(`#jobs tr[data-job=%q]`, job.ID)
@@ -91,15 +96,15 @@ func TestFleetPage(t *testing.T) {
 		}
 		return n
 	}
-	workerRow := chromedp.CSS(`#workers tr[data-worker="test-worker"]`)
+	workerRow := chromedp.CSS(`#workers tr[data-worker="cli-test-worker"]`)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/monitor"+FleetPath),
+		chromedp.Navigate(srv.URL+"/monitor"+dashboard.FleetPath),
 		chromedp.WaitVisible(workerRow),
 		chromedp.WaitVisible(chromedp.CSS(row)),
 	); err != nil {
 		t.Fatalf("the fleet page never showed the worker and the job: %v", err)
 	}
-	worker, err := text(`#workers tr[data-worker="test-worker"]`)
+	worker, err := text(`#workers tr[data-worker="cli-test-worker"]`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,4 +138,16 @@ func TestFleetPage(t *testing.T) {
 	if !strings.Contains(classes, job.Queue) {
 		t.Errorf("queues per class %q lack the job's queue %s", classes, job.Queue)
 	}
+}
+
+// enqueueLong enqueues a greedy job that runs for many seconds on the tiny model: nothing in
+// its 32,768 tokens is an end-of-generation token, so only a cancel ends it early.
+func enqueueLong(t *testing.T, c *jobs.Client) jobs.Job {
+	t.Helper()
+	maxTokens, temp := jobs.MaxMaxTokens, 0.0
+	job, err := c.Enqueue(context.Background(), &jobs.Generate{Prompt: "Once upon a time", MaxTokens: &maxTokens, Temperature: &temp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
 }

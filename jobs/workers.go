@@ -1,4 +1,4 @@
-package daemon
+package jobs
 
 import (
 	"cmp"
@@ -13,8 +13,30 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/internal/buildinfo"
 )
+
+// asynq's server list (Inspector.Servers, asynqmon's Servers page) names a worker by the
+// host name and PID its heartbeat reads from the OS; asynq v0.26 has no setting for a name.
+// So a worker publishes its Identity (REDLITE_WORKER_NAME, model, build) beside asynq's
+// heartbeat, under a key made of the same host and PID, refreshed and expiring as asynq's
+// is, and Workers joins the two.
+
+// IdentityKey is the Redis key of the worker process on host with pid.
+func IdentityKey(host string, pid int) string { return fmt.Sprintf("redlite:worker:%s:%d", host, pid) }
+
+// WorkerJobsKey is the set of the job ids the worker process on host with pid is running:
+// written when a job starts, before the engine runs (asynq's own list of a worker's jobs is
+// written only with its next heartbeat), so that a restarted worker can prove them orphaned.
+func WorkerJobsKey(host string, pid int) string { return IdentityKey(host, pid) + ":jobs" }
+
+// Identity is what a worker publishes about itself under IdentityKey.
+type Identity struct {
+	Name    string         `json:"name"`
+	Model   string         `json:"model"`
+	Backend string         `json:"backend"`
+	Build   buildinfo.Info `json:"build"`
+}
 
 // WorkerServer is one worker process as asynq's heartbeat describes it (the heartbeat is
 // refreshed every 5 s and expires 30 s after a worker stops sending it).
@@ -49,30 +71,31 @@ type ActiveJob struct {
 	Started  time.Time `json:"started"`
 	Deadline time.Time `json:"deadline"`
 	// Progress is what the worker last published (nil before its first write).
-	Progress *jobs.Progress `json:"progress,omitempty"`
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // Workers lists the worker servers registered in the Redis at redisURL, by name, host and
-// PID, with their capabilities and the progress of their running jobs.
-func Workers(redisURL string, tlsFiles jobs.TLSFiles) ([]WorkerServer, error) {
-	u, err := jobs.ParseRedisURL(redisURL)
+// PID, with their capabilities and the progress of their running
+func Workers(redisURL string, tlsFiles TLSFiles) ([]WorkerServer, error) {
+	u, err := ParseRedisURL(redisURL)
 	if err != nil {
 		return nil, err
 	}
 	if u, err = u.WithTLSFiles(tlsFiles); err != nil {
 		return nil, err
 	}
-	client, err := jobs.NewClient(redisURL, jobs.WithTLSFiles(tlsFiles))
+	client, err := NewClient(redisURL, WithTLSFiles(tlsFiles))
 	if err != nil {
 		return nil, err
 	}
 	defer client.Close()
 	insp := asynq.NewInspector(u.AsynqOpt())
 	defer insp.Close()
-	return workers(context.Background(), u, client, insp)
+	return ListWorkers(context.Background(), u, client, insp)
 }
 
-func workers(ctx context.Context, u jobs.RedisURL, client *jobs.Client, insp *asynq.Inspector) ([]WorkerServer, error) {
+// ListWorkers is Workers over a client and inspector the caller keeps.
+func ListWorkers(ctx context.Context, u RedisURL, client *Client, insp *asynq.Inspector) ([]WorkerServer, error) {
 	servers, err := insp.Servers()
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
@@ -91,8 +114,8 @@ func workers(ctx context.Context, u jobs.RedisURL, client *jobs.Client, insp *as
 		w := WorkerServer{ID: s.ID, Host: s.Host, PID: s.PID, Concurrency: s.Concurrency, Queues: s.Queues,
 			Strict: s.StrictPriority, Started: s.Started, Status: s.Status, Active: []ActiveJob{}}
 		// The identity heartbeat.go publishes beside asynq's heartbeat.
-		if b, err := rdb.Get(ctx, identityKey(s.Host, s.PID)).Bytes(); err == nil {
-			var id identity
+		if b, err := rdb.Get(ctx, IdentityKey(s.Host, s.PID)).Bytes(); err == nil {
+			var id Identity
 			if json.Unmarshal(b, &id) == nil {
 				w.Name, w.Version, w.Model, w.Backend = id.Name, id.Build.Version, id.Model, id.Backend
 			}
@@ -108,7 +131,7 @@ func workers(ctx context.Context, u jobs.RedisURL, client *jobs.Client, insp *as
 		}
 		for _, a := range s.ActiveWorkers {
 			j := ActiveJob{ID: a.TaskID, Type: a.TaskType, Queue: a.Queue, Started: a.Started, Deadline: a.Deadline}
-			if st, err := client.Status(ctx, a.TaskID); err == nil && st.State == jobs.StateActive {
+			if st, err := client.Status(ctx, a.TaskID); err == nil && st.State == StateActive {
 				j.Progress = st.Progress
 			}
 			w.Active = append(w.Active, j)
@@ -143,9 +166,9 @@ type FleetClass struct {
 	Workers  []string `json:"workers"`
 	// MaxContext is the longest prompt + max_tokens every worker of the class takes;
 	// Largest, the longest prompt per KV precision and max_tokens of its smallest worker.
-	MaxContext int                  `json:"max_context"`
-	Largest    []jobs.LargestPrompt `json:"largest"`
-	Queues     []QueueDepth         `json:"queues"`
+	MaxContext int             `json:"max_context"`
+	Largest    []LargestPrompt `json:"largest"`
+	Queues     []QueueDepth    `json:"queues"`
 }
 
 // QueueDepth counts one queue's jobs by state.
@@ -167,25 +190,26 @@ type Fleet struct {
 }
 
 // FleetView reads the fleet from the Redis at redisURL.
-func FleetView(redisURL string, tlsFiles jobs.TLSFiles) (Fleet, error) {
-	u, err := jobs.ParseRedisURL(redisURL)
+func FleetView(redisURL string, tlsFiles TLSFiles) (Fleet, error) {
+	u, err := ParseRedisURL(redisURL)
 	if err != nil {
 		return Fleet{}, err
 	}
 	if u, err = u.WithTLSFiles(tlsFiles); err != nil {
 		return Fleet{}, err
 	}
-	client, err := jobs.NewClient(redisURL, jobs.WithTLSFiles(tlsFiles))
+	client, err := NewClient(redisURL, WithTLSFiles(tlsFiles))
 	if err != nil {
 		return Fleet{}, err
 	}
 	defer client.Close()
 	insp := asynq.NewInspector(u.AsynqOpt())
 	defer insp.Close()
-	return fleetView(context.Background(), client, insp)
+	return ListFleet(context.Background(), client, insp)
 }
 
-func fleetView(ctx context.Context, client *jobs.Client, insp *asynq.Inspector) (Fleet, error) {
+// ListFleet is FleetView over a client and inspector the caller keeps.
+func ListFleet(ctx context.Context, client *Client, insp *asynq.Inspector) (Fleet, error) {
 	caps, err := client.Capabilities(ctx)
 	if err != nil {
 		return Fleet{}, err
@@ -233,7 +257,7 @@ func fleetView(ctx context.Context, client *jobs.Client, insp *asynq.Inspector) 
 		f.Classes = append(f.Classes, *fc)
 	}
 	slices.SortFunc(f.Classes, func(a, b FleetClass) int {
-		return cmp.Or(cmp.Compare(a.ModelKey, b.ModelKey), cmp.Compare(jobs.ClassMiB(a.Class), jobs.ClassMiB(b.Class)))
+		return cmp.Or(cmp.Compare(a.ModelKey, b.ModelKey), cmp.Compare(ClassMiB(a.Class), ClassMiB(b.Class)))
 	})
 	return f, nil
 }

@@ -1,4 +1,6 @@
-package daemon
+// Package dashboard is asynqmon with our payload formatting, and the fleet page beside it:
+// what `redlite dashboard` serves.
+package dashboard
 
 import (
 	"bytes"
@@ -26,8 +28,8 @@ type Dashboard struct {
 	root  string
 }
 
-// NewDashboard makes the handler; readOnly hides the buttons that change tasks.
-func NewDashboard(redisURL string, tlsFiles jobs.TLSFiles, rootPath string, readOnly bool) (*Dashboard, error) {
+// New makes the handler; readOnly hides the buttons that change tasks.
+func New(redisURL string, tlsFiles jobs.TLSFiles, rootPath string, readOnly bool) (*Dashboard, error) {
 	u, err := jobs.ParseRedisURL(redisURL)
 	if err != nil {
 		return nil, err
@@ -38,8 +40,8 @@ func NewDashboard(redisURL string, tlsFiles jobs.TLSFiles, rootPath string, read
 	h := asynqmon.New(asynqmon.Options{
 		RootPath:         rootPath,
 		RedisConnOpt:     u.AsynqOpt(),
-		PayloadFormatter: asynqmon.PayloadFormatterFunc(func(_ string, b []byte) string { return FormatForDashboard(b) }),
-		ResultFormatter:  asynqmon.ResultFormatterFunc(func(_ string, b []byte) string { return FormatForDashboard(b) }),
+		PayloadFormatter: asynqmon.PayloadFormatterFunc(func(_ string, b []byte) string { return FormatPayload(b) }),
+		ResultFormatter:  asynqmon.ResultFormatterFunc(func(_ string, b []byte) string { return FormatPayload(b) }),
 		ReadOnly:         readOnly,
 	})
 	client, err := jobs.NewClient(redisURL, jobs.WithTLSFiles(tlsFiles))
@@ -72,9 +74,9 @@ func (d *Dashboard) Close() error {
 	return d.h.Close()
 }
 
-// FormatForDashboard indents a JSON document and shortens its long strings; anything that is
+// FormatPayload indents a JSON document and shortens its long strings; anything that is
 // not JSON is shown as asynqmon shows it by default.
-func FormatForDashboard(b []byte) string {
+func FormatPayload(b []byte) string {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
