@@ -17,7 +17,7 @@ import (
 )
 
 // Config is redlite-api's configuration, read from REDLITE_* environment variables. Every
-// default is in the envDefault tag and in the README; an empty variable means the default.
+// default is in the envDefault tag and in docs/configuration.md; an empty variable means the default.
 type Config struct {
 	// RedisURL and the TLS files are the daemon's (see daemon.Config).
 	RedisURL      string `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`

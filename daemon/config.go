@@ -16,7 +16,7 @@ import (
 )
 
 // Config is the daemon's configuration, read from REDLITE_* environment variables. Every
-// default is in the envDefault tag and in the README; an empty variable means the default.
+// default is in the envDefault tag and in docs/configuration.md; an empty variable means the default.
 type Config struct {
 	// RedisURL is redis://[[user]:password@]host[:port][/db] or rediss:// for TLS.
 	RedisURL string `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`

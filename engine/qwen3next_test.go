@@ -50,7 +50,7 @@ func positionsOver(got, want []float32, vocab int, bound float64) []int {
 // weights with an f32 KV cache and no flash attention, which is what this engine computes.
 // That holds for the F16 file too: llama.cpp's own F16 path rounds activations to f16
 // before each product, so its *-nofa-kvf32 logits sit about 0.004 from exact arithmetic
-// (checked below against the README's practical bound of 0.03). Routing makes some
+// (checked below against engine/README.md's practical bound of 0.03). Routing makes some
 // positions fragile: when two router scores nearly tie, a rounding-level difference picks
 // another expert and that position (and a few after it, through the recurrent state) moves
 // by up to ~0.7. So the tight bound must hold at all but a few positions (n/32), and the
@@ -89,7 +89,7 @@ func TestQwen3NextParity(t *testing.T) {
 							continue
 						}
 						// Against llama.cpp's defaults (8-bit activations in quantized products,
-						// f16 flash attention) the README measured a median per-position
+						// f16 flash attention) engine/README.md measured a median per-position
 						// difference of 0.1–0.17 between the two llama.cpp paths (up to 1.8 at
 						// flips); F16 stays within the practical bound of 0.03.
 						dd := compare(got, def.logits, vocab)

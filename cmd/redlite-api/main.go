@@ -1,6 +1,6 @@
 // Command redlite-api is the HTTP API of Red Lite Batch: the native job API under /v1/jobs,
 // OpenAI-compatible files, batches and chat completions, configured by REDLITE_*
-// environment variables (the README lists them). Every instance keeps its state in Redis,
+// environment variables (docs/configuration.md lists them). Every instance keeps its state in Redis,
 // so that several can run behind a load balancer. SIGTERM or SIGINT stop it gracefully.
 //
 // Exit status: 0 after a graceful stop, 2 for invalid configuration, 1 for other errors.
@@ -30,7 +30,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: redlite-api [--version] (configured by REDLITE_* environment variables; see the README)")
+		fmt.Fprintln(stderr, "usage: redlite-api [--version] (configured by REDLITE_* environment variables; see docs/configuration.md)")
 		return 2
 	}
 	cfg, err := api.ConfigFromEnv(environ)

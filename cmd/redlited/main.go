@@ -1,5 +1,5 @@
 // Command redlited is the Red Lite Batch worker daemon: it reads its configuration from
-// REDLITE_* environment variables (the README lists them), pulls summarize and generate
+// REDLITE_* environment variables (docs/configuration.md lists them), pulls summarize and generate
 // jobs from Redis, runs them on the engine and writes the results back. SIGTERM or SIGINT
 // stop it gracefully: no new jobs, running ones get REDLITE_SHUTDOWN_TIMEOUT to finish and
 // are otherwise handed back to their queue.
@@ -31,7 +31,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: redlited [--version] (configured by REDLITE_* environment variables; see the README)")
+		fmt.Fprintln(stderr, "usage: redlited [--version] (configured by REDLITE_* environment variables; see docs/configuration.md)")
 		return 2
 	}
 	cfg, err := daemon.ConfigFromEnv(environ)

@@ -182,7 +182,7 @@ func DotRows4Q8K(t Type, rows []byte, a []Q8K, out []float32, ldo int) {
 }
 
 // Int8Faster reports whether the 8-bit path is the faster one for t on this machine, as
-// measured with BenchmarkDotQ8K (the README's table; int8Faster per architecture).
+// measured with BenchmarkDotQ8K (engine/README.md's table; int8Faster per architecture).
 func Int8Faster(t Type) bool { return Int8Dot(t) && int8Faster(t) }
 
 // Int8Vector reports whether t's 8-bit kernel is a SIMD one on this machine. The pure-Go

@@ -1,7 +1,7 @@
 // Command insncount counts the instructions the assembly kernels of engine/quant and
 // engine/cpu execute per 256 weights (and per weight byte), or per multiply-add for the
 // GEMM micro-kernels, from the inner loops as the Go assembler expands them. It is the
-// figure the README compares arm64 NEON with amd64 AVX2/AVX-512 by, since arm64 speed
+// figure engine/README.md compares arm64 NEON with amd64 AVX2/AVX-512 by, since arm64 speed
 // cannot be measured on the x86 machines this project is built on.
 //
 //	go run ./internal/insncount        (from the repository root)

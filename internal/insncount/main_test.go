@@ -4,7 +4,7 @@ import "testing"
 
 // TestCounts checks that every kernel the table names is still found, with the stretches
 // it counts, in the assembly as it stands: a renamed label or function fails here instead
-// of leaving the README's table silently stale.
+// of leaving engine/README.md's table silently stale.
 func TestCounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("assembles the kernel files")

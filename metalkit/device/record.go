@@ -10,7 +10,7 @@ import (
 // Recorder is a device that runs nothing: buffers have a length and no memory, and
 // dispatches are counted with their modelled costs. It shows what a pass issues on a
 // model too big for this machine (a sparse, layout-only GGUF of Qwen3-Next-80B) and
-// measures the host's encoding time alone: the roofline model of the README.
+// measures the host's encoding time alone: the roofline model of metalkit/README.md.
 type Recorder struct {
 	kernels map[string]bool
 
