@@ -53,10 +53,11 @@ func (d schemaDocs) resolve(t *testing.T, file string, node map[string]any) (str
 		if target != "" {
 			file = target
 		}
-		cur := any(d[file])
-		if cur == nil {
+		doc, ok := d[file]
+		if !ok {
 			t.Fatalf("%s: $ref %q names a schema that does not exist", file, ref)
 		}
+		cur := any(doc)
 		for _, part := range strings.Split(strings.Trim(pointer, "/"), "/") {
 			if part == "" {
 				continue

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 )
@@ -162,10 +161,11 @@ func assemble(root, file, arch string) ([]byte, error) {
 	if out, ok := asmCache[arch+file]; ok {
 		return out, nil
 	}
-	goroot := runtime.GOROOT()
-	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
-		goroot = strings.TrimSpace(string(out))
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return nil, fmt.Errorf("go env GOROOT: %w", err)
 	}
+	goroot := strings.TrimSpace(string(out))
 	tmp, err := os.CreateTemp("", "insncount-*.o")
 	if err != nil {
 		return nil, err
@@ -176,7 +176,7 @@ func assemble(root, file, arch string) ([]byte, error) {
 		"-o", tmp.Name(), filepath.Base(file))
 	cmd.Dir = filepath.Join(root, filepath.Dir(file))
 	cmd.Env = append(os.Environ(), "GOARCH="+arch, "GOOS=linux")
-	out, err := cmd.CombinedOutput()
+	out, err = cmd.CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("go tool asm %s (%s): %v\n%s", file, arch, err, out)
 	}

@@ -75,11 +75,11 @@ func (e *evaluator) eval(x expr, s *scope) (Value, error) {
 			}
 			return nil, typeErr("bad operand type for unary -: '%s'", typeName(v))
 		default:
-			switch v.(type) {
+			switch n := v.(type) {
 			case int64, float64:
 				return v, nil
 			case bool:
-				return boolInt(v.(bool)), nil
+				return boolInt(n), nil
 			}
 			return nil, typeErr("bad operand type for unary +: '%s'", typeName(v))
 		}
