@@ -9,6 +9,7 @@ import (
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/modelinfo"
 	"github.com/redlite/batch/engine/tokenizer"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
@@ -139,15 +140,9 @@ func ProfileOf(m *engine.Model) (planner.Profile, error) {
 	if ef, ok := m.Graph.(engineFacts); ok {
 		facts.RecurrentStateBytes = ef.RecurrentBytes()
 	}
-	// NextN (MTP) blocks follow the main stack and are counted in block_count.
-	mtpFirst := 0
-	if n, err := f.IntOr(arch+".nextn_predict_layers", 0); err == nil && n > 0 {
-		if blocks, err := f.Int(arch + ".block_count"); err == nil {
-			mtpFirst = int(blocks - n)
-		}
-	}
+	mtpFirst := modelinfo.MTPFirstBlock(f, arch)
 	for _, t := range f.Tensors {
-		layer, class := planner.ClassifyTensor(t.Name, mtpFirst)
+		layer, class := modelinfo.TensorRole(t.Name, mtpFirst)
 		facts.Tensors = append(facts.Tensors, planner.TensorFact{Name: t.Name, Layer: layer, Class: class, Bytes: int64(t.Size)})
 	}
 	p, err := planner.ProfileFromFacts(facts)

@@ -61,7 +61,7 @@ func (m *Model) MeasureAllocation(ctx context.Context, o SessionOptions, chunk i
 		pool.ResetScratch()
 	}
 	cfg := m.Config()
-	a.KVBytes = int64(o.Context) * ml.KVBytesPerPosition(cfg.AttnLayers, cfg.KVHeads, cfg.HeadDim, o.KV)
+	a.KVBytes = int64(o.Context) * ml.KVBytesPerPosition(cfg.AttnLayers, cfg.KVHeads, cfg.HeadDim, cfg.HeadDim, o.KV)
 	a.StateBytes = s.StateBytes() - a.KVBytes
 
 	// The heap after the session is allocated is the baseline: what the passes add on top of

@@ -113,7 +113,7 @@ func (p *kvPool) DType() ml.DType { return p.dtype }
 func (p *kvPool) BlockSize() int  { return p.blockSize }
 func (p *kvPool) Blocks() int     { return p.blocks }
 func (p *kvPool) BlockBytes() int64 {
-	return int64(p.blockSize) * ml.KVBytesPerPosition(p.layers, p.kvHeads, p.headDim, p.dtype)
+	return int64(p.blockSize) * ml.KVBytesPerPosition(p.layers, p.kvHeads, p.headDim, p.headDim, p.dtype)
 }
 func (p *kvPool) Bytes() int64 { return int64(p.blocks) * p.BlockBytes() }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/modelinfo"
 )
 
@@ -172,21 +173,12 @@ func (p Profile) Validate() error {
 	return nil
 }
 
-// TensorClass says which term of the memory model a tensor belongs to.
-type TensorClass string
-
-const (
-	ClassRoutedExpert TensorClass = "routed_expert"
-	ClassDense        TensorClass = "dense"
-	ClassMTP          TensorClass = "mtp"
-)
-
 // TensorFact is one tensor of a model file.
 type TensorFact struct {
-	Name  string      `json:"name"`
-	Layer int         `json:"layer"` // -1 outside the blocks
-	Class TensorClass `json:"class"`
-	Bytes int64       `json:"bytes"`
+	Name  string         `json:"name"`
+	Layer int            `json:"layer"` // -1 outside the blocks
+	Class modelinfo.Role `json:"class"`
+	Bytes int64          `json:"bytes"`
 }
 
 // Facts is what ProfileFromFacts needs, in plain numbers: the seam where the engine hands
@@ -218,15 +210,17 @@ func ProfileFromFacts(f Facts) (Profile, error) {
 	if f.AttentionLayers < 0 || f.KVHeads < 0 || f.KeyLength < 0 || f.ValueLength < 0 {
 		return bad("negative attention hyperparameter: layers %d, kv heads %d, key %d, value %d", f.AttentionLayers, f.KVHeads, f.KeyLength, f.ValueLength)
 	}
-	kvElems := int64(f.AttentionLayers) * int64(f.KVHeads) * int64(f.KeyLength+f.ValueLength)
 	p := Profile{
-		Architecture:        f.Architecture,
-		Name:                f.Name,
-		Source:              f.Source,
-		ContextLength:       f.ContextLength,
-		ExpertCount:         f.ExpertCount,
-		ExpertUsedCount:     f.ExpertUsedCount,
-		KVBytesPerPosition:  KVBytes{F32: kvElems * 4, F16: kvElems * 2},
+		Architecture:    f.Architecture,
+		Name:            f.Name,
+		Source:          f.Source,
+		ContextLength:   f.ContextLength,
+		ExpertCount:     f.ExpertCount,
+		ExpertUsedCount: f.ExpertUsedCount,
+		KVBytesPerPosition: KVBytes{
+			F32: ml.KVBytesPerPosition(f.AttentionLayers, f.KVHeads, f.KeyLength, f.ValueLength, ml.F32),
+			F16: ml.KVBytesPerPosition(f.AttentionLayers, f.KVHeads, f.KeyLength, f.ValueLength, ml.F16),
+		},
 		RecurrentStateBytes: f.RecurrentStateBytes,
 	}
 	layers := map[int]*ExpertLayer{}
@@ -236,11 +230,11 @@ func ProfileFromFacts(f Facts) (Profile, error) {
 			return bad("tensor %s: negative size %d", t.Name, t.Bytes)
 		}
 		switch t.Class {
-		case ClassDense:
+		case modelinfo.RoleDense:
 			p.DenseBytes += t.Bytes
-		case ClassMTP:
+		case modelinfo.RoleMTP:
 			p.MTPBytes += t.Bytes
-		case ClassRoutedExpert:
+		case modelinfo.RoleRoutedExpert:
 			if f.ExpertCount <= 0 {
 				return bad("tensor %s is a routed expert but expert_count is %d", t.Name, f.ExpertCount)
 			}
@@ -270,21 +264,6 @@ func ProfileFromFacts(f Facts) (Profile, error) {
 		return Profile{}, err
 	}
 	return p, nil
-}
-
-// ClassifyTensor places a GGUF tensor by its name: blocks at or after mtpFirstBlock (the
-// NextN/MTP blocks that follow the main stack; ≤ 0 when there are none) are MTP, stacked
-// routed experts (ffn_*_exps) are routed experts, everything else is dense. It also returns
-// the block index, or -1 for tensors outside the blocks.
-func ClassifyTensor(name string, mtpFirstBlock int) (int, TensorClass) {
-	layer, _ := modelinfo.SplitLayer(name)
-	switch {
-	case mtpFirstBlock > 0 && layer >= mtpFirstBlock:
-		return layer, ClassMTP
-	case layer >= 0 && modelinfo.Classify(name, false) == modelinfo.ClassRoutedExperts:
-		return layer, ClassRoutedExpert
-	}
-	return layer, ClassDense
 }
 
 func ceilDiv(a, b int64) int64 {

@@ -12,26 +12,26 @@ import (
 	"github.com/redlite/batch/internal/fixtures"
 )
 
-func TestClassifyTensor(t *testing.T) {
+func TestTensorRole(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		mtp   int
 		layer int
-		class TensorClass
+		class modelinfo.Role
 	}{
-		{"token_embd.weight", 0, -1, ClassDense},
-		{"output.weight", 48, -1, ClassDense},
-		{"blk.3.ffn_down_exps.weight", 0, 3, ClassRoutedExpert},
-		{"blk.12.ffn_gate_up_exps.weight", 48, 12, ClassRoutedExpert},
-		{"blk.3.ffn_down_shexp.weight", 0, 3, ClassDense},
-		{"blk.3.ffn_gate_inp.weight", 0, 3, ClassDense},
-		{"blk.48.ffn_up_exps.weight", 48, 48, ClassMTP},
-		{"blk.48.nextn.eh_proj.weight", 48, 48, ClassMTP},
-		{"blk.x.attn_q.weight", 0, -1, ClassDense},
+		{"token_embd.weight", 0, -1, modelinfo.RoleDense},
+		{"output.weight", 48, -1, modelinfo.RoleDense},
+		{"blk.3.ffn_down_exps.weight", 0, 3, modelinfo.RoleRoutedExpert},
+		{"blk.12.ffn_gate_up_exps.weight", 48, 12, modelinfo.RoleRoutedExpert},
+		{"blk.3.ffn_down_shexp.weight", 0, 3, modelinfo.RoleDense},
+		{"blk.3.ffn_gate_inp.weight", 0, 3, modelinfo.RoleDense},
+		{"blk.48.ffn_up_exps.weight", 48, 48, modelinfo.RoleMTP},
+		{"blk.48.nextn.eh_proj.weight", 48, 48, modelinfo.RoleMTP},
+		{"blk.x.attn_q.weight", 0, -1, modelinfo.RoleDense},
 	} {
-		layer, class := ClassifyTensor(tc.name, tc.mtp)
+		layer, class := modelinfo.TensorRole(tc.name, tc.mtp)
 		if layer != tc.layer || class != tc.class {
-			t.Errorf("ClassifyTensor(%q, %d) = %d, %s; want %d, %s", tc.name, tc.mtp, layer, class, tc.layer, tc.class)
+			t.Errorf("TensorRole(%q, %d) = %d, %s; want %d, %s", tc.name, tc.mtp, layer, class, tc.layer, tc.class)
 		}
 	}
 }
@@ -70,7 +70,7 @@ func TestProfileFromFixture(t *testing.T) {
 	}
 	var total int64
 	for _, tt := range file.Tensors {
-		layer, class := ClassifyTensor(tt.Name, 0)
+		layer, class := modelinfo.TensorRole(tt.Name, 0)
 		facts.Tensors = append(facts.Tensors, TensorFact{Name: tt.Name, Layer: layer, Class: class, Bytes: tt.Bytes})
 		total += tt.Bytes
 	}
@@ -107,14 +107,14 @@ func TestProfileFromFixture(t *testing.T) {
 
 func TestProfileFromFactsRejects(t *testing.T) {
 	base := Facts{ContextLength: 4096, ExpertCount: 4, AttentionLayers: 1, KVHeads: 1, KeyLength: 64, ValueLength: 64,
-		Tensors: []TensorFact{{Name: "token_embd.weight", Layer: -1, Class: ClassDense, Bytes: 1000}}}
+		Tensors: []TensorFact{{Name: "token_embd.weight", Layer: -1, Class: modelinfo.RoleDense, Bytes: 1000}}}
 	for _, tc := range []struct {
 		name   string
 		tensor TensorFact
 		says   string
 	}{
-		{"Uneven", TensorFact{Name: "blk.0.ffn_up_exps.weight", Class: ClassRoutedExpert, Bytes: 4001}, "do not split into 4 experts"},
-		{"Negative", TensorFact{Name: "blk.0.attn_q.weight", Class: ClassDense, Bytes: -1}, "negative size"},
+		{"Uneven", TensorFact{Name: "blk.0.ffn_up_exps.weight", Class: modelinfo.RoleRoutedExpert, Bytes: 4001}, "do not split into 4 experts"},
+		{"Negative", TensorFact{Name: "blk.0.attn_q.weight", Class: modelinfo.RoleDense, Bytes: -1}, "negative size"},
 		{"UnknownClass", TensorFact{Name: "blk.0.attn_q.weight", Class: "moe", Bytes: 8}, `unknown class "moe"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -126,10 +126,12 @@ type KVPool interface {
 // ErrPoolFull is wrapped by KVPool.Alloc when the pool has too few free blocks.
 var ErrPoolFull = errors.New("KV pool has too few free blocks")
 
-// KVBytesPerPosition is what one position of a KV cache holds: keys and values of kvHeads
-// heads of headDim features in each of layers layers.
-func KVBytesPerPosition(layers, kvHeads, headDim int, dt DType) int64 {
-	return int64(layers) * 2 * int64(kvHeads) * int64(headDim) * int64(dt.Bytes())
+// KVBytesPerPosition is what one position of a KV cache holds: keys of keyLength and values
+// of valueLength features for kvHeads heads in each of layers layers. It is the one
+// definition of the term: the caches size their blocks with it, modelinfo reports it and
+// the planner plans with it.
+func KVBytesPerPosition(layers, kvHeads, keyLength, valueLength int, dt DType) int64 {
+	return int64(layers) * int64(kvHeads) * int64(keyLength+valueLength) * int64(dt.Bytes())
 }
 
 // BlocksFor is the number of blocks of blockSize positions that hold positions positions.

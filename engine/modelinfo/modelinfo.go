@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/redlite/batch/engine/gguf"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
 )
 
@@ -81,6 +82,45 @@ func Classify(name string, recurrentLayer bool) Class {
 		return ClassFFNDense
 	}
 	return ClassOther
+}
+
+// Role is a tensor's term in a plan's memory: the resident dense weights, the routed
+// experts an expert cache may hold in part, or the MTP head's blocks.
+type Role string
+
+const (
+	RoleDense        Role = "dense"
+	RoleRoutedExpert Role = "routed_expert"
+	RoleMTP          Role = "mtp"
+)
+
+// TensorRole places a GGUF tensor by its name: blocks at or after mtpFirstBlock (the
+// NextN/MTP blocks that follow the main stack; ≤ 0 when there are none) are MTP, stacked
+// routed experts (ffn_*_exps) are routed experts, everything else is dense. It also returns
+// the block index, or -1 for tensors outside the blocks.
+func TensorRole(name string, mtpFirstBlock int) (int, Role) {
+	layer, _ := SplitLayer(name)
+	switch {
+	case mtpFirstBlock > 0 && layer >= mtpFirstBlock:
+		return layer, RoleMTP
+	case layer >= 0 && Classify(name, false) == ClassRoutedExperts:
+		return layer, RoleRoutedExpert
+	}
+	return layer, RoleDense
+}
+
+// MTPFirstBlock is the first NextN (MTP) block of f: they follow the main stack and are
+// counted in block_count. 0 when the file has none.
+func MTPFirstBlock(f *gguf.File, arch string) int {
+	n, err := f.IntOr(arch+".nextn_predict_layers", 0)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	blocks, err := f.Int(arch + ".block_count")
+	if err != nil || blocks <= n {
+		return 0
+	}
+	return int(blocks - n)
 }
 
 // GatedDeltaNetStateBytes is one sequence's Gated DeltaNet state in f32: per recurrent layer
@@ -370,7 +410,7 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 	if err != nil {
 		return fmt.Errorf("modelinfo: %w", err)
 	}
-	var kvElems, recBytes int64
+	var kvF32, kvF16, recBytes int64
 	for _, l := range info.Layers {
 		switch l.Kind {
 		case LayerAttention:
@@ -398,7 +438,8 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 				"attention.key_length": kLen, "attention.value_length": vLen}); err != nil {
 				return err
 			}
-			kvElems += kvHeads * (kLen + vLen)
+			kvF32 += ml.KVBytesPerPosition(1, int(kvHeads), int(kLen), int(vLen), ml.F32)
+			kvF16 += ml.KVBytesPerPosition(1, int(kvHeads), int(kLen), int(vLen), ml.F16)
 		case LayerRecurrent:
 			var ssm [4]int64
 			for i, k := range []string{"ssm.conv_kernel", "ssm.inner_size", "ssm.group_count", "ssm.state_size"} {
@@ -415,8 +456,8 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 			recBytes += GatedDeltaNetStateBytes(1, inner, state, 1, kernel, inner+2*groups*state)
 		}
 	}
-	info.Memory.KVBytesPerPositionF32 = uint64(kvElems) * 4
-	info.Memory.KVBytesPerPositionF16 = uint64(kvElems) * 2
+	info.Memory.KVBytesPerPositionF32 = uint64(kvF32)
+	info.Memory.KVBytesPerPositionF16 = uint64(kvF16)
 	info.Memory.RecurrentBytesPerSequence = uint64(recBytes)
 	return nil
 }

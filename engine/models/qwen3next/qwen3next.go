@@ -673,7 +673,6 @@ type facts struct {
 	expert    []int64 // per layer
 	slice     []int64 // one expert's gate+up+down per layer
 	dense     int64
-	kvPerPos  int64 // per element byte
 	recurrent int64
 	mtp       int64
 }
@@ -682,18 +681,17 @@ func newFacts(f *gguf.File, m *Model) facts {
 	fc := facts{expert: make([]int64, m.cfg.Layers), slice: make([]int64, m.cfg.Layers)}
 	for _, t := range f.Tensors {
 		size := int64(t.Size)
-		i, _ := modelinfo.SplitLayer(t.Name)
-		switch {
-		case i >= m.cfg.Layers:
+		// The MTP blocks follow the m.cfg.Layers blocks of the main stack.
+		switch i, role := modelinfo.TensorRole(t.Name, m.cfg.Layers); role {
+		case modelinfo.RoleMTP:
 			fc.mtp += size
-		case i >= 0 && modelinfo.Classify(t.Name, false) == modelinfo.ClassRoutedExperts:
+		case modelinfo.RoleRoutedExpert:
 			fc.expert[i] += size
 			fc.slice[i] += size / int64(m.experts)
 		default:
 			fc.dense += size
 		}
 	}
-	fc.kvPerPos = int64(m.cfg.AttnLayers) * int64(m.cfg.KVHeads) * int64(2*m.cfg.HeadDim)
 	fc.recurrent = modelinfo.GatedDeltaNetStateBytes(int64(m.deltaCount), int64(m.hv), int64(m.dk), int64(m.dv), int64(m.convKernel), int64(m.convCh))
 	return fc
 }
@@ -715,9 +713,11 @@ func (m *Model) ExpertSliceBytes(l int) int64 {
 	return m.facts.slice[l]
 }
 
-func (m *Model) DenseBytes() int64                    { return m.facts.dense }
-func (m *Model) KVBytesPerPosition(dt ml.DType) int64 { return m.facts.kvPerPos * int64(dt.Bytes()) }
-func (m *Model) RecurrentBytes() int64                { return m.facts.recurrent }
+func (m *Model) DenseBytes() int64 { return m.facts.dense }
+func (m *Model) KVBytesPerPosition(dt ml.DType) int64 {
+	return ml.KVBytesPerPosition(m.cfg.AttnLayers, m.cfg.KVHeads, m.cfg.HeadDim, m.cfg.HeadDim, dt)
+}
+func (m *Model) RecurrentBytes() int64 { return m.facts.recurrent }
 
 // MTPBytes is the next-token-prediction block's weights (0 without one); not in DenseBytes.
 func (m *Model) MTPBytes() int64 { return m.facts.mtp }
