@@ -124,6 +124,30 @@ func RunRows(ctx ml.Context, runs []Run, j int, x ml.Tensor) ml.Tensor {
 	return ctx.Rows(x, r.Start, r.N)
 }
 
+// RunStates is every run's sequence state as the architecture's own type S: the one place a
+// graph asserts its state type, so a mismatch names both types instead of a bare panic.
+func RunStates[S State](runs []Run) []S {
+	out := make([]S, len(runs))
+	for j, r := range runs {
+		s, ok := r.State.(S)
+		if !ok {
+			panic(fmt.Sprintf("model: run %d holds a %T, not the %T this graph made", j, r.State, s))
+		}
+		out[j] = s
+	}
+	return out
+}
+
+// PerRun computes a batch's rows run by run — what depends on a sequence's own state (its
+// KV cache, its recurrent state) — and joins them in batch order.
+func PerRun(ctx ml.Context, runs []Run, f func(j int, r Run) ml.Tensor) ml.Tensor {
+	parts := make([]ml.Tensor, len(runs))
+	for j, r := range runs {
+		parts[j] = f(j, r)
+	}
+	return ConcatRows(ctx, parts...)
+}
+
 // ConcatRows joins tensors along their first dimension (the others must agree).
 func ConcatRows(ctx ml.Context, ts ...ml.Tensor) ml.Tensor {
 	if len(ts) == 1 {

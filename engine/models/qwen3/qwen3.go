@@ -164,6 +164,7 @@ func (m *Model) newState(c ml.Cache) *State {
 
 func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 	runs := b.MustRuns()
+	states := model.RunStates[*State](runs)
 	c := m.cfg
 	n := len(b.Tokens)
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
@@ -182,14 +183,12 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 		qr := make([]ml.Tensor, len(runs))
 		for j, r := range runs {
 			kr := ctx.RoPE(model.RunRows(ctx, runs, j, k), r.Pos0, m.rope)
-			ctx.StoreKV(r.State.(*State).kv, i, r.Pos0, kr, model.RunRows(ctx, runs, j, v))
+			ctx.StoreKV(states[j].kv, i, r.Pos0, kr, model.RunRows(ctx, runs, j, v))
 			qr[j] = ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope)
 		}
-		parts := make([]ml.Tensor, len(runs))
-		for j, r := range runs {
-			parts[j] = ctx.Attention(qr[j], r.State.(*State).kv, i, r.Pos0, scale)
-		}
-		a := ctx.Name(model.ConcatRows(ctx, parts...), "kqv_out", i) // [n, heads·hd]
+		a := ctx.Name(model.PerRun(ctx, runs, func(j int, r model.Run) ml.Tensor {
+			return ctx.Attention(qr[j], states[j].kv, i, r.Pos0, scale)
+		}), "kqv_out", i) // [n, heads·hd]
 		h := ctx.Add(x, ctx.MatMul(l.o, a))
 
 		// Feed-forward block: out = h + Wdown · (silu(Wgate·ĥ) ⊙ Wup·ĥ)
