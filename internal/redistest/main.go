@@ -51,8 +51,10 @@ func (m *mainTB) TempDir() string {
 func (m *mainTB) Fatal(args ...any)                 { panic(mainFatal{fmt.Errorf("%s", fmt.Sprint(args...))}) }
 func (m *mainTB) Fatalf(format string, args ...any) { panic(mainFatal{fmt.Errorf(format, args...)}) }
 func (m *mainTB) Skip(args ...any)                  { m.Fatal(args...) }
-func (m *mainTB) Errorf(format string, args ...any) { fmt.Fprintf(os.Stderr, "redistest: "+format+"\n", args...) }
-func (m *mainTB) Logf(format string, args ...any)   { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+func (m *mainTB) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "redistest: "+format+"\n", args...)
+}
+func (m *mainTB) Logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 
 func (m *mainTB) cleanup() {
 	for i := len(m.cleanups) - 1; i >= 0; i-- {
