@@ -66,19 +66,3 @@ func (w *worker) startBatching() error {
 		"positions_per_slot", pool.SlotContext, "step_tokens", pool.StepTokens, "need_mib", pool.NeedMiB, "limit_mib", pool.LimitMiB)
 	return nil
 }
-
-// planBatched plans a job for the pool: alone on this worker with the pool's precision (the
-// planner explains a job that could never fit), and within the pool's blocks.
-func (w *worker) planBatched(promptTokens, maxTokens int) (planner.Plan, error) {
-	plan, err := planner.Choose(planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Policy: batchPolicy(w.policy, w.pool)}, w.lm.profile, w.cal, w.budget)
-	if err != nil {
-		return plan, err
-	}
-	if need := ml.BlocksFor(plan.Context, w.pool.BlockSize); need > w.pool.Blocks {
-		return plan, fmt.Errorf("%w: %s positions of prompt + max_tokens need %d KV blocks of %d, and this worker's pool (%d slots) holds %d: it takes at most %s",
-			planner.ErrDoesNotFit, planner.Commas(int64(plan.Context)), need, w.pool.BlockSize, w.pool.Slots, w.pool.Blocks,
-			planner.Commas(int64(w.pool.Positions())))
-	}
-	plan.Slots, plan.Chunk, plan.NeedMiB = w.pool.Slots, w.pool.StepTokens, w.pool.NeedMiB
-	return plan, nil
-}

@@ -42,28 +42,6 @@ const partHeaderTokens = 8
 // prompt template (a token may merge across them) and for the piece number's digits.
 const promptMargin = 16
 
-// planFor plans a job of promptTokens + maxTokens as this worker would run it.
-func (w *worker) planFor(promptTokens, maxTokens int) (planner.Plan, error) {
-	if w.sched != nil {
-		return w.planBatched(promptTokens, maxTokens)
-	}
-	return w.plan(promptTokens, maxTokens)
-}
-
-// maxPrompt is the longest prompt this worker can plan with maxTokens to generate (0: none).
-func (w *worker) maxPrompt(maxTokens int) int {
-	lo, hi := 0, 1<<22 // beyond any trained context: the planner refuses it
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if _, err := w.planFor(mid, maxTokens); err == nil {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
-}
-
 // countTokens is the model's token count of text without special tokens.
 func (w *worker) countTokens(text string) int { return len(w.lm.tok.Encode(text, false)) }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -75,55 +74,6 @@ func (t taskWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// process is the asynq handler: decode → validate → tokenize → plan → session → generate →
-// result. Permanent failures are archived at once (SkipRetry); engine faults and panics are
-// retried with back-off.
-func (w *worker) process(ctx context.Context, task *asynq.Task) (err error) {
-	w.running.Add(1)
-	defer w.running.Done()
-	r := &run{w: w, task: task, start: time.Now(), outcome: outcomeFault}
-	r.id, _ = asynq.GetTaskID(ctx)
-	r.queue, _ = asynq.GetQueueName(ctx)
-	if w.hb != nil {
-		// Before the engine runs: a restarted worker proves the job orphaned by this record
-		// (orphans.go).
-		w.hb.claim(r.id)
-		defer w.hb.release(r.id)
-	}
-	retried, _ := asynq.GetRetryCount(ctx)
-	r.log = w.log.With("job", r.id, "type", task.Type(), "queue", r.queue, "attempt", retried+1)
-	r.out = taskWriter{ctx: ctx, client: w.client, queue: r.queue, id: r.id}
-	r.prog = newProgressWriter(r.out, w.cfg.ProgressInterval, r.log, w.m)
-	r.prog.start()
-	defer func() {
-		if p := recover(); p != nil {
-			// asynq would recover too, but as a plain error; ours is a typed, retried fault
-			// with the stack in the log.
-			stack := string(debug.Stack())
-			if lp, ok := p.(*cpu.LoopPanic); ok {
-				// The panic happened on a CPU pool goroutine: its stack is the one that
-				// shows the fault.
-				stack = string(lp.Stack) + "\nraised on the job's goroutine:\n" + stack
-			}
-			err = &EngineFault{Err: fmt.Errorf("panic: %v", p), Stack: stack}
-			r.outcome = outcomeFault
-		}
-		r.prog.terminate()
-		r.setPhase("")
-		w.m.jobs.WithLabelValues(task.Type(), r.outcome).Inc()
-		w.m.duration.WithLabelValues(task.Type(), r.outcome).Observe(time.Since(r.start).Seconds())
-		r.finishLog(err)
-	}()
-	if done, err := w.client.Finished(ctx, r.queue, r.id); err == nil && done {
-		// An earlier attempt wrote the result and asynq did not record the completion (the
-		// worker died, or Redis failed over, in between): finishing now records it.
-		r.log.Info("the job already has its result from an earlier attempt; not running it again")
-		r.outcome = outcomeCompleted
-		return nil
-	}
-	return r.do(ctx)
-}
-
 func (r *run) finishLog(err error) {
 	d := time.Since(r.start).Round(time.Millisecond)
 	var fault *EngineFault
@@ -155,57 +105,52 @@ func (r *run) setPhase(p jobs.Phase) {
 	r.prog.update(func(pr *jobs.Progress) { pr.Phase = p })
 }
 
-func (r *run) do(ctx context.Context) error {
-	w := r.w
-	r.setPhase(jobs.PhaseTokenizing)
-	p, err := jobs.Decode(r.task.Type(), r.task.Payload())
-	if err != nil {
-		r.outcome = outcomeInvalid
-		return permanent(fmt.Errorf("invalid payload: %w", err))
-	}
+// invalid ends an attempt whose payload is bad: archived at once, with the reason.
+func (r *run) invalid(err error) error {
+	r.outcome = outcomeInvalid
+	return permanent(fmt.Errorf("invalid payload: %w", err))
+}
+
+// admit checks a decoded job against this worker before any engine work: a job for another
+// model is moved to its workers (done), and the payload's timeout and deadline bound ctx.
+// The caller runs the job with the returned context, then calls cancel.
+func (r *run) admit(ctx context.Context, p jobs.Payload) (_ context.Context, cancel context.CancelFunc, done bool, err error) {
+	cancel = func() {}
 	opts := p.Options()
-	if !w.lm.serves(opts.Model) {
-		return r.rerouteModel(ctx, p) // reroute.go
+	if !r.w.lm.serves(opts.Model) {
+		return ctx, cancel, true, r.rerouteModel(ctx, p) // reroute.go
 	}
 	// asynq enforces the task message's timeout and deadline; a raw client may have put
 	// them only in the payload, so they are applied here too.
+	var cancels []context.CancelFunc
+	cancel = func() {
+		for _, c := range cancels {
+			c()
+		}
+	}
 	if opts.Deadline != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, *opts.Deadline)
-		defer cancel()
+		var c context.CancelFunc
+		ctx, c = context.WithDeadline(ctx, *opts.Deadline)
+		cancels = append(cancels, c)
 	}
 	if opts.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(opts.Timeout)*time.Second)
-		defer cancel()
+		var c context.CancelFunc
+		ctx, c = context.WithTimeout(ctx, time.Duration(opts.Timeout)*time.Second)
+		cancels = append(cancels, c)
 	}
 	// An attempt that starts past the job's deadline (asynq retries a job its deadline
 	// stopped) can do nothing, and must not overwrite the partial result of the attempt the
 	// deadline stopped.
 	if d := r.payloadDeadline(); !d.IsZero() && !time.Now().Before(d) {
 		r.outcome = outcomeCancelled
-		return permanent(fmt.Errorf("deadline %s passed before this attempt: %w", d.Format(time.RFC3339), context.DeadlineExceeded))
+		return ctx, cancel, true, permanent(fmt.Errorf("deadline %s passed before this attempt: %w", d.Format(time.RFC3339), context.DeadlineExceeded))
 	}
-	if s, ok := p.(*jobs.Summarize); ok {
-		if s.Part != nil {
-			if err := r.checkParent(ctx, s.Part); err != nil {
-				return err
-			}
-		}
-		if hier, err := r.wantsHierarchy(ctx, s); err != nil {
-			return err
-		} else if hier {
-			return r.hierarchical(ctx, s)
-		}
-	}
-	var sampling jobs.Sampling
-	switch p := p.(type) {
-	case *jobs.Generate:
-		sampling = p.Sampling()
-	case *jobs.Summarize:
-		sampling = p.Sampling()
-	}
+	return ctx, cancel, false, nil
+}
 
+// generate runs a job on the engine: tokenize → plan → session → generate → result.
+func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampling) error {
+	w := r.w
 	pr, err := w.lm.tokenize(p)
 	if err != nil {
 		r.outcome = outcomeInvalid
@@ -500,12 +445,6 @@ func perSecond(n int, d time.Duration) float64 {
 		return 0
 	}
 	return float64(n) / d.Seconds()
-}
-
-// plan asks the planner for a job of promptTokens + maxTokens on this worker.
-func (w *worker) plan(promptTokens, maxTokens int) (planner.Plan, error) {
-	job := planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Slots: w.cfg.Concurrency, Policy: w.policy}
-	return planner.Choose(job, w.lm.profile, w.cal, w.budget)
 }
 
 // generate runs a job in the batch scheduler, or alone in a session of its plan with its

@@ -73,7 +73,7 @@ func (w *worker) start() error {
 			return err
 		}
 	}
-	if err := w.srv.Start(asynq.HandlerFunc(w.process)); err != nil {
+	if err := w.srv.Start(w.handler()); err != nil {
 		if w.sched != nil {
 			w.sched.Close()
 		}
