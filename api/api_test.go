@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,20 +134,7 @@ func (b *bundle) startDaemon(t *testing.T, webhookSecret string) {
 func (b *bundle) startAPI(t *testing.T) {
 	t.Helper()
 	cfg := b.cfg
-	fleet := func(context.Context) (any, []string, error) {
-		ws, err := jobs.Workers(cfg.RedisURL, cfg.TLSFiles())
-		if err != nil {
-			return nil, nil, err
-		}
-		var models []string
-		for _, w := range ws {
-			if w.Model != "" && !slices.Contains(models, w.Model) {
-				models = append(models, w.Model)
-			}
-		}
-		return ws, models, nil
-	}
-	api, err := api.New(cfg, api.Options{Logger: testlog.New(t, slog.LevelDebug), Fleet: fleet})
+	api, err := api.New(cfg, api.Options{Logger: testlog.New(t, slog.LevelDebug)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,8 +561,6 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestTokensFileAndCORS: a token known only by its SHA-256 in REDLITE_API_TOKENS_FILE is
 // accepted; browsers get CORS headers only for configured origins.

@@ -13,17 +13,15 @@ import (
 	"time"
 
 	"github.com/redlite/batch/internal/envconf"
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 )
 
 // Config is redlite-api's configuration, read from REDLITE_* environment variables. Every
 // default is in the envDefault tag and in docs/configuration.md; an empty variable means the default.
 type Config struct {
-	// RedisURL and the TLS files are the daemon's (see daemon.Config).
-	RedisURL      string `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
-	RedisCAFile   string `env:"REDLITE_REDIS_CA_FILE"`
-	RedisCertFile string `env:"REDLITE_REDIS_CERT_FILE"`
-	RedisKeyFile  string `env:"REDLITE_REDIS_KEY_FILE"`
+	// The Redis connection: REDLITE_REDIS_URL and its TLS files (the daemon's).
+	redisx.Env
 
 	// Addr is the listen address of the API.
 	Addr string `env:"REDLITE_API_ADDR" envDefault:":8080"`
@@ -82,7 +80,7 @@ func (c Config) Validate() error {
 	bad := func(name, format string, args ...any) error {
 		return fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
 	}
-	if _, err := c.redisURL(); err != nil {
+	if _, err := c.URL(); err != nil {
 		return err
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
@@ -129,14 +127,6 @@ func (c Config) Validate() error {
 		return err
 	}
 	return nil
-}
-
-// redisURL is REDLITE_REDIS_URL with the TLS files applied.
-func (c Config) redisURL() (jobs.RedisURL, error) { return envconf.RedisURL(c.RedisURL, c.TLSFiles()) }
-
-// TLSFiles are the REDLITE_REDIS_*_FILE settings.
-func (c Config) TLSFiles() jobs.TLSFiles {
-	return jobs.TLSFiles{CA: c.RedisCAFile, Cert: c.RedisCertFile, Key: c.RedisKeyFile}
 }
 
 // webhookSecret is the workers' signing secret, read as they read it.

@@ -415,15 +415,11 @@ type list[T any] struct {
 }
 
 func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) error {
-	var workers any = []any{}
-	if s.fleet != nil {
-		ws, _, err := s.fleet(r.Context())
-		if err != nil {
-			return serverError(err)
-		}
-		workers = ws
+	ws, err := s.client.Workers(r.Context())
+	if err != nil {
+		return serverError(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": workers})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": ws})
 	return nil
 }
 
@@ -435,15 +431,16 @@ type Model struct {
 	OwnedBy string `json:"owned_by"`
 }
 
-// servedModels is the set of models the live workers serve; nil when unknown (no fleet
-// listing, or no worker up yet), in which case any model is let through to wait.
+// servedModels is the set of models the live workers serve; nil when no worker is up yet,
+// in which case any model is let through to wait.
 func (s *Server) servedModels(ctx context.Context) (map[string]bool, error) {
-	if s.fleet == nil {
-		return nil, nil
-	}
-	_, models, err := s.fleet(ctx)
-	if err != nil || len(models) == 0 {
+	ws, err := s.client.Workers(ctx)
+	if err != nil {
 		return nil, err
+	}
+	models := jobs.Models(ws)
+	if len(models) == 0 {
+		return nil, nil
 	}
 	set := make(map[string]bool, len(models))
 	for _, m := range models {
@@ -469,14 +466,12 @@ func checkModel(served map[string]bool, model string) error {
 
 func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
 	out := list[Model]{Object: "list", Data: []Model{}}
-	if s.fleet != nil {
-		_, models, err := s.fleet(r.Context())
-		if err != nil {
-			return serverError(err)
-		}
-		for _, m := range models {
-			out.Data = append(out.Data, Model{ID: m, Object: "model", OwnedBy: "redlite"})
-		}
+	ws, err := s.client.Workers(r.Context())
+	if err != nil {
+		return serverError(err)
+	}
+	for _, m := range jobs.Models(ws) {
+		out.Data = append(out.Data, Model{ID: m, Object: "model", OwnedBy: "redlite"})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -25,16 +25,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 )
 
 // readyTimeout bounds the Redis ping of one /readyz request.
 const readyTimeout = time.Second
-
-// Fleet lists the worker fleet for GET /v1/workers (any JSON value) and the models it
-// serves for GET /v1/models. The API does not import the daemon, which owns that listing;
-// cmd/redlite-api passes jobs.Workers in.
-type Fleet func(ctx context.Context) (workers any, models []string, err error)
 
 // Options are the parts of a Server that are not configuration.
 type Options struct {
@@ -42,8 +38,6 @@ type Options struct {
 	Logger *slog.Logger
 	// Registry receives the metrics served at /metrics; nil means a new registry.
 	Registry *prometheus.Registry
-	// Fleet lists workers and models; nil answers both with empty lists.
-	Fleet Fleet
 }
 
 // Server is one redlite-api instance.
@@ -55,7 +49,6 @@ type Server struct {
 	tokens [][sha256.Size]byte
 	// hookSecret is the workers' webhook secret, from which each token's is derived.
 	hookSecret []byte
-	fleet      Fleet
 	m          *metrics
 	handler    http.Handler
 	gather     prometheus.Gatherer
@@ -91,20 +84,21 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, err := cfg.redisURL()
+	u, err := cfg.URL()
 	if err != nil {
 		return nil, err
 	}
-	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithTLSFiles(cfg.TLSFiles()), jobs.WithPollInterval(cfg.PollInterval))
+	// One connection pool for the server: the jobs client and the API's own keys share it.
+	rdb, err := redisx.NewClient(u)
 	if err != nil {
+		return nil, err
+	}
+	client, err := jobs.NewClientFromRedis(rdb, u, jobs.WithPollInterval(cfg.PollInterval))
+	if err != nil {
+		_ = rdb.Close()
 		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
 	}
-	rdb, ok := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		client.Close()
-		return nil, errors.New("api: unexpected redis client type")
-	}
-	s := &Server{cfg: cfg, log: log, client: client, rdb: rdb, tokens: tokens, hookSecret: hookSecret, fleet: o.Fleet,
+	s := &Server{cfg: cfg, log: log, client: client, rdb: rdb, tokens: tokens, hookSecret: hookSecret,
 		m: newMetrics(reg), gather: reg, served: make(chan error, 1)}
 	s.batches = newBatchRunner(s)
 	s.handler = s.routes()
@@ -311,8 +305,8 @@ func (s *Server) Shutdown() {
 			}
 		}
 		s.batches.terminate()
-		s.rdb.Close()
 		s.client.Close()
+		s.rdb.Close()
 		s.log.Info("redlite-api stopped")
 	})
 }

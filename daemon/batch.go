@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/redlite/batch/engine"
-	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/planner"
 )
 
@@ -35,19 +34,15 @@ func planPool(cfg Config, lm *loadedModel, cal planner.Calibration, budget plann
 // batchPolicy is the policy a job of the pool is planned with: alone on the worker, in the
 // pool's precision, without MTP, every expert resident.
 func batchPolicy(policy planner.Policy, pool *planner.Pool) planner.Policy {
-	policy.KV, policy.DisableMTP, policy.ExpertCache = pool.KV, true, planner.CacheNever
+	policy.KV, policy.DisableMTP, policy.ExpertCache = planner.ForceKV(pool.KV), true, planner.CacheNever
 	return policy
 }
 
 // startBatching starts the scheduler on the planned pool.
 func (w *worker) startBatching() error {
 	pool := *w.pool
-	kv := ml.F32
-	if pool.KV == planner.F16 {
-		kv = ml.F16
-	}
 	sched, err := w.lm.m.NewScheduler(engine.SchedulerOptions{
-		KV: kv, Slots: pool.Slots, Blocks: pool.Blocks, BlockSize: pool.BlockSize, StepTokens: pool.StepTokens,
+		KV: pool.KV, Slots: pool.Slots, Blocks: pool.Blocks, BlockSize: pool.BlockSize, StepTokens: pool.StepTokens,
 		MaxWait: w.cfg.AdmissionTimeout,
 		OnStep: func(s engine.StepStats) {
 			w.m.batchSize.Observe(float64(s.Sequences))

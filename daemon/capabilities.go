@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/metalkit"
@@ -60,18 +61,18 @@ func capabilityOf(name string, lm *loadedModel, budget planner.Budget, cal plann
 		Class: jobs.ClassOf(budget.UsableMiB()), Slots: slots, MaxContext: capped(largest.Context),
 		Tokens: lm.tokenStats(),
 	}
-	for _, kv := range []planner.Precision{planner.F32, planner.F16} {
+	for _, kv := range []ml.DType{ml.F32, ml.F16} {
 		if pool != nil && kv != pool.KV {
 			continue // the pool has one precision
 		}
 		p := policy
-		p.KV = kv
+		p.KV = planner.ForceKV(kv)
 		l, err := planner.Largest(p, planSlots, lm.profile, cal, budget)
 		if err != nil {
 			continue // the policy forces the other precision
 		}
 		for _, mt := range capabilityProbeMaxTokens {
-			c.Largest = append(c.Largest, jobs.LargestPrompt{KV: string(kv), MaxTokens: mt, PromptTokens: max(capped(l.Context)-mt, 0)})
+			c.Largest = append(c.Largest, jobs.LargestPrompt{KV: kv.String(), MaxTokens: mt, PromptTokens: max(capped(l.Context)-mt, 0)})
 		}
 	}
 	for _, v := range []struct {
@@ -137,11 +138,7 @@ type capabilities struct {
 	done chan struct{}
 }
 
-func newCapabilities(ru jobs.RedisURL, doc jobs.Capability, ttl time.Duration, log *slog.Logger) (*capabilities, error) {
-	rdb, ok := ru.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, fmt.Errorf("capabilities: unexpected redis client type")
-	}
+func newCapabilities(rdb redis.UniversalClient, doc jobs.Capability, ttl time.Duration, log *slog.Logger) (*capabilities, error) {
 	doc.Started = time.Now().UTC()
 	return &capabilities{rdb: rdb, ttl: ttl, log: log, doc: doc, stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
@@ -207,7 +204,6 @@ func (c *capabilities) terminate() {
 	defer cancel()
 	c.rdb.ZRem(ctx, jobs.CapabilitiesIndex, c.doc.ID)
 	c.rdb.Del(ctx, jobs.CapabilityKey(c.doc.ID))
-	_ = c.rdb.Close()
 }
 
 // startCapabilities describes the worker, derives the routed queues it serves from
@@ -221,7 +217,7 @@ func (d *Daemon) startCapabilities(name string, lm *loadedModel, budget planner.
 	d.cfg.Queues = jobs.WorkerQueues(d.cfg.Queues, doc.ModelKey, doc.Class, smallerClasses(doc.Class, lm, budget, cal, policy, d.cfg.Concurrency))
 	doc.Queues = d.cfg.Queues
 	d.m.maxContext.WithLabelValues(doc.Model, doc.Class).Set(float64(doc.MaxContext))
-	if d.cp, err = newCapabilities(d.redis, doc, d.cfg.CapabilityTTL, d.log); err != nil {
+	if d.cp, err = newCapabilities(d.rdb, doc, d.cfg.CapabilityTTL, d.log); err != nil {
 		return err
 	}
 	d.cp.start()

@@ -9,7 +9,9 @@ import (
 
 	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/engine/cpu"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/envconf"
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/metalkit"
 	"github.com/redlite/batch/planner"
@@ -18,13 +20,8 @@ import (
 // Config is the daemon's configuration, read from REDLITE_* environment variables. Every
 // default is in the envDefault tag and in docs/configuration.md; an empty variable means the default.
 type Config struct {
-	// RedisURL is redis://[[user]:password@]host[:port][/db] or rediss:// for TLS.
-	RedisURL string `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
-	// RedisCAFile, RedisCertFile and RedisKeyFile are PEM files for rediss://: the CA that
-	// verifies Redis (empty: the system's roots) and a client certificate and its key.
-	RedisCAFile   string `env:"REDLITE_REDIS_CA_FILE"`
-	RedisCertFile string `env:"REDLITE_REDIS_CERT_FILE"`
-	RedisKeyFile  string `env:"REDLITE_REDIS_KEY_FILE"`
+	// The Redis connection: REDLITE_REDIS_URL and its TLS files.
+	redisx.Env
 	// Model is the GGUF file to serve. Empty means the built-in default model (random
 	// weights: its output is meaningless text), written to CacheDir on first use.
 	Model string `env:"REDLITE_MODEL"`
@@ -54,6 +51,8 @@ type Config struct {
 	CPUDot string `env:"REDLITE_CPU_DOT" envDefault:"auto"`
 	// Threads for the CPU backend; 0 means one per core.
 	Threads int `env:"REDLITE_THREADS" envDefault:"0"`
+	// The Metal backend's switches: REDLITE_METAL_MPS, REDLITE_METAL_FUSED_TAIL.
+	metalkit.Switches
 
 	// KV forces the KV cache precision: auto (the planner chooses), f32 or f16.
 	KV string `env:"REDLITE_KV" envDefault:"auto"`
@@ -152,10 +151,7 @@ func (c Config) Validate() error {
 	bad := func(name, format string, args ...any) error {
 		return fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
 	}
-	if _, err := jobs.ParseRedisURL(c.RedisURL); err != nil {
-		return bad("REDLITE_REDIS_URL", "%v", err)
-	}
-	if _, err := c.redisURL(); err != nil {
+	if _, err := c.URL(); err != nil {
 		return err
 	}
 	if len(c.Queues) == 0 {
@@ -247,14 +243,6 @@ func (c Config) webhookSecret() ([]byte, error) {
 	return jobs.WebhookSecret(c.WebhookSecret, c.WebhookSecretFile)
 }
 
-// tlsFiles are the REDLITE_REDIS_*_FILE settings.
-func (c Config) tlsFiles() jobs.TLSFiles {
-	return jobs.TLSFiles{CA: c.RedisCAFile, Cert: c.RedisCertFile, Key: c.RedisKeyFile}
-}
-
-// redisURL is REDLITE_REDIS_URL with the TLS files applied.
-func (c Config) redisURL() (jobs.RedisURL, error) { return envconf.RedisURL(c.RedisURL, c.tlsFiles()) }
-
 // policy is the planner policy the KV, chunk, MTP and preference settings make.
 func (c Config) policy() (planner.Policy, error) {
 	p := planner.Policy{MaxChunk: c.MaxChunk, DisableMTP: c.DisableMTP, ExpertCache: planner.CacheAuto}
@@ -264,11 +252,11 @@ func (c Config) policy() (planner.Policy, error) {
 		p.ExpertCache = planner.CacheNever
 	}
 	if c.KV != "auto" {
-		prec, err := planner.ParsePrecision(c.KV)
+		prec, err := ml.ParseDType(c.KV)
 		if err != nil {
 			return p, fmt.Errorf("REDLITE_KV: want auto, f32 or f16, got %q", c.KV)
 		}
-		p.KV = prec
+		p.KV = &prec
 	}
 	pref, err := planner.ParsePreference(c.PlanPreference)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/chat"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/tokenizer"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/jobs"
@@ -38,7 +39,7 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("parsed: %+v", cfg)
 		}
 		p, err := cfg.policy()
-		if err != nil || p.KV != "f16" {
+		if err != nil || p.KV == nil || *p.KV != ml.F16 {
 			t.Errorf("policy %+v, %v", p, err)
 		}
 	})

@@ -26,10 +26,12 @@ import (
 	asynqmetrics "github.com/hibiken/asynq/x/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/buildinfo"
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/metalkit"
 	"github.com/redlite/batch/planner"
@@ -56,6 +58,7 @@ type Daemon struct {
 	reg    *prometheus.Registry
 	m      *metrics
 	redis  jobs.RedisURL
+	rdb    redis.UniversalClient // the process's one Redis client (redisx.NewClient)
 	client *jobs.Client
 	insp   *asynq.Inspector
 	http   *httpServer // nil with REDLITE_HTTP_ADDR=off
@@ -68,9 +71,7 @@ type Daemon struct {
 	hb    *heartbeat     // the worker's name beside asynq's heartbeat (heartbeat.go)
 	cp    *capabilities  // what the worker serves and holds, for routing (capabilities.go)
 	hooks *webhookSender // webhook deliveries (webhook.go)
-	// refused exports the jobs clients refused at submit (fleetmetrics.go).
-	refused *refusedCollector
-	of      *orphanFinder // jobs of dead workers (orphans.go)
+	of    *orphanFinder  // jobs of dead workers (orphans.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -99,26 +100,30 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	ru, err := cfg.redisURL()
+	ru, err := cfg.URL()
 	if err != nil {
 		return nil, configErr(err)
 	}
-	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithTLSFiles(cfg.tlsFiles()))
+	// One connection pool for the process: asynq's server, inspector and client and our own
+	// Redis work (heartbeat, capabilities, webhooks, orphan sweeps) share it.
+	rdb, err := redisx.NewClient(ru)
 	if err != nil {
+		return nil, err
+	}
+	client, err := jobs.NewClientFromRedis(rdb, ru)
+	if err != nil {
+		_ = rdb.Close()
 		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
-	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, client: client, obs: o.Observer, backend: o.Backend,
-		insp: asynq.NewInspector(ru.AsynqOpt())}
+	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, rdb: rdb, client: client, obs: o.Observer, backend: o.Backend,
+		insp: asynq.NewInspectorFromRedisClient(rdb)}
 	if err := reg.Register(asynqmetrics.NewQueueMetricsCollector(d.insp)); err != nil {
 		d.closeClients()
 		return nil, fmt.Errorf("register asynq queue metrics: %w", err)
 	}
-	if rc, ok := newRefusedCollector(ru); ok {
-		d.refused = rc
-		if err := reg.Register(rc); err != nil {
-			d.closeClients()
-			return nil, fmt.Errorf("register refused-jobs metrics: %w", err)
-		}
+	if err := reg.Register(newRefusedCollector(rdb)); err != nil {
+		d.closeClients()
+		return nil, fmt.Errorf("register refused-jobs metrics: %w", err)
 	}
 	if cfg.HTTPAddr != "off" {
 		if d.http, err = newHTTPServer(cfg.HTTPAddr, log, client, reg); err != nil {
@@ -177,7 +182,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	backend := d.backend
 	if backend == nil {
 		var err error
-		if backend, err = metalkit.Open(d.cfg.Backend, d.cfg.Threads); err != nil {
+		if backend, err = metalkit.Open(d.cfg.Backend, d.cfg.Threads, d.cfg.Switches); err != nil {
 			return configErr(fmt.Errorf("REDLITE_BACKEND: %w", err))
 		}
 	}
@@ -216,7 +221,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	build := buildinfo.Get()
 	backendName := lm.m.Backend.Name()
-	if d.hb, err = newHeartbeat(d.redis, jobs.Identity{Name: name, Model: lm.name, Backend: backendName, Build: build}, d.log); err != nil {
+	if d.hb, err = newHeartbeat(d.rdb, jobs.Identity{Name: name, Model: lm.name, Backend: backendName, Build: build}, d.log); err != nil {
 		return err
 	}
 	pool, err := planPool(d.cfg, lm, cal, budget, policy)
@@ -226,15 +231,15 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err := d.startCapabilities(name, lm, budget, cal, policy, pool); err != nil {
 		return err
 	}
-	if d.hooks, err = newWebhookSender(d.redis, d.cfg, d.log, d.m); err != nil {
+	if d.hooks, err = newWebhookSender(d.rdb, d.cfg, d.log, d.m); err != nil {
 		return err
 	}
 	d.hooks.start()
 	d.w = newWorker(&worker{hb: d.hb, hooks: d.hooks, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
-		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs}, d.redis)
+		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs}, d.rdb)
 	// Before the asynq server starts: its recoverer runs at start and takes the jobs of a
 	// predecessor on this host that the finder proves dead (orphans.go).
-	if d.of, err = newOrphanFinder(d.redis, d.insp, d.cfg.Queues, d.log); err != nil {
+	if d.of, err = newOrphanFinder(d.rdb, d.insp, d.cfg.Queues, d.log); err != nil {
 		return err
 	}
 	if n := d.of.sweep(ctx, true); n > 0 {
@@ -373,13 +378,13 @@ func (d *Daemon) shutdown() {
 }
 
 func (d *Daemon) closeClients() {
-	if d.refused != nil {
-		d.refused.close()
-	}
 	if err := d.insp.Close(); err != nil {
 		d.log.Debug("close inspector", "err", err)
 	}
 	if err := d.client.Close(); err != nil {
+		d.log.Debug("close jobs client", "err", err)
+	}
+	if err := d.rdb.Close(); err != nil {
 		d.log.Debug("close redis client", "err", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/internal/redistest"
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
 )
@@ -97,7 +98,7 @@ func setupURL(t *testing.T, redisURL string) *testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	ru, _ := jobs.ParseRedisURL(cfg.RedisURL)
+	ru, _ := redisx.Parse(cfg.RedisURL)
 	insp := asynq.NewInspector(ru.AsynqOpt())
 	t.Cleanup(func() { insp.Close() })
 	return &testBundle{client: client, insp: insp, cfg: cfg, model: model}

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/redlite/batch/internal/fixtures"
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -150,7 +151,7 @@ func rawEnqueue(t *testing.T, b *testBundle, queue, id string, p jobs.Payload) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ru, _ := jobs.ParseRedisURL(b.cfg.RedisURL)
+	ru, _ := redisx.Parse(b.cfg.RedisURL)
 	c := asynq.NewClient(ru.AsynqOpt())
 	defer c.Close()
 	if _, err := c.Enqueue(asynq.NewTask(p.TaskType(), data), asynq.Queue(queue), asynq.TaskID(id), asynq.MaxRetry(3), asynq.Retention(time.Hour)); err != nil {

@@ -19,14 +19,10 @@ type refusedCollector struct {
 	desc *prometheus.Desc
 }
 
-func newRefusedCollector(ru jobs.RedisURL) (*refusedCollector, bool) {
-	rdb, ok := ru.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, false
-	}
+func newRefusedCollector(rdb redis.UniversalClient) *refusedCollector {
 	return &refusedCollector{rdb: rdb, desc: prometheus.NewDesc("redlite_jobs_refused_total",
 		"Jobs refused at submit by any client of the fleet (read from Redis; the same on every worker), by reason (unknown_model, no_capacity).",
-		[]string{"reason"}, nil)}, true
+		[]string{"reason"}, nil)}
 }
 
 func (c *refusedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -43,5 +39,3 @@ func (c *refusedCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, n, reason)
 	}
 }
-
-func (c *refusedCollector) close() { _ = c.rdb.Close() }

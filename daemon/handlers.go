@@ -8,7 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/redlite/batch/engine/cpu"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -133,7 +133,7 @@ func recoverPanics(next asynq.Handler) asynq.Handler {
 				return
 			}
 			stack := string(debug.Stack())
-			if lp, ok := p.(*cpu.LoopPanic); ok {
+			if lp, ok := p.(*ml.PanicError); ok {
 				// The panic happened on a CPU pool goroutine: its stack is the one that shows
 				// the fault.
 				stack = string(lp.Stack) + "\nraised on the job's goroutine:\n" + stack

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -33,7 +32,7 @@ type heartbeat struct {
 	started bool
 }
 
-func newHeartbeat(ru jobs.RedisURL, id jobs.Identity, log *slog.Logger) (*heartbeat, error) {
+func newHeartbeat(rdb redis.UniversalClient, id jobs.Identity, log *slog.Logger) (*heartbeat, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown-host" // as asynq does
@@ -41,10 +40,6 @@ func newHeartbeat(ru jobs.RedisURL, id jobs.Identity, log *slog.Logger) (*heartb
 	val, err := json.Marshal(id)
 	if err != nil {
 		return nil, err
-	}
-	rdb, ok := ru.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, fmt.Errorf("heartbeat: unexpected redis client type")
 	}
 	return &heartbeat{rdb: rdb, key: jobs.IdentityKey(host, os.Getpid()), jobs: jobs.WorkerJobsKey(host, os.Getpid()), val: val, log: log,
 		stop: make(chan struct{}), done: make(chan struct{})}, nil
@@ -101,5 +96,4 @@ func (h *heartbeat) terminate() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = h.rdb.Del(ctx, h.key, h.jobs).Err()
-	_ = h.rdb.Close()
 }

@@ -162,6 +162,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) plan(p planner.Plan) {
-	m.plans.WithLabelValues(string(p.KV), strconv.Itoa(p.Chunk), strconv.FormatBool(p.MTP), string(p.Residency)).Inc()
+	m.plans.WithLabelValues(p.KV.String(), strconv.Itoa(p.Chunk), strconv.FormatBool(p.MTP), string(p.Residency)).Inc()
 	m.planNeedBytes.Observe(float64(p.NeedMiB * planner.MiB))
 }

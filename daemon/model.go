@@ -205,11 +205,3 @@ func toChat(msgs []jobs.Message) []chat.Message {
 	}
 	return out
 }
-
-// kvType maps a plan's precision to the engine's.
-func kvType(p planner.Precision) ml.DType {
-	if p == planner.F16 {
-		return ml.F16
-	}
-	return ml.F32
-}

@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -59,11 +60,7 @@ type orphanFinder struct {
 	done   chan struct{}
 }
 
-func newOrphanFinder(ru jobs.RedisURL, insp *asynq.Inspector, queues map[string]int, log *slog.Logger) (*orphanFinder, error) {
-	rdb, ok := ru.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, errors.New("orphan finder: unexpected redis client type")
-	}
+func newOrphanFinder(rdb redis.UniversalClient, insp *asynq.Inspector, queues map[string]int, log *slog.Logger) (*orphanFinder, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown-host" // as asynq does
@@ -96,7 +93,6 @@ func (f *orphanFinder) start() {
 func (f *orphanFinder) terminate() {
 	close(f.stop)
 	<-f.done
-	_ = f.rdb.Close()
 }
 
 // sweep moves back the leases of the jobs it can prove orphaned and returns how many.
@@ -152,12 +148,12 @@ func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
 	// classes' queues, and its record of running jobs is deleted below once read; the
 	// recoverer of whichever worker serves a queue takes the job.
 	queues := f.queues
-	if all, err := f.rdb.SMembers(ctx, "asynq:queues").Result(); err == nil {
+	if all, err := f.rdb.SMembers(ctx, redisx.AllQueues).Result(); err == nil {
 		queues = all
 	}
 	n := 0
 	for _, q := range queues {
-		key := "asynq:{" + q + "}:lease"
+		key := redisx.LeaseKey(q)
 		leases, err := f.rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result()
 		if err != nil {
 			f.log.Debug("read leases", "queue", q, "err", err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/chat"
-	"github.com/redlite/batch/engine/cpu"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/sample"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
@@ -257,11 +257,8 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 	if genErr != nil {
 		if gen.FinishReason != engine.FinishCancelled {
 			f := &EngineFault{Err: genErr}
-			if lp := (*cpu.LoopPanic)(nil); errors.As(genErr, &lp) {
-				f.Stack = string(lp.Stack) // where a pool goroutine panicked
-			}
-			if pe := (*engine.PanicError)(nil); errors.As(genErr, &pe) {
-				f.Stack = string(pe.Stack) // a callback on the batch scheduler's goroutine
+			if pe := (*ml.PanicError)(nil); errors.As(genErr, &pe) {
+				f.Stack = string(pe.Stack) // where a pool goroutine or a scheduler callback panicked
 			}
 			return f
 		}
@@ -428,7 +425,7 @@ func resultPlan(p planner.Plan) jobs.Plan {
 	return jobs.Plan{
 		Context:         p.Context,
 		Chunk:           p.Chunk,
-		KVPrecision:     string(p.KV),
+		KVPrecision:     p.KV.String(),
 		ExpertResidency: string(p.Residency),
 		ExpertCacheMiB:  int(p.ExpertCacheBytes / planner.MiB),
 		MTP:             p.MTP,
@@ -457,7 +454,7 @@ func (w *worker) generate(ctx context.Context, plan planner.Plan, ids []int32, o
 	if err := w.lm.setExpertCache(plan); err != nil {
 		return engine.Generation{}, err
 	}
-	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: kvType(plan.KV), MTP: plan.MTP})
+	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: plan.KV, MTP: plan.MTP})
 	if err != nil {
 		return engine.Generation{}, fmt.Errorf("open session: %w", err)
 	}

@@ -17,8 +17,10 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/tokenizer"
 	"github.com/redlite/batch/internal/fixtures"
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
 )
@@ -309,7 +311,7 @@ func TestJobs(t *testing.T) {
 
 func mustRedisOpt(t *testing.T, url string) asynq.RedisConnOpt {
 	t.Helper()
-	u, err := jobs.ParseRedisURL(url)
+	u, err := redisx.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,16 +331,16 @@ func TestPlanning(t *testing.T) {
 	const maxTokens = 50
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 50)
 	promptTokens := len(lm.tok.Encode(prompt, false))
-	need := func(kv planner.Precision, limit int64) (int64, error) {
-		p, err := planner.Choose(planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Policy: planner.Policy{KV: kv, MaxChunk: 512}},
+	need := func(kv ml.DType, limit int64) (int64, error) {
+		p, err := planner.Choose(planner.Job{PromptTokens: promptTokens, MaxTokens: maxTokens, Policy: planner.Policy{KV: planner.ForceKV(kv), MaxChunk: 512}},
 			lm.profile, planner.CPUPlaceholder(), planner.Budget{LimitMiB: limit, Source: planner.SourceOverride})
 		return p.NeedMiB, err
 	}
-	limit, err := need(planner.F16, 1<<20)
+	limit, err := need(ml.F16, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f32, _ := need(planner.F32, 1<<20); f32 <= limit {
+	if f32, _ := need(ml.F32, 1<<20); f32 <= limit {
 		t.Fatalf("f32 needs %d MiB, f16 %d MiB: no limit separates them", f32, limit)
 	}
 	cfg := b.cfg

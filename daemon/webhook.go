@@ -3,7 +3,6 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -50,14 +49,10 @@ type webhookSender struct {
 	done   chan struct{}
 }
 
-func newWebhookSender(ru jobs.RedisURL, cfg Config, log *slog.Logger, m *metrics) (*webhookSender, error) {
+func newWebhookSender(rdb redis.UniversalClient, cfg Config, log *slog.Logger, m *metrics) (*webhookSender, error) {
 	secret, err := cfg.webhookSecret()
 	if err != nil {
 		return nil, configErr(err)
-	}
-	rdb, ok := ru.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, errors.New("webhooks: unexpected redis client type")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &webhookSender{rdb: rdb, cfg: cfg, secret: secret, log: log, m: m, kickc: make(chan struct{}, 1),
@@ -105,7 +100,6 @@ func (s *webhookSender) start() {
 func (s *webhookSender) terminate() {
 	s.cancel()
 	<-s.done
-	s.rdb.Close()
 }
 
 // claimScript takes up to ARGV[3] deliveries due by ARGV[1] (ms) and leases them until

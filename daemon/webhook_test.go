@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
 )
@@ -65,7 +66,7 @@ func status(code int, retryAfter string) func(http.ResponseWriter) {
 // waitOutboxEmpty waits until no delivery is queued.
 func waitOutboxEmpty(t *testing.T, redisURL string) {
 	t.Helper()
-	u, _ := jobs.ParseRedisURL(redisURL)
+	u, _ := redisx.Parse(redisURL)
 	rdb := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
 	defer rdb.Close()
 	waitUntil(t, "the webhook outbox is empty", func() bool {

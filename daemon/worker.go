@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/jobs"
@@ -47,10 +48,10 @@ type worker struct {
 	stopArchiving chan struct{}
 }
 
-func newWorker(w *worker, redis jobs.RedisURL) *worker {
+func newWorker(w *worker, rdb redis.UniversalClient) *worker {
 	w.base, w.cancelBase = context.WithCancelCause(context.Background())
 	w.stopArchiving = make(chan struct{})
-	w.srv = asynq.NewServer(redis.AsynqOpt(), asynq.Config{
+	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
 		BaseContext:              func() context.Context { return w.base },
 		Queues:                   w.cfg.Queues,

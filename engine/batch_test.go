@@ -290,7 +290,7 @@ func TestSchedulerRefuses(t *testing.T) {
 }
 
 // TestSchedulerPanic: a panic in one sequence's callback (here its progress hook) fails that
-// sequence with a *PanicError carrying the stack; the sequence beside it completes.
+// sequence with a *ml.PanicError carrying the stack; the sequence beside it completes.
 func TestSchedulerPanic(t *testing.T) {
 	m := loadModel(t, "tiny-qwen3-Q8_0.gguf")
 	tok, _ := m.Tokenizer()
@@ -318,7 +318,7 @@ func TestSchedulerPanic(t *testing.T) {
 	sch.Resume()
 	var panicked, fine int
 	for range 2 {
-		var pe *PanicError
+		var pe *ml.PanicError
 		switch err := <-errs; {
 		case errors.As(err, &pe) && pe.Value == "boom" && len(pe.Stack) > 0:
 			panicked++

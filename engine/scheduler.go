@@ -466,20 +466,16 @@ func (s *Scheduler) advance(q *sequence, fed int, logits []float32) bool {
 	return false
 }
 
-// PanicError is a panic raised while a scheduler served one sequence (in its sampler or
-// its callbacks): that sequence fails with it, the others go on.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
-
-// guard runs f, turning a panic into a *PanicError.
+// guard runs f, turning a panic into an *ml.PanicError (a CPU pool's is one already, with
+// the stack that matters).
 func guard(f func()) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: debug.Stack()}
+			pe, ok := p.(*ml.PanicError)
+			if !ok {
+				pe = &ml.PanicError{Value: p, Stack: debug.Stack()}
+			}
+			err = pe
 		}
 	}()
 	f()

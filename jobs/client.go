@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/redlite/batch/internal/redisx"
 )
 
 // DefaultPollInterval is how often Wait and Cancel look at a job. asynq has no completion
@@ -21,6 +22,7 @@ const DefaultPollInterval = 500 * time.Millisecond
 // Client enqueues jobs and follows them. It is safe for concurrent use.
 type Client struct {
 	rdb    redis.UniversalClient
+	owned  bool   // Close closes rdb
 	target string // the Redis URL without passwords
 	client *asynq.Client
 	insp   *asynq.Inspector
@@ -71,33 +73,54 @@ func MaxRetry(n int) EnqueueOption { return func(c *clientConfig) { c.maxRetry =
 // it: for workers not started yet.
 func EnqueueAnyway() EnqueueOption { return func(c *clientConfig) { c.anyway = true } }
 
-// NewClient connects lazily to the Redis at redisURL (see ParseRedisURL); use Ping to check.
+// NewClient connects lazily to the Redis at redisURL (see RedisURL); use Ping to check.
 func NewClient(redisURL string, opts ...ClientOption) (*Client, error) {
-	u, err := ParseRedisURL(redisURL)
+	u, err := redisx.Parse(redisURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg := clientConfig{poll: DefaultPollInterval, retention: DefaultRetention, maxRetry: DefaultMaxRetry}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := cfg.check(); err != nil {
+	cfg, err := newClientConfig(opts)
+	if err != nil {
 		return nil, err
 	}
 	if u, err = u.WithTLSFiles(cfg.tls); err != nil {
 		return nil, err
 	}
-	rdb, ok := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, errors.New("jobs: asynq returned an unexpected redis client type")
+	rdb, err := redisx.NewClient(u)
+	if err != nil {
+		return nil, err
 	}
+	return newClient(rdb, u, cfg, true), nil
+}
+
+// NewClientFromRedis makes a client over rdb, the connection to u that the caller made
+// (redisx.NewClient) and shares with asynq and the rest of its process: Close leaves it
+// open. WithTLSFiles does not apply: rdb is configured already.
+func NewClientFromRedis(rdb redis.UniversalClient, u RedisURL, opts ...ClientOption) (*Client, error) {
+	cfg, err := newClientConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(rdb, u, cfg, false), nil
+}
+
+func newClientConfig(opts []ClientOption) (clientConfig, error) {
+	cfg := clientConfig{poll: DefaultPollInterval, retention: DefaultRetention, maxRetry: DefaultMaxRetry}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg, cfg.check()
+}
+
+func newClient(rdb redis.UniversalClient, u RedisURL, cfg clientConfig, owned bool) *Client {
 	return &Client{
 		target: u.String(),
 		rdb:    rdb,
+		owned:  owned,
 		client: asynq.NewClientFromRedisClient(rdb),
 		insp:   asynq.NewInspectorFromRedisClient(rdb),
 		cfg:    cfg,
-	}, nil
+	}
 }
 
 func (c clientConfig) check() error {
@@ -111,8 +134,13 @@ func (c clientConfig) check() error {
 	return nil
 }
 
-// Close closes the Redis connections.
-func (c *Client) Close() error { return c.rdb.Close() }
+// Close closes the Redis connections, unless they were given to NewClientFromRedis.
+func (c *Client) Close() error {
+	if !c.owned {
+		return nil
+	}
+	return c.rdb.Close()
+}
 
 // Redis says which Redis the client talks to: its URL without passwords.
 func (c *Client) Redis() string { return c.target }
@@ -120,7 +148,7 @@ func (c *Client) Redis() string { return c.target }
 // Ping checks that Redis answers.
 func (c *Client) Ping(ctx context.Context) error {
 	if err := c.rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis ping: %w", classifyRedis(err))
+		return fmt.Errorf("redis ping: %w", redisx.Classify(err))
 	}
 	return nil
 }
@@ -131,7 +159,7 @@ func (c *Client) Ping(ctx context.Context) error {
 func (c *Client) CheckMemory(ctx context.Context) error {
 	info, err := c.rdb.Info(ctx, "memory").Result()
 	if err != nil {
-		return fmt.Errorf("redis info memory: %w", classifyRedis(err))
+		return fmt.Errorf("redis info memory: %w", redisx.Classify(err))
 	}
 	var used, limit int64
 	var policy string
@@ -150,8 +178,7 @@ func (c *Client) CheckMemory(ctx context.Context) error {
 		}
 	}
 	if limit > 0 && used >= limit && policy == "noeviction" {
-		return &redisRefusal{kind: ErrRedisOOM, hint: "it is at its maxmemory with the noeviction policy and refuses new jobs until memory is freed: wait for finished results to expire, delete archived jobs, or raise maxmemory",
-			err: fmt.Errorf("used_memory %d ≥ maxmemory %d", used, limit)}
+		return redisx.OutOfMemory(fmt.Errorf("used_memory %d ≥ maxmemory %d", used, limit))
 	}
 	return nil
 }
@@ -208,7 +235,7 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 		if info, err := c.find(ctx, o.IdempotencyKey); err == nil {
 			return jobOf(info), duplicate(info)
 		} else if !errors.Is(err, ErrNotFound) {
-			return Job{}, classifyRedis(err)
+			return Job{}, redisx.Classify(err)
 		}
 		aopts = append(aopts, asynq.TaskID(o.IdempotencyKey))
 	}
@@ -224,7 +251,7 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 			fmt.Errorf("enqueue %s: %w: job %s", p.TaskType(), ErrDuplicate, o.IdempotencyKey)
 	}
 	if err != nil {
-		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), classifyRedis(err))
+		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), redisx.Classify(err))
 	}
 	return jobOf(info), nil
 }
@@ -437,7 +464,7 @@ func (c *Client) markCancelled(ctx context.Context, info *asynq.TaskInfo) error 
 	if err != nil {
 		return err
 	}
-	if err := markCancelledScript.Run(ctx, c.rdb, []string{taskKey(info.Queue, info.ID)}, env).Err(); err != nil {
+	if err := markCancelledScript.Run(ctx, c.rdb, []string{redisx.TaskKey(info.Queue, info.ID)}, env).Err(); err != nil {
 		return fmt.Errorf("cancel job %s: record the cancellation: %w", info.ID, err)
 	}
 	return nil
@@ -453,9 +480,9 @@ return 1`)
 // refuses to write once a job is cancelled or past its deadline, yet the partial result with
 // finish_reason "cancelled" must still be recorded.
 func (c *Client) WriteEnvelope(ctx context.Context, queue, id string, env []byte) error {
-	n, err := writeEnvelopeScript.Run(ctx, c.rdb, []string{taskKey(queue, id)}, env).Int()
+	n, err := writeEnvelopeScript.Run(ctx, c.rdb, []string{redisx.TaskKey(queue, id)}, env).Int()
 	if err != nil {
-		return fmt.Errorf("write result of job %s: %w", id, classifyRedis(err))
+		return fmt.Errorf("write result of job %s: %w", id, redisx.Classify(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("write result of job %s in queue %s: %w", id, queue, ErrNotFound)
@@ -468,12 +495,12 @@ func (c *Client) WriteEnvelope(ctx context.Context, queue, id string, env []byte
 // least once, and a job whose result was written but whose completion asynq never recorded
 // (the worker died, or Redis failed over, in between) comes back to be run again.
 func (c *Client) Finished(ctx context.Context, queue, id string) (bool, error) {
-	raw, err := c.rdb.HGet(ctx, taskKey(queue, id), "result").Bytes()
+	raw, err := c.rdb.HGet(ctx, redisx.TaskKey(queue, id), "result").Bytes()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("read result of job %s: %w", id, classifyRedis(err))
+		return false, fmt.Errorf("read result of job %s: %w", id, redisx.Classify(err))
 	}
 	env, err := DecodeEnvelope(raw)
 	if err != nil {
@@ -482,15 +509,12 @@ func (c *Client) Finished(ctx context.Context, queue, id string) (bool, error) {
 	return env.Type == EnvelopeResult && env.Result.FinishReason != FinishCancelled, nil
 }
 
-// taskKey is asynq's Redis hash of one task (internal/base.TaskKey in asynq v0.26).
-func taskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
-
 // findScript returns the queue whose task hash holds the id's message (asynq's internal/base
 // key layout), searching every queue asynq knows: routing spreads jobs over many queues. A
 // hash without a message is what a move leaves behind (MoveActive).
 var findScript = redis.NewScript(`
 for _, q in ipairs(redis.call("SMEMBERS", KEYS[1])) do
-  if redis.call("HEXISTS", "asynq:{" .. q .. "}:t:" .. ARGV[1], "msg") == 1 then return q end
+  if redis.call("HEXISTS", ` + redisx.TaskKeyLua("q", "ARGV[1]") + `, "msg") == 1 then return q end
 end
 return false`)
 
@@ -500,12 +524,12 @@ func (c *Client) find(ctx context.Context, id string) (*asynq.TaskInfo, error) {
 		return nil, fmt.Errorf("job id is empty: %w", ErrNotFound)
 	}
 	for attempt := 1; ; attempt++ {
-		q, err := findScript.Run(ctx, c.rdb, []string{"asynq:queues"}, id).Text()
+		q, err := findScript.Run(ctx, c.rdb, []string{redisx.AllQueues}, id).Text()
 		if errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("look up job %s: %w", id, classifyRedis(err))
+			return nil, fmt.Errorf("look up job %s: %w", id, redisx.Classify(err))
 		}
 		info, err := c.insp.GetTaskInfo(q, id)
 		switch {
@@ -519,7 +543,7 @@ func (c *Client) find(ctx context.Context, id string) (*asynq.TaskInfo, error) {
 			// leaves a stub without a message, which asynq cannot describe): look again.
 			continue
 		}
-		return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, classifyRedis(err))
+		return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, redisx.Classify(err))
 	}
 }
 

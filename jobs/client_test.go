@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/redlite/batch/internal/redistest"
+	"github.com/redlite/batch/internal/redisx"
 )
 
 // waitLimit bounds every wait for an event in these tests; a healthy run takes milliseconds.
@@ -42,7 +43,7 @@ type worker struct {
 
 func startWorker(t *testing.T, b *testBundle, h func(ctx context.Context, task *asynq.Task) error) *worker {
 	t.Helper()
-	u, err := ParseRedisURL(b.url)
+	u, err := redisx.Parse(b.url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlite/batch/internal/redisx"
 )
 
 // Capability is what a worker publishes about itself (README.md, "The fleet"): what it serves
@@ -218,7 +219,7 @@ func (c *Client) Capabilities(ctx context.Context) ([]Capability, error) {
 func listCapabilities(ctx context.Context, rdb redis.UniversalClient) ([]Capability, error) {
 	ids, err := rdb.ZRange(ctx, CapabilitiesIndex, 0, -1).Result()
 	if err != nil {
-		return nil, fmt.Errorf("list worker capabilities: %w", classifyRedis(err))
+		return nil, fmt.Errorf("list worker capabilities: %w", redisx.Classify(err))
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -229,7 +230,7 @@ func listCapabilities(ctx context.Context, rdb redis.UniversalClient) ([]Capabil
 	}
 	vals, err := rdb.MGet(ctx, keys...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("read worker capabilities: %w", classifyRedis(err))
+		return nil, fmt.Errorf("read worker capabilities: %w", redisx.Classify(err))
 	}
 	var out []Capability
 	var dead []any

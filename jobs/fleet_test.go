@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlite/batch/internal/redistest"
+	"github.com/redlite/batch/internal/redisx"
 )
 
 func capability(worker, model string, limitMiB int64, maxContext int) Capability {
@@ -221,7 +222,7 @@ func TestMoveActive(t *testing.T) {
 	}
 	// asynq removes the revoked attempt (the stub the move left) from the old queue.
 	deadline := time.Now().Add(waitLimit)
-	for c.rdb.Exists(ctx, taskKey(QueueDefault, job.ID)).Val() == 1 || c.rdb.ZCard(ctx, "asynq:{default}:lease").Val() != 0 {
+	for c.rdb.Exists(ctx, redisx.TaskKey(QueueDefault, job.ID)).Val() == 1 || c.rdb.ZCard(ctx, "asynq:{default}:lease").Val() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("asynq never removed the moved job's stub from the old queue")
 		}
@@ -236,23 +237,6 @@ func TestMoveActive(t *testing.T) {
 	if err := c.MoveActive(ctx, QueueDefault, job.ID, "x"); !errors.Is(err, ErrNotActive) {
 		t.Errorf("moving a job that is not there: %v", err)
 	}
-}
-
-func FuzzSetTaskQueue(f *testing.F) {
-	f.Add([]byte{0x0a, 0x01, 'g', 0x22, 0x07, 'd', 'e', 'f', 'a', 'u', 'l', 't', 0x28, 0x03}, "q")
-	f.Add([]byte{0x22, 0xff}, "q")
-	f.Add([]byte{}, "")
-	f.Fuzz(func(t *testing.T, msg []byte, q string) {
-		out, err := SetTaskQueue(msg, q)
-		if err != nil {
-			return
-		}
-		// Idempotent, and the queue is what was set.
-		again, err := SetTaskQueue(out, q)
-		if err != nil || !bytes.Equal(again, out) {
-			t.Fatalf("second rewrite: %x %v, want %x", again, err, out)
-		}
-	})
 }
 
 func redisZ(expiry time.Time, id string) redis.Z {

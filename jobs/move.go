@@ -2,13 +2,13 @@ package jobs
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlite/batch/internal/redisx"
 )
 
 // ErrNotActive: MoveActive found the job no longer active in its queue (cancelled, timed out,
@@ -48,19 +48,18 @@ func (c *Client) MoveActive(ctx context.Context, from, id, to string) error {
 	if from == to {
 		return fmt.Errorf("move job %s: it is already in queue %s", id, to)
 	}
-	old, err := c.rdb.HGet(ctx, taskKey(from, id), "msg").Bytes()
+	old, err := c.rdb.HGet(ctx, redisx.TaskKey(from, id), "msg").Bytes()
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("move job %s from %s: %w", id, from, ErrNotActive)
 	}
 	if err != nil {
-		return fmt.Errorf("move job %s: %w", id, classifyRedis(err))
+		return fmt.Errorf("move job %s: %w", id, redisx.Classify(err))
 	}
-	msg, err := SetTaskQueue(old, to)
+	msg, err := redisx.SetTaskQueue(old, to)
 	if err != nil {
 		return fmt.Errorf("move job %s: %w", id, err)
 	}
-	pfx := "asynq:{" + from + "}:"
-	keys := []string{taskKey(from, id), pfx + "lease", taskKey(to, id), "asynq:{" + to + "}:pending", "asynq:queues"}
+	keys := []string{redisx.TaskKey(from, id), redisx.LeaseKey(from), redisx.TaskKey(to, id), redisx.PendingKey(to), redisx.AllQueues}
 	err = moveScript.Run(ctx, c.rdb, keys, id, old, msg, strconv.FormatInt(time.Now().UnixNano(), 10), to).Err()
 	switch {
 	case err == nil:
@@ -70,55 +69,5 @@ func (c *Client) MoveActive(ctx context.Context, from, id, to string) error {
 	case err.Error() == "EXISTS":
 		return fmt.Errorf("move job %s to %s: %w: a job with this id is there", id, to, ErrDuplicate)
 	}
-	return fmt.Errorf("move job %s: %w", id, classifyRedis(err))
-}
-
-// taskMessageQueue is the field number of the queue name in asynq's TaskMessage (asynq
-// v0.26 internal/proto/asynq.proto: string queue = 4).
-const taskMessageQueue = 4
-
-// SetTaskQueue returns asynq's protobuf TaskMessage msg with its queue field set to queue and
-// every other field as it was. It reads the wire format itself (the message is asynq's
-// internal type): a malformed message is an error, never a panic.
-func SetTaskQueue(msg []byte, queue string) ([]byte, error) {
-	out := make([]byte, 0, len(msg)+len(queue))
-	rest := msg
-	for len(rest) > 0 {
-		tag, n := binary.Uvarint(rest)
-		if n <= 0 {
-			return nil, fmt.Errorf("task message: bad field tag at byte %d", len(msg)-len(rest))
-		}
-		field, wire := tag>>3, tag&7
-		size := n
-		switch wire {
-		case 0: // varint
-			_, m := binary.Uvarint(rest[n:])
-			if m <= 0 {
-				return nil, fmt.Errorf("task message: bad varint in field %d", field)
-			}
-			size += m
-		case 1: // 64-bit
-			size += 8
-		case 2: // length-delimited
-			l, m := binary.Uvarint(rest[n:])
-			if m <= 0 || l > uint64(len(rest)-n-m) {
-				return nil, fmt.Errorf("task message: bad length in field %d", field)
-			}
-			size += m + int(l)
-		case 5: // 32-bit
-			size += 4
-		default:
-			return nil, fmt.Errorf("task message: field %d has wire type %d", field, wire)
-		}
-		if size > len(rest) || field == 0 {
-			return nil, fmt.Errorf("task message: field %d is cut short or invalid", field)
-		}
-		if field != taskMessageQueue {
-			out = append(out, rest[:size]...)
-		}
-		rest = rest[size:]
-	}
-	out = binary.AppendUvarint(out, taskMessageQueue<<3|2)
-	out = binary.AppendUvarint(out, uint64(len(queue)))
-	return append(out, queue...), nil
+	return fmt.Errorf("move job %s: %w", id, redisx.Classify(err))
 }

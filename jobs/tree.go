@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/redlite/batch/internal/redisx"
 )
 
 // Hierarchy is the state of a hierarchical summary's parent job, kept in the parent's own
@@ -42,12 +43,12 @@ const treeField = "redlite_tree"
 
 // LoadHierarchy reads a parent's state; ok is false when it has none yet.
 func (c *Client) LoadHierarchy(ctx context.Context, queue, id string) (h Hierarchy, raw string, ok bool, err error) {
-	raw, err = c.rdb.HGet(ctx, taskKey(queue, id), treeField).Result()
+	raw, err = c.rdb.HGet(ctx, redisx.TaskKey(queue, id), treeField).Result()
 	if errors.Is(err, redis.Nil) {
 		return Hierarchy{}, "", false, nil
 	}
 	if err != nil {
-		return Hierarchy{}, "", false, fmt.Errorf("read the summary tree of job %s: %w", id, classifyRedis(err))
+		return Hierarchy{}, "", false, fmt.Errorf("read the summary tree of job %s: %w", id, redisx.Classify(err))
 	}
 	if err := json.Unmarshal([]byte(raw), &h); err != nil {
 		return Hierarchy{}, "", false, fmt.Errorf("read the summary tree of job %s: %w", id, err)
@@ -73,10 +74,10 @@ func (c *Client) SaveHierarchy(ctx context.Context, queue, id, old string, h Hie
 	if err != nil {
 		return err
 	}
-	n, err := saveTreeScript.Run(ctx, c.rdb, []string{taskKey(queue, id)}, treeField, old, b).Int()
+	n, err := saveTreeScript.Run(ctx, c.rdb, []string{redisx.TaskKey(queue, id)}, treeField, old, b).Int()
 	switch {
 	case err != nil:
-		return fmt.Errorf("save the summary tree of job %s: %w", id, classifyRedis(err))
+		return fmt.Errorf("save the summary tree of job %s: %w", id, redisx.Classify(err))
 	case n < 0:
 		return fmt.Errorf("save the summary tree of job %s: %w", id, ErrNotFound)
 	case n == 0:
@@ -139,7 +140,7 @@ return 1`)
 // without one (a Go or CLI client's) leaves the child open, as it is.
 func (c *Client) InheritOwner(ctx context.Context, parent, child string) error {
 	if err := inheritOwnerScript.Run(ctx, c.rdb, []string{JobOwnerKey(parent), JobOwnerKey(child)}).Err(); err != nil {
-		return fmt.Errorf("give job %s the owner of %s: %w", child, parent, classifyRedis(err))
+		return fmt.Errorf("give job %s the owner of %s: %w", child, parent, redisx.Classify(err))
 	}
 	return nil
 }

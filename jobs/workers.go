@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlite/batch/internal/buildinfo"
@@ -75,27 +74,20 @@ type ActiveJob struct {
 }
 
 // Workers lists the worker servers registered in the Redis at redisURL, by name, host and
-// PID, with their capabilities and the progress of their running
+// PID, with their capabilities and the progress of their running jobs: Client.Workers on a
+// client made for the call.
 func Workers(redisURL string, tlsFiles TLSFiles) ([]WorkerServer, error) {
-	u, err := ParseRedisURL(redisURL)
+	c, err := NewClient(redisURL, WithTLSFiles(tlsFiles))
 	if err != nil {
 		return nil, err
 	}
-	if u, err = u.WithTLSFiles(tlsFiles); err != nil {
-		return nil, err
-	}
-	client, err := NewClient(redisURL, WithTLSFiles(tlsFiles))
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
-	insp := asynq.NewInspector(u.AsynqOpt())
-	defer insp.Close()
-	return ListWorkers(context.Background(), u, client, insp)
+	defer c.Close()
+	return c.Workers(context.Background())
 }
 
-// ListWorkers is Workers over a client and inspector the caller keeps.
-func ListWorkers(ctx context.Context, u RedisURL, client *Client, insp *asynq.Inspector) ([]WorkerServer, error) {
+// Workers lists the worker servers (see the function Workers).
+func (c *Client) Workers(ctx context.Context) ([]WorkerServer, error) {
+	client, insp, rdb := c, c.insp, c.rdb
 	servers, err := insp.Servers()
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
@@ -104,11 +96,6 @@ func ListWorkers(ctx context.Context, u RedisURL, client *Client, insp *asynq.In
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
-	rdb, ok := u.AsynqOpt().MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, errors.New("list workers: unexpected redis client type")
-	}
-	defer rdb.Close()
 	out := make([]WorkerServer, 0, len(servers))
 	for _, s := range servers {
 		w := WorkerServer{ID: s.ID, Host: s.Host, PID: s.PID, Concurrency: s.Concurrency, Queues: s.Queues,
@@ -189,27 +176,20 @@ type Fleet struct {
 	Other   []QueueDepth `json:"other_queues"`
 }
 
-// FleetView reads the fleet from the Redis at redisURL.
+// FleetView reads the fleet from the Redis at redisURL: Client.Fleet on a client made for
+// the call.
 func FleetView(redisURL string, tlsFiles TLSFiles) (Fleet, error) {
-	u, err := ParseRedisURL(redisURL)
+	c, err := NewClient(redisURL, WithTLSFiles(tlsFiles))
 	if err != nil {
 		return Fleet{}, err
 	}
-	if u, err = u.WithTLSFiles(tlsFiles); err != nil {
-		return Fleet{}, err
-	}
-	client, err := NewClient(redisURL, WithTLSFiles(tlsFiles))
-	if err != nil {
-		return Fleet{}, err
-	}
-	defer client.Close()
-	insp := asynq.NewInspector(u.AsynqOpt())
-	defer insp.Close()
-	return ListFleet(context.Background(), client, insp)
+	defer c.Close()
+	return c.Fleet(context.Background())
 }
 
-// ListFleet is FleetView over a client and inspector the caller keeps.
-func ListFleet(ctx context.Context, client *Client, insp *asynq.Inspector) (Fleet, error) {
+// Fleet reads the fleet by model and capacity class.
+func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
+	client, insp := c, c.insp
 	caps, err := client.Capabilities(ctx)
 	if err != nil {
 		return Fleet{}, err
@@ -260,4 +240,16 @@ func ListFleet(ctx context.Context, client *Client, insp *asynq.Inspector) (Flee
 		return cmp.Or(cmp.Compare(a.ModelKey, b.ModelKey), cmp.Compare(ClassMiB(a.Class), ClassMiB(b.Class)))
 	})
 	return f, nil
+}
+
+// Models are the models the workers ws serve, sorted.
+func Models(ws []WorkerServer) []string {
+	var models []string
+	for _, w := range ws {
+		if w.Model != "" && !slices.Contains(models, w.Model) {
+			models = append(models, w.Model)
+		}
+	}
+	slices.Sort(models)
+	return models
 }

@@ -2,7 +2,6 @@ package metalkit
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"unsafe"
 
@@ -22,9 +21,13 @@ type Backend struct {
 	Hook func(name string, layer int, shape []int, data []float32)
 
 	// FusedTail runs the routed experts' product and the MoE weighted sum that consumes it
-	// as one dispatch in decode (fuse.go); New sets it unless the environment has
-	// REDLITE_METAL_FUSED_TAIL=0. Off, the two operations are two dispatches.
+	// as one dispatch in decode (fuse.go); New sets it. Off, the two operations are two
+	// dispatches.
 	FusedTail bool
+	// MPS sends dense products of mpsMinTokens tokens or more through the device's GEMM
+	// (MPSMatrixMultiplication on a Mac) when it has one; New sets it. Off, the tiled kernel
+	// runs them.
+	MPS bool
 
 	dev  device.Device
 	name string
@@ -42,7 +45,23 @@ type Backend struct {
 // New returns a backend over dev. The backend does not own dev: close the device after the
 // backend's buffers are released.
 func New(dev device.Device) *Backend {
-	return &Backend{dev: dev, name: "metal", FusedTail: os.Getenv("REDLITE_METAL_FUSED_TAIL") != "0"}
+	return &Backend{dev: dev, name: "metal", FusedTail: true, MPS: true}
+}
+
+// Switches are the Metal backend's switches in the environment, which the daemon's
+// configuration and the engine commands read (with caarlos0/env, both on by default) and
+// Open applies. The zero value turns both off.
+type Switches struct {
+	// MPS is REDLITE_METAL_MPS (Backend.MPS).
+	MPS bool `env:"REDLITE_METAL_MPS" envDefault:"true"`
+	// FusedTail is REDLITE_METAL_FUSED_TAIL (Backend.FusedTail).
+	FusedTail bool `env:"REDLITE_METAL_FUSED_TAIL" envDefault:"true"`
+}
+
+// apply sets the switches of e on b.
+func (e Switches) apply(b *Backend) *Backend {
+	b.MPS, b.FusedTail = e.MPS, e.FusedTail
+	return b
 }
 
 // Name is "metal", or the name Open gave ("metal-harness").

@@ -2,7 +2,6 @@ package metalkit
 
 import (
 	"fmt"
-	"os"
 	"slices"
 
 	"github.com/redlite/batch/engine/quant"
@@ -93,10 +92,6 @@ func (e *encoder) matMul(t quant.Type, w Region, rows, cols int, x, y Region, n 
 // columns of the output. A float32 weight is read in place. Expert products never take this
 // route (their rows are chosen per token on the GPU).
 
-// UseMPS switches the MPS route on; the environment variable REDLITE_METAL_MPS=0 turns it
-// off at start (the tiled kernel runs instead). Devices without the capability ignore it.
-var UseMPS = os.Getenv("REDLITE_METAL_MPS") != "0"
-
 // mpsMinTokens is the batch from which a dense product takes the MPS route: below it the
 // decode of the weight to float32 would cost more than the library's faster product saves
 // (Red Lite uses MPS for prefill chunks only).
@@ -117,9 +112,10 @@ type mpsRoute struct {
 	decode bool
 }
 
-// routeMPS chooses the route of y[n, rows] = x[n, cols] · wᵀ on dev.
-func routeMPS(dev device.Device, t quant.Type, rows, cols, n int) mpsRoute {
-	if _, ok := dev.(device.GEMMEncoder); !ok || !UseMPS || n < mpsMinTokens {
+// routeMPS chooses the route of y[n, rows] = x[n, cols] · wᵀ on dev, with the route
+// switched on (Backend.MPS) or off. Devices without a GEMM take the tiled kernel.
+func routeMPS(dev device.Device, on bool, t quant.Type, rows, cols, n int) mpsRoute {
+	if _, ok := dev.(device.GEMMEncoder); !ok || !on || n < mpsMinTokens {
 		return mpsRoute{}
 	}
 	if t == quant.F32 {

@@ -131,9 +131,10 @@ func hostGEMM(g device.GEMM) error {
 
 // mpsProduct runs y = x · wᵀ through a backend over dev and returns y and the pass's peak
 // scratch.
-func mpsProduct(t *testing.T, dev device.Device, typ quant.Type, w []byte, rows, cols int, x []float32, n int) ([]float32, int64) {
+func mpsProduct(t *testing.T, dev device.Device, mps bool, typ quant.Type, w []byte, rows, cols int, x []float32, n int) ([]float32, int64) {
 	t.Helper()
 	b := New(dev)
+	b.MPS = mps
 	data := pageAligned(len(w))
 	copy(data, w)
 	m, err := b.Map(data)
@@ -171,17 +172,13 @@ func TestMatMulMPSRoute(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/n=%d", typ, n), func(t *testing.T) {
 				x := randomVector(rng, n*cols)
 				dev := &gemmDevice{Device: testDevice(t)}
-				got, peakMPS := mpsProduct(t, dev, typ, w, rows, cols, x, n)
+				got, peakMPS := mpsProduct(t, dev, true, typ, w, rows, cols, x, n)
 				gemms := dev.gemms
-				want, peakTiled := func() ([]float32, int64) {
-					UseMPS = false
-					defer func() { UseMPS = true }()
-					return mpsProduct(t, dev, typ, w, rows, cols, x, n)
-				}()
+				want, peakTiled := mpsProduct(t, dev, false, typ, w, rows, cols, x, n)
 				if len(dev.gemms) != len(gemms) {
 					t.Fatalf("with the switch off, %d products went through the GEMM", len(dev.gemms)-len(gemms))
 				}
-				route := routeMPS(dev, typ, rows, cols, n)
+				route := routeMPS(dev, true, typ, rows, cols, n)
 				if n < mpsMinTokens {
 					if len(gemms) != 0 || route.chunk != 0 {
 						t.Fatalf("%d tokens (below %d) took the GEMM route: %d products", n, mpsMinTokens, len(gemms))
@@ -257,11 +254,11 @@ func checkGEMMs(t *testing.T, gemms []device.GEMM, typ quant.Type, rows, cols, n
 
 // The harness device alone has no GEMM: every product takes the tiled kernel.
 func TestMatMulMPSFallback(t *testing.T) {
-	if r := routeMPS(testDevice(t), quant.Q8_0, 4096, 2048, 2048); r.chunk != 0 {
+	if r := routeMPS(testDevice(t), true, quant.Q8_0, 4096, 2048, 2048); r.chunk != 0 {
 		t.Fatalf("the harness device routed a product through a GEMM: %+v", r)
 	}
 	dev := &gemmDevice{Device: testDevice(t)}
-	if r := routeMPS(dev, quant.Q8_0, 4096, 2048, 2048); r.chunk == 0 || !r.decode || r.scratch(2048) > mpsChunkBytes {
+	if r := routeMPS(dev, true, quant.Q8_0, 4096, 2048, 2048); r.chunk == 0 || !r.decode || r.scratch(2048) > mpsChunkBytes {
 		t.Fatalf("a 2048-token Q8_0 product on a device with a GEMM routed as %+v", r)
 	}
 }

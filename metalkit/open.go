@@ -22,7 +22,7 @@ const (
 var Kinds = []string{KindAuto, KindCPU, KindMetal, KindHarness}
 
 // ErrNeedsMacOS is returned for the metal backend on another system.
-var ErrNeedsMacOS = errors.New("Metal needs macOS; use metal-harness to run the Metal kernels on the CPU")
+var ErrNeedsMacOS = errors.New("the metal backend needs macOS; use metal-harness to run the Metal kernels on the CPU")
 
 // ParseKind checks a backend name; empty means auto.
 func ParseKind(s string) (string, error) {
@@ -38,9 +38,9 @@ func ParseKind(s string) (string, error) {
 }
 
 // Open makes the backend of the given kind; threads is the CPU backend's parallelism
-// (0: one per core). Auto takes the Metal device on macOS when there is one and the CPU
-// otherwise.
-func Open(kind string, threads int) (ml.Backend, error) {
+// (0: one per core), env the Metal backend's switches. Auto takes the Metal device on macOS
+// when there is one and the CPU otherwise.
+func Open(kind string, threads int, env Switches) (ml.Backend, error) {
 	k, err := ParseKind(kind)
 	if err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func Open(kind string, threads int) (ml.Backend, error) {
 	case KindAuto:
 		if runtime.GOOS == "darwin" {
 			if dev, err := openMetal(); err == nil {
-				return New(dev), nil
+				return env.apply(New(dev)), nil
 			}
 		}
 		return cpu.New(threads), nil
@@ -60,13 +60,13 @@ func Open(kind string, threads int) (ml.Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("backend metal: %w", err)
 		}
-		return New(dev), nil
+		return env.apply(New(dev)), nil
 	default: // KindHarness
 		dev, err := openHarness()
 		if err != nil {
 			return nil, fmt.Errorf("backend metal-harness: %w", err)
 		}
-		b := New(dev)
+		b := env.apply(New(dev))
 		b.name = KindHarness
 		return b, nil
 	}

@@ -93,7 +93,7 @@ func (c *context) MatMul(wt ml.Weight, x ml.Tensor) ml.Tensor {
 		panic(fmt.Sprintf("metalkit: matmul of %v by %s %v", t.shape, w.name, w.dims))
 	}
 	out := c.out(n, w.rows)
-	if r := routeMPS(c.b.dev, w.typ, w.rows, w.cols, n); r.chunk > 0 {
+	if r := routeMPS(c.b.dev, c.b.MPS, w.typ, w.rows, w.cols, n); r.chunk > 0 {
 		if !r.decode {
 			c.record("matmul", false, func(e *encoder) {
 				e.matMulMPS(r, w.typ, w.raw, w.rows, w.cols, c.region(t), c.region(out), n, Region{}, Region{})

@@ -20,7 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/redlite/batch/api"
-	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/internal/redisx"
 )
 
 // composeFile is the part of the Compose specification docker-compose.yml uses. Decoding
@@ -499,7 +499,7 @@ func TestCompose(t *testing.T) {
 			t.Errorf("the worker runs %q, want redlited", program)
 		}
 		checkDaemonEnv(t, "docker-compose.yml worker", got)
-		u, err := jobs.ParseRedisURL(got["REDLITE_REDIS_URL"])
+		u, err := redisx.Parse(got["REDLITE_REDIS_URL"])
 		if err != nil {
 			t.Fatalf("REDLITE_REDIS_URL: %v", err)
 		}
@@ -589,7 +589,7 @@ func TestCompose(t *testing.T) {
 		if len(program) < 2 || program[0] != "redlite" || program[1] != "dashboard" {
 			t.Fatalf("the dashboard runs %q, want redlite dashboard", program)
 		}
-		if _, err := jobs.ParseRedisURL(got["REDLITE_REDIS_URL"]); err != nil {
+		if _, err := redisx.Parse(got["REDLITE_REDIS_URL"]); err != nil {
 			t.Errorf("REDLITE_REDIS_URL: %v", err)
 		}
 		i := slices.Index(program, "--addr")

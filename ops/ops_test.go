@@ -13,12 +13,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/internal/envconf"
 )
 
 // repoPath is a path in the repository; tests run in ops/.
@@ -58,11 +58,8 @@ func promtool(t *testing.T) string {
 // daemonVars is the set of environment variables daemon.Config reads.
 func daemonVars() map[string]bool {
 	vars := map[string]bool{}
-	ct := reflect.TypeFor[daemon.Config]()
-	for i := range ct.NumField() {
-		if v := ct.Field(i).Tag.Get("env"); v != "" {
-			vars[v] = true
-		}
+	for _, v := range envconf.Vars[daemon.Config]() {
+		vars[v] = true
 	}
 	return vars
 }

@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlite/batch/internal/redisx"
 	"gopkg.in/yaml.v3"
-
-	"github.com/redlite/batch/jobs"
 )
 
 // TestComposeSentinel checks ops/compose.sentinel.yml, the Sentinel layer over
@@ -76,7 +75,7 @@ func TestComposeSentinel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		u, err := jobs.ParseRedisURL(env["REDLITE_REDIS_URL"])
+		u, err := redisx.Parse(env["REDLITE_REDIS_URL"])
 		if err != nil {
 			t.Fatalf("%s: REDLITE_REDIS_URL: %v", name, err)
 		}

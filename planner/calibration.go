@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // Calibration holds the constants of the memory model that depend on the engine and the GPU
@@ -51,8 +53,8 @@ const (
 )
 
 // attentionScratch is the transient attention bytes per context position at precision p.
-func (c Calibration) attentionScratch(p Precision) float64 {
-	if p == F16 {
+func (c Calibration) attentionScratch(p ml.DType) float64 {
+	if p == ml.F16 {
 		return c.AttentionScratchBytesPerPositionF16
 	}
 	return c.AttentionScratchBytesPerPositionF32

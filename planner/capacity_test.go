@@ -3,14 +3,16 @@ package planner
 import (
 	"errors"
 	"testing"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // TestLargest checks that Largest is the boundary of Choose: one more token does not fit.
 func TestLargest(t *testing.T) {
 	p, c := redLiteProfile(t), RedLiteMetal()
 	b := Budget{LimitMiB: redLiteLimit, Source: SourceOverride}
-	for _, kv := range []Precision{F32, F16} {
-		pol := Policy{KV: kv}
+	for _, kv := range []ml.DType{ml.F32, ml.F16} {
+		pol := Policy{KV: ForceKV(kv)}
 		l, err := Largest(pol, 1, p, c, b)
 		if err != nil {
 			t.Fatal(err)

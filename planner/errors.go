@@ -72,7 +72,7 @@ func (e *DoesNotFitError) Error() string {
 
 // String names a configuration the way the errors and the CLI print it: "f16 KV, 512-token chunks".
 func (c Config) String() string {
-	parts := []string{string(c.KV) + " KV", strconv.Itoa(c.Chunk) + "-token chunks"}
+	parts := []string{c.KV.String() + " KV", strconv.Itoa(c.Chunk) + "-token chunks"}
 	if c.MTP {
 		parts = append(parts, "MTP")
 	}

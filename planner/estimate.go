@@ -3,6 +3,8 @@ package planner
 import (
 	"fmt"
 	"math"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // Residency says how routed experts are held.
@@ -18,7 +20,7 @@ type Config struct {
 	// Context is the positions of one slot: prompt (with chat template) + max_tokens.
 	Context   int       `json:"context"`
 	Slots     int       `json:"slots"`
-	KV        Precision `json:"kv"`
+	KV        ml.DType  `json:"kv"`
 	Chunk     int       `json:"chunk"`
 	MTP       bool      `json:"mtp"`
 	Residency Residency `json:"residency"`
@@ -74,8 +76,8 @@ func Estimate(cfg Config, p Profile, c Calibration) (Breakdown, error) {
 		return bad("context %d must be within [1, %d], the model's trained context", cfg.Context, p.ContextLength)
 	case cfg.Slots < 1:
 		return bad("slots must be ≥ 1, got %d", cfg.Slots)
-	case cfg.KV != F32 && cfg.KV != F16:
-		return bad("kv %q: want f32 or f16", cfg.KV)
+	case cfg.KV != ml.F32 && cfg.KV != ml.F16:
+		return bad("kv %v: want f32 or f16", cfg.KV)
 	case cfg.Chunk < c.MinChunk:
 		return bad("chunk %d is below the backend's smallest chunk %d", cfg.Chunk, c.MinChunk)
 	case cfg.MTP && !p.HasMTP():

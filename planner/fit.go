@@ -4,14 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // Measurement is what the engine reported allocating for one configuration of one model
 // (engine.Model.MeasureAllocation): the data a calibration is fitted to.
 type Measurement struct {
-	Context int       `json:"context"`
-	Chunk   int       `json:"chunk"`
-	KV      Precision `json:"kv"`
+	Context int      `json:"context"`
+	Chunk   int      `json:"chunk"`
+	KV      ml.DType `json:"kv"`
 	// AllocatedBytes is the engine's total: weights, KV, recurrent state and chunk scratch.
 	AllocatedBytes int64 `json:"allocated_bytes"`
 }
@@ -57,7 +59,7 @@ func FitCalibration(c Calibration, p Profile, ms []Measurement) (Calibration, er
 		atMin = atMin || m.Chunk == c.MinChunk
 		above = above || m.Chunk > c.MinChunk
 		row := []float64{1, float64(m.Chunk - c.MinChunk), 0, 0}
-		if m.KV == F16 {
+		if m.KV == ml.F16 {
 			row[3] = float64(m.Context)
 		} else {
 			row[2] = float64(m.Context)
@@ -72,7 +74,7 @@ func FitCalibration(c Calibration, p Profile, ms []Measurement) (Calibration, er
 	}
 	coef := leastSquares(rows, excess)
 	slope := math.Max(coef[1], 0)
-	perPos := map[Precision]float64{F32: math.Max(coef[2], 0), F16: math.Max(coef[3], 0)}
+	perPos := map[ml.DType]float64{ml.F32: math.Max(coef[2], 0), ml.F16: math.Max(coef[3], 0)}
 	base := 0.0
 	for i, m := range ms {
 		rest := excess[i] - float64(m.Chunk-c.MinChunk)*slope - float64(m.Context)*perPos[m.KV]
@@ -81,8 +83,8 @@ func FitCalibration(c Calibration, p Profile, ms []Measurement) (Calibration, er
 	out := c
 	out.BaseMiB = base / MiB
 	out.ScratchMiBPerChunkToken = slope / MiB
-	out.AttentionScratchBytesPerPositionF32 = perPos[F32]
-	out.AttentionScratchBytesPerPositionF16 = perPos[F16]
+	out.AttentionScratchBytesPerPositionF32 = perPos[ml.F32]
+	out.AttentionScratchBytesPerPositionF16 = perPos[ml.F16]
 	out.Status = StatusMeasured
 	return out, out.Validate()
 }

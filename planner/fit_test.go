@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // TestFitCalibration fits constants to allocations made by a known calibration and checks
@@ -17,7 +19,7 @@ func TestFitCalibration(t *testing.T) {
 	var ms []Measurement
 	for _, ctx := range []int{4096, 8192, 16384} {
 		for _, chunk := range []int{512, 1024, 2048} {
-			for _, kv := range []Precision{F32, F16} {
+			for _, kv := range []ml.DType{ml.F32, ml.F16} {
 				b, err := Estimate(Config{Context: ctx, Slots: 1, KV: kv, Chunk: chunk, Residency: ResidencyFull}, p, truth)
 				if err != nil {
 					t.Fatal(err)
@@ -63,7 +65,7 @@ func TestFitCalibration(t *testing.T) {
 		if _, err := FitCalibration(start, p, big); !errors.Is(err, ErrBadMeasurements) {
 			t.Errorf("no MinChunk measurement: %v", err)
 		}
-		if _, err := FitCalibration(start, p, []Measurement{{Context: 100, Chunk: 512, KV: F32}}); !errors.Is(err, ErrBadMeasurements) {
+		if _, err := FitCalibration(start, p, []Measurement{{Context: 100, Chunk: 512, KV: ml.F32}}); !errors.Is(err, ErrBadMeasurements) {
 			t.Errorf("chunk above context: %v", err)
 		}
 	})

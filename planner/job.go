@@ -3,6 +3,8 @@ package planner
 import (
 	"fmt"
 	"strings"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // LargestChunk is the largest prefill chunk the planner proposes. Candidates halve from it
@@ -55,10 +57,13 @@ const (
 	CacheAllow ExpertCachePolicy = "allow"
 )
 
+// ForceKV is a Policy.KV that forces precision d.
+func ForceKV(d ml.DType) *ml.DType { return &d }
+
 // Policy holds the knobs an operator or a job may set. The zero value is the default.
 type Policy struct {
-	// KV forces the KV precision; "" chooses.
-	KV Precision `json:"kv,omitempty"`
+	// KV forces the KV precision; nil chooses.
+	KV *ml.DType `json:"kv,omitempty"`
 	// MaxChunk caps the prefill chunk; 0 means LargestChunk.
 	MaxChunk int `json:"max_chunk,omitempty"`
 	// DisableMTP keeps MTP off even where it would pay.
@@ -119,10 +124,8 @@ func (j Job) Validate() error {
 	case j.Policy.MaxChunk < 0:
 		return bad("policy max_chunk must be ≥ 0 (0 means %d), got %d", LargestChunk, j.Policy.MaxChunk)
 	}
-	switch j.Policy.KV {
-	case "", F32, F16:
-	default:
-		return bad("policy kv %q: want f32, f16 or empty", j.Policy.KV)
+	if kv := j.Policy.KV; kv != nil && *kv != ml.F32 && *kv != ml.F16 {
+		return bad("policy kv %v: want f32, f16 or none", *kv)
 	}
 	switch j.Policy.ExpertCache {
 	case "", CacheAuto, CacheNever, CacheAllow:

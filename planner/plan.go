@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // Plan is the planner's answer for one job: the chosen configuration, every term of its
@@ -127,11 +129,11 @@ type search struct {
 	usable  int64 // MiB
 }
 
-func (s *search) kvs() []Precision {
-	if s.job.Policy.KV != "" {
-		return []Precision{s.job.Policy.KV}
+func (s *search) kvs() []ml.DType {
+	if s.job.Policy.KV != nil {
+		return []ml.DType{*s.job.Policy.KV}
 	}
-	return []Precision{F32, F16}
+	return []ml.DType{ml.F32, ml.F16}
 }
 
 func (s *search) mtps() []bool {
@@ -310,8 +312,8 @@ func (s *search) compare(a, b Config) int {
 	return 0
 }
 
-func kvRank(p Precision) int {
-	if p == F32 {
+func kvRank(p ml.DType) int {
+	if p == ml.F32 {
 		return 0
 	}
 	return 1

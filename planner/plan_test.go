@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // redLiteLimit is recommendedMaxWorkingSetSize of the 24 GiB M4 Pro Red Lite measured on.
@@ -37,12 +39,12 @@ func TestDesignTable(t *testing.T) {
 		need int64
 		fits bool
 	}{
-		{"F32MTP32KChunk512", Config{Context: 32768, KV: F32, MTP: true, Chunk: 512}, 22302, false},
-		{"F32NoMTP32KChunk2048", Config{Context: 32768, KV: F32, MTP: false, Chunk: 2048}, 21087, true},
-		{"F32MTP4KChunk2048", Config{Context: 4096, KV: F32, MTP: true, Chunk: 2048}, 21530, true},
-		{"F16MTP32KChunk512", Config{Context: 32768, KV: F16, MTP: true, Chunk: 512}, 21534, true},
-		{"F16MTP16KChunk2048", Config{Context: 16384, KV: F16, MTP: true, Chunk: 2048}, 21722, true},
-		{"F16MTP32KChunk2048", Config{Context: 32768, KV: F16, MTP: true, Chunk: 2048}, 22106, false},
+		{"F32MTP32KChunk512", Config{Context: 32768, KV: ml.F32, MTP: true, Chunk: 512}, 22302, false},
+		{"F32NoMTP32KChunk2048", Config{Context: 32768, KV: ml.F32, MTP: false, Chunk: 2048}, 21087, true},
+		{"F32MTP4KChunk2048", Config{Context: 4096, KV: ml.F32, MTP: true, Chunk: 2048}, 21530, true},
+		{"F16MTP32KChunk512", Config{Context: 32768, KV: ml.F16, MTP: true, Chunk: 512}, 21534, true},
+		{"F16MTP16KChunk2048", Config{Context: 16384, KV: ml.F16, MTP: true, Chunk: 2048}, 21722, true},
+		{"F16MTP32KChunk2048", Config{Context: 32768, KV: ml.F16, MTP: true, Chunk: 2048}, 22106, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Slots, tc.cfg.Residency = 1, ResidencyFull
@@ -62,7 +64,7 @@ func TestDesignTable(t *testing.T) {
 
 func TestBreakdownTerms(t *testing.T) {
 	p, c := redLiteProfile(t), RedLiteMetal()
-	br, err := Estimate(Config{Context: 4000, Slots: 2, KV: F32, Chunk: 1024, MTP: true, Residency: ResidencyFull}, p, c)
+	br, err := Estimate(Config{Context: 4000, Slots: 2, KV: ml.F32, Chunk: 1024, MTP: true, Residency: ResidencyFull}, p, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +85,8 @@ func TestBreakdownTerms(t *testing.T) {
 	if d := diff(want, br); d != "" {
 		t.Errorf("breakdown (-want +got):\n%s", d)
 	}
-	if p.StatePositions(F16) != 3072 {
-		t.Errorf("state positions in f16 = %d, want 3072", p.StatePositions(F16))
+	if p.StatePositions(ml.F16) != 3072 {
+		t.Errorf("state positions in f16 = %d, want 3072", p.StatePositions(ml.F16))
 	}
 }
 
@@ -97,7 +99,7 @@ type chosen struct {
 
 func pick(p Plan) chosen { return chosen{p.Config, p.NeedMiB, p.HeadroomMiB} }
 
-func full(p Profile, context int, kv Precision, chunk int, mtp bool) Config {
+func full(p Profile, context int, kv ml.DType, chunk int, mtp bool) Config {
 	return Config{Context: context, Slots: 1, KV: kv, Chunk: chunk, MTP: mtp, Residency: ResidencyFull, ExpertCacheBytes: p.ExpertCacheBytes}
 }
 
@@ -110,9 +112,9 @@ func TestChooseRedLite(t *testing.T) {
 		want Config
 		need int64
 	}{
-		{"Short", Job{PromptTokens: 3000, MaxTokens: 1000}, full(p, 4000, F32, 2048, true), 21526},
-		{"Medium", Job{PromptTokens: 30000, MaxTokens: 2000}, full(p, 32000, F32, 2048, false), 21051},
-		{"Long", Job{PromptTokens: 60000, MaxTokens: 4000}, full(p, 64000, F16, 2048, false), 21051},
+		{"Short", Job{PromptTokens: 3000, MaxTokens: 1000}, full(p, 4000, ml.F32, 2048, true), 21526},
+		{"Medium", Job{PromptTokens: 30000, MaxTokens: 2000}, full(p, 32000, ml.F32, 2048, false), 21051},
+		{"Long", Job{PromptTokens: 60000, MaxTokens: 4000}, full(p, 64000, ml.F16, 2048, false), 21051},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan, err := Choose(tc.job, p, c, b)
@@ -153,12 +155,12 @@ func TestChooseRedLite(t *testing.T) {
 		}
 		// f16 at 512-token chunks: 18,979 + 124,000 × 24 KiB = 21,885.25 MiB → 21,886.
 		// The largest context: (21,741 − 18,979) MiB / 24 KiB = 117,845.3 positions.
-		largest := full(p, 117845, F16, 512, false)
+		largest := full(p, 117845, ml.F16, 512, false)
 		want := struct {
 			Need, Limit, Smallest int64
 			Nearest, Largest      Config
 			MaxTokens             int
-		}{21886, redLiteLimit, 21886, full(p, 124000, F16, 512, false), largest, 0}
+		}{21886, redLiteLimit, 21886, full(p, 124000, ml.F16, 512, false), largest, 0}
 		got := struct {
 			Need, Limit, Smallest int64
 			Nearest, Largest      Config
@@ -175,7 +177,7 @@ func TestChooseRedLite(t *testing.T) {
 		}
 		// The largest job really is the edge: one more position does not fit.
 		for n, fits := range map[int]bool{117845: true, 117846: false} {
-			br, err := Estimate(full(p, n, F16, 512, false), p, c)
+			br, err := Estimate(full(p, n, ml.F16, 512, false), p, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +215,7 @@ func TestChooseRedLite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := diff(chosen{full(p, 124000, F16, 512, false), 21886, 0}, pick(plan)); d != "" {
+		if d := diff(chosen{full(p, 124000, ml.F16, 512, false), 21886, 0}, pick(plan)); d != "" {
 			t.Errorf("plan at 21,886 MiB (-want +got):\n%s", d)
 		}
 	})
@@ -229,16 +231,16 @@ func TestPolicy(t *testing.T) {
 		need int64
 	}{
 		// 18,979 + 93.75 + 572 + 1,787 = 21,431.75.
-		{"ForceF16", short(Policy{KV: F16}), full(p, 4000, F16, 2048, true), 21432},
+		{"ForceF16", short(Policy{KV: ForceKV(ml.F16)}), full(p, 4000, ml.F16, 2048, true), 21432},
 		// 18,979 + 187.5 + 190.67 + 1,787 = 21,144.17.
-		{"CapChunk", short(Policy{MaxChunk: 1024}), full(p, 4000, F32, 1024, true), 21145},
-		{"CapChunkBetweenSteps", short(Policy{MaxChunk: 1500}), full(p, 4000, F32, 1024, true), 21145},
+		{"CapChunk", short(Policy{MaxChunk: 1024}), full(p, 4000, ml.F32, 1024, true), 21145},
+		{"CapChunkBetweenSteps", short(Policy{MaxChunk: 1500}), full(p, 4000, ml.F32, 1024, true), 21145},
 		// 18,979 + 187.5 + 572 = 19,738.5.
-		{"DisableMTP", short(Policy{DisableMTP: true}), full(p, 4000, F32, 2048, false), 19739},
+		{"DisableMTP", short(Policy{DisableMTP: true}), full(p, 4000, ml.F32, 2048, false), 19739},
 		// A short prompt never gets a larger chunk than it needs: 18,979 + 46.875 + 1,787.
-		{"SmallPrompt", Job{PromptTokens: 400, MaxTokens: 600}, full(p, 1000, F32, 512, true), 20813},
+		{"SmallPrompt", Job{PromptTokens: 400, MaxTokens: 600}, full(p, 1000, ml.F32, 512, true), 20813},
 		// 18,979 + 93.75 + 190.67 + 1,787 = 21,050.42.
-		{"PromptFitsMidChunk", Job{PromptTokens: 1000, MaxTokens: 1000}, full(p, 2000, F32, 1024, true), 21051},
+		{"PromptFitsMidChunk", Job{PromptTokens: 1000, MaxTokens: 1000}, full(p, 2000, ml.F32, 1024, true), 21051},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan, err := Choose(tc.job, p, c, b)
@@ -260,7 +262,7 @@ func TestPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := full(p, 4000, F32, 1024, true)
+		want := full(p, 4000, ml.F32, 1024, true)
 		want.Slots = 2
 		if d := diff(chosen{want, 21404, redLiteLimit - 21404}, pick(plan)); d != "" {
 			t.Errorf("default preference (-want +got):\n%s", d)
@@ -270,7 +272,7 @@ func TestPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = full(p, 4000, F32, 2048, false)
+		want = full(p, 4000, ml.F32, 2048, false)
 		want.Slots = 2
 		// 18,979 + 9,536 × 48 KiB (447) + 572.
 		if d := diff(chosen{want, 19998, redLiteLimit - 19998}, pick(plan)); d != "" {
@@ -282,14 +284,14 @@ func TestPolicy(t *testing.T) {
 	})
 
 	t.Run("ForcedF32DoesNotFit", func(t *testing.T) {
-		_, err := Choose(Job{PromptTokens: 50000, MaxTokens: 14000, Policy: Policy{KV: F32}}, p, c, b)
+		_, err := Choose(Job{PromptTokens: 50000, MaxTokens: 14000, Policy: Policy{KV: ForceKV(ml.F32)}}, p, c, b)
 		var dnf *DoesNotFitError
 		if !errors.As(err, &dnf) {
 			t.Fatalf("err = %v, want *DoesNotFitError", err)
 		}
 		// f32 at 512: 18,979 + 3,000 = 21,979; the worker takes (21,741 − 18,979) / 48 KiB
 		// = 58,922 positions.
-		if dnf.NeedMiB != 21979 || dnf.Nearest.KV != F32 || dnf.Largest.Context != 58922 || dnf.MaxTokensFit != 8922 {
+		if dnf.NeedMiB != 21979 || dnf.Nearest.KV != ml.F32 || dnf.Largest.Context != 58922 || dnf.MaxTokensFit != 8922 {
 			t.Errorf("got need %d (%v), largest %d, max tokens %d; want 21979 (f32), 58922, 8922",
 				dnf.NeedMiB, dnf.Nearest, dnf.Largest.Context, dnf.MaxTokensFit)
 		}
@@ -302,7 +304,7 @@ func TestPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		// 21,051 no longer fits under 21,041; 18,979 + 1,500 + 190.67 does.
-		if d := diff(chosen{full(p, 32000, F32, 1024, false), 20670, 21041 - 20670}, pick(plan)); d != "" {
+		if d := diff(chosen{full(p, 32000, ml.F32, 1024, false), 20670, 21041 - 20670}, pick(plan)); d != "" {
 			t.Errorf("plan (-want +got):\n%s", d)
 		}
 		if plan.LimitMiB != 21041 || plan.GPULimitMiB != redLiteLimit || plan.MarginMiB != 700 {
@@ -334,7 +336,7 @@ func TestBoundedCache(t *testing.T) {
 		}
 		// Everything but the cache with f16, no MTP, 512-token chunks: 1,083 + 580 + 93.75;
 		// the cache gets the rest of 16,000 MiB, rounded down: 14,243 MiB.
-		want := Config{Context: 4000, Slots: 1, KV: F16, Chunk: 512, Residency: ResidencyCache, ExpertCacheBytes: 14243 * MiB}
+		want := Config{Context: 4000, Slots: 1, KV: ml.F16, Chunk: 512, Residency: ResidencyCache, ExpertCacheBytes: 14243 * MiB}
 		if d := diff(chosen{want, 16000, 0}, pick(plan)); d != "" {
 			t.Errorf("plan (-want +got):\n%s", d)
 		}
@@ -367,7 +369,7 @@ func TestBoundedCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		// 1,083 + 580 + 2,906.25 = 4,569.25 MiB; cache 17,171 MiB.
-		want := Config{Context: 124000, Slots: 1, KV: F16, Chunk: 512, Residency: ResidencyCache, ExpertCacheBytes: 17171 * MiB}
+		want := Config{Context: 124000, Slots: 1, KV: ml.F16, Chunk: 512, Residency: ResidencyCache, ExpertCacheBytes: 17171 * MiB}
 		if d := diff(chosen{want, 21741, 0}, pick(plan)); d != "" {
 			t.Errorf("plan (-want +got):\n%s", d)
 		}
@@ -424,7 +426,7 @@ func TestBadInput(t *testing.T) {
 		{"TooManySlots", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.Slots = 1 << 40 }, ErrBadJob, "slots must be within [0, 256]"},
 		{"BeyondTrainedContext", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.PromptTokens = 262000 }, ErrBadJob, "exceeds the trained context of 262,144"},
 		{"HugeTokens", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.MaxTokens = 1 << 62 }, ErrBadJob, "exceeds the trained context"},
-		{"BadKV", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.Policy.KV = "q8" }, ErrBadJob, `policy kv "q8"`},
+		{"BadKV", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.Policy.KV = ForceKV(7) }, ErrBadJob, `policy kv dtype(?)`},
 		{"ChunkBelowMin", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) { j.Policy.MaxChunk = 256 }, ErrBadJob, "max_chunk 256 is below the backend's smallest chunk 512"},
 		{"BadPreference", func(j *Job, _ *Profile, _ *Calibration, _ *Budget) {
 			j.Policy.Preference = []Dimension{DimKV, DimKV, DimChunk}
@@ -454,7 +456,7 @@ func TestBadInput(t *testing.T) {
 
 func TestEstimateRejects(t *testing.T) {
 	p, c := redLiteProfile(t), RedLiteMetal()
-	good := full(p, 4096, F32, 512, false)
+	good := full(p, 4096, ml.F32, 512, false)
 	for _, tc := range []struct {
 		name   string
 		mutate func(*Config)
@@ -463,7 +465,7 @@ func TestEstimateRejects(t *testing.T) {
 		{"ZeroContext", func(c *Config) { c.Context = 0 }, "context 0 must be within [1, 262144]"},
 		{"ZeroSlots", func(c *Config) { c.Slots = 0 }, "slots must be ≥ 1"},
 		{"SmallChunk", func(c *Config) { c.Chunk = 100 }, "chunk 100 is below the backend's smallest chunk 512"},
-		{"BadKV", func(c *Config) { c.KV = "" }, `kv ""`},
+		{"BadKV", func(c *Config) { c.KV = 7 }, `kv dtype(?)`},
 		{"CacheTooBig", func(c *Config) { c.Residency, c.ExpertCacheBytes = ResidencyCache, p.ExpertCacheBytes+1 }, "expert cache of"},
 		{"HugeSlots", func(c *Config) { c.Slots = 1 << 40 }, "beyond any device"},
 		{"HugeChunk", func(c *Config) { c.Chunk = 1 << 62 }, "more scratch than any device"},
@@ -535,7 +537,7 @@ func FuzzChoose(f *testing.F) {
 	f.Fuzz(func(t *testing.T, prompt, maxTokens, slots int, limit, margin int64, maxChunk int, knobs uint8) {
 		job := Job{PromptTokens: prompt, MaxTokens: maxTokens, Slots: slots,
 			Policy: Policy{MaxChunk: maxChunk, DisableMTP: knobs&1 != 0}}
-		job.Policy.KV = []Precision{"", F32, F16, ""}[knobs>>1&3]
+		job.Policy.KV = []*ml.DType{nil, ForceKV(ml.F32), ForceKV(ml.F16), nil}[knobs>>1&3]
 		job.Policy.ExpertCache = []ExpertCachePolicy{"", CacheNever, CacheAllow, CacheAuto}[knobs>>3&3]
 		b := Budget{LimitMiB: limit, MarginMiB: margin, Source: SourceOverride}
 		plan, err := Choose(job, p, c, b)

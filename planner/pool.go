@@ -1,6 +1,10 @@
 package planner
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/redlite/batch/engine/ml"
+)
 
 // A worker that runs several jobs at once (continuous batching) holds one KV pool shared by
 // all of them, in blocks of positions: the planner sizes it once, when the worker starts,
@@ -14,11 +18,11 @@ const PoolMinSlotContext = 4096
 
 // Pool is the planner's answer for a batching worker.
 type Pool struct {
-	KV         Precision `json:"kv"`
-	Slots      int       `json:"slots"`
-	BlockSize  int       `json:"block_size"`
-	Blocks     int       `json:"blocks"`
-	StepTokens int       `json:"step_tokens"`
+	KV         ml.DType `json:"kv"`
+	Slots      int      `json:"slots"`
+	BlockSize  int      `json:"block_size"`
+	Blocks     int      `json:"blocks"`
+	StepTokens int      `json:"step_tokens"`
 	// SlotContext is Blocks·BlockSize / Slots: the positions each slot has when all are full
 	// (one job alone may use the whole pool, up to the trained context).
 	SlotContext int   `json:"slot_context"`
@@ -48,9 +52,9 @@ func PlanPool(p Profile, c Calibration, b Budget, pol Policy, slots, stepTokens,
 	if slots < 1 || slots > MaxSlots || stepTokens < 1 || blockSize < 1 {
 		return Pool{}, fmt.Errorf("%w: a pool of %d slots (1 to %d), steps of %d tokens and blocks of %d positions", ErrBadJob, slots, MaxSlots, stepTokens, blockSize)
 	}
-	kvs := []Precision{F32, F16}
-	if pol.KV != "" {
-		kvs = []Precision{pol.KV}
+	kvs := []ml.DType{ml.F32, ml.F16}
+	if pol.KV != nil {
+		kvs = []ml.DType{*pol.KV}
 	}
 	usable := b.UsableMiB()
 	chunk := max(stepTokens, c.MinChunk)

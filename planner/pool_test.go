@@ -3,6 +3,8 @@ package planner
 import (
 	"errors"
 	"testing"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // TestPlanPool sizes pools on the Qwen3-Next profile of the other tests: the pool is the
@@ -13,12 +15,12 @@ func TestPlanPool(t *testing.T) {
 	for _, tc := range []struct {
 		limit int64
 		slots int
-		kv    Precision
+		kv    ml.DType
 	}{
-		{48 * 1024, 4, F32},
-		{19700, 4, F16},
-		{24 * 1024, 4, F32},
-		{24 * 1024, 1, F32},
+		{48 * 1024, 4, ml.F32},
+		{19700, 4, ml.F16},
+		{24 * 1024, 4, ml.F32},
+		{24 * 1024, 1, ml.F32},
 	} {
 		b := Budget{LimitMiB: tc.limit, Source: "test"}
 		pool, err := PlanPool(p, c, b, Policy{}, tc.slots, 512, 256)

@@ -2,7 +2,6 @@ package planner
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/modelinfo"
@@ -15,23 +14,6 @@ const MiB = 1 << 20
 // one expert's gate, up and down slices and starts on a page so that it can be filled from the
 // mapped GGUF with one aligned copy.
 const SlotAlignment = 4096
-
-// Precision is the element type of the KV cache.
-type Precision string
-
-const (
-	F32 Precision = "f32"
-	F16 Precision = "f16"
-)
-
-// ParsePrecision accepts "f32" or "f16".
-func ParsePrecision(s string) (Precision, error) {
-	switch p := Precision(strings.ToLower(strings.TrimSpace(s))); p {
-	case F32, F16:
-		return p, nil
-	}
-	return "", fmt.Errorf("%w: kv precision %q: want f32 or f16", ErrBadJob, s)
-}
 
 // KVBytes is the KV cache size of one position (all full-attention layers, K and V) per
 // precision.
@@ -88,8 +70,8 @@ type Profile struct {
 }
 
 // KVPerPosition returns the KV bytes of one position at precision p.
-func (p Profile) KVPerPosition(prec Precision) int64 {
-	if prec == F16 {
+func (p Profile) KVPerPosition(prec ml.DType) int64 {
+	if prec == ml.F16 {
 		return p.KVBytesPerPosition.F16
 	}
 	return p.KVBytesPerPosition.F32
@@ -97,7 +79,7 @@ func (p Profile) KVPerPosition(prec Precision) int64 {
 
 // StatePositions expresses one sequence's recurrent state as KV positions at precision p,
 // rounded up: the form in which the formula charges a further slot's state.
-func (p Profile) StatePositions(prec Precision) int64 {
+func (p Profile) StatePositions(prec ml.DType) int64 {
 	kv := p.KVPerPosition(prec)
 	if kv <= 0 {
 		return 0

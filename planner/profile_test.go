@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/modelinfo"
 	"github.com/redlite/batch/internal/fixtures"
 )
@@ -100,8 +101,8 @@ func TestProfileFromFixture(t *testing.T) {
 	if total >= file.SizeBytes || file.SizeBytes-total > 1<<20 {
 		t.Errorf("tensors add up to %d of a %d-byte file: the list is incomplete", total, file.SizeBytes)
 	}
-	if p.StatePositions(F32) != 402 { // ⌈823,296 / 2,048⌉
-		t.Errorf("state positions %d, want 402", p.StatePositions(F32))
+	if p.StatePositions(ml.F32) != 402 { // ⌈823,296 / 2,048⌉
+		t.Errorf("state positions %d, want 402", p.StatePositions(ml.F32))
 	}
 }
 

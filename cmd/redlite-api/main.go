@@ -12,12 +12,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"syscall"
 
 	"github.com/redlite/batch/api"
 	"github.com/redlite/batch/internal/buildinfo"
-	"github.com/redlite/batch/jobs"
 )
 
 func main() {
@@ -45,28 +43,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := api.Run(ctx, cfg, api.Options{Logger: log, Fleet: fleet(cfg)}); err != nil {
+	if err := api.Run(ctx, cfg, api.Options{Logger: log}); err != nil {
 		log.Error("redlite-api", "err", err)
 		return 1
 	}
 	return 0
-}
-
-// fleet lists workers with the daemon's own listing (the one `redlite workers` shows) and
-// the models they serve.
-func fleet(cfg api.Config) api.Fleet {
-	return func(context.Context) (any, []string, error) {
-		ws, err := jobs.Workers(cfg.RedisURL, cfg.TLSFiles())
-		if err != nil {
-			return nil, nil, err
-		}
-		var models []string
-		for _, w := range ws {
-			if w.Model != "" && !slices.Contains(models, w.Model) {
-				models = append(models, w.Model)
-			}
-		}
-		slices.Sort(models)
-		return ws, models, nil
-	}
 }

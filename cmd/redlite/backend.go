@@ -2,10 +2,12 @@ package main
 
 import (
 	"flag"
+	"os"
 	"strings"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/metalkit"
 )
 
@@ -16,12 +18,18 @@ func backendFlag(fs *flag.FlagSet) *string {
 		" (auto: Metal on a Mac with a Metal device, else the CPU; metal-harness runs the Metal kernels on the CPU)")
 }
 
-// openBackend makes the backend --backend names; an unknown name is a usage error.
+// openBackend makes the backend --backend names, with the Metal switches of the
+// environment (REDLITE_METAL_*, as the daemon reads them); an unknown name or a bad
+// switch is a usage error.
 func openBackend(kind string, threads int) (ml.Backend, error) {
 	if _, err := metalkit.ParseKind(kind); err != nil {
 		return nil, usageErr("--backend: %v", err)
 	}
-	return metalkit.Open(kind, threads)
+	env, err := envconf.Parse[metalkit.Switches](os.Environ())
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	return metalkit.Open(kind, threads, env)
 }
 
 // loadModel loads a model file on the backend --backend names.

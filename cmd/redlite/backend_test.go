@@ -27,7 +27,7 @@ func TestBackendFlag(t *testing.T) {
 		return
 	}
 	code, _, errs = redlite(t, "generate", "--model", model, "--backend", "metal", "--prompt", "Hi")
-	if code != 1 || !strings.Contains(errs, "Metal needs macOS; use metal-harness") {
+	if code != 1 || !strings.Contains(errs, "the metal backend needs macOS; use metal-harness") {
 		t.Errorf("generate --backend metal on %s: exit %d, %s", runtime.GOOS, code, errs)
 	}
 }

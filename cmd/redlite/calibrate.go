@@ -101,7 +101,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 					return fmt.Errorf("context %d, chunk %d, %s KV: %w", n, chunk, kv, err)
 				}
 				points = append(points, calibrationPoint{
-					Measurement: planner.Measurement{Context: n, Chunk: chunk, KV: planner.Precision(kv.String()), AllocatedBytes: a.TotalBytes()},
+					Measurement: planner.Measurement{Context: n, Chunk: chunk, KV: kv, AllocatedBytes: a.TotalBytes()},
 					Allocation:  a,
 				})
 			}

@@ -103,7 +103,7 @@ func TestCalibrationPredicts(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return planner.Measurement{Context: c.context, Chunk: c.chunk, KV: planner.Precision(c.kv.String()), AllocatedBytes: a.TotalBytes()}
+				return planner.Measurement{Context: c.context, Chunk: c.chunk, KV: c.kv, AllocatedBytes: a.TotalBytes()}
 			}
 			var ms []planner.Measurement
 			for _, c := range fit {
@@ -139,7 +139,7 @@ func TestCalibrationPredicts(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				b, err := planner.Estimate(planner.Config{Context: 1024, Slots: 4, KV: planner.Precision(kv.String()), Chunk: 512, Residency: planner.ResidencyFull}, profile, cal)
+				b, err := planner.Estimate(planner.Config{Context: 1024, Slots: 4, KV: kv, Chunk: 512, Residency: planner.ResidencyFull}, profile, cal)
 				if err != nil {
 					t.Fatal(err)
 				}

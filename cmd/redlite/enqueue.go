@@ -14,6 +14,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -24,10 +25,7 @@ func init() {
 // jobsEnv is the CLI's share of the daemon's environment: the same Redis, and the retention
 // and retries the jobs it enqueues get (asynq stores both in the task at enqueue time).
 type jobsEnv struct {
-	RedisURL  string        `env:"REDLITE_REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
-	CAFile    string        `env:"REDLITE_REDIS_CA_FILE"`
-	CertFile  string        `env:"REDLITE_REDIS_CERT_FILE"`
-	KeyFile   string        `env:"REDLITE_REDIS_KEY_FILE"`
+	redisx.Env
 	Retention time.Duration `env:"REDLITE_RESULT_RETENTION" envDefault:"24h"`
 	MaxRetry  int           `env:"REDLITE_MAX_RETRY" envDefault:"3"`
 }
@@ -44,16 +42,12 @@ func addJobsFlags(fs *flag.FlagSet) *jobsFlags {
 	jf.env, jf.envErr = env.ParseAs[jobsEnv]()
 	// The flag's default stays empty: the flag package would print the URL, password and
 	// all, in the help text.
-	jf.redis = fs.String("redis", "", "Redis `URL` (default $REDLITE_REDIS_URL, else "+defaultRedisURL+")")
+	jf.redis = fs.String("redis", "", "Redis `URL` (default $REDLITE_REDIS_URL, else "+redisx.DefaultURL+")")
 	return jf
 }
 
-const defaultRedisURL = "redis://127.0.0.1:6379/0"
-
 // tlsFiles are $REDLITE_REDIS_CA_FILE, _CERT_FILE and _KEY_FILE.
-func (jf *jobsFlags) tlsFiles() jobs.TLSFiles {
-	return jobs.TLSFiles{CA: jf.env.CAFile, Cert: jf.env.CertFile, Key: jf.env.KeyFile}
-}
+func (jf *jobsFlags) tlsFiles() jobs.TLSFiles { return jf.env.TLSFiles() }
 
 // redisURL is --redis, else $REDLITE_REDIS_URL, else the default.
 func (jf *jobsFlags) redisURL() string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redlite/batch/daemon"
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/planner"
 )
 
@@ -48,11 +49,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	job := planner.Job{PromptTokens: *prompt, MaxTokens: *maxTokens, Slots: *slots,
 		Policy: planner.Policy{MaxChunk: *maxChunk, DisableMTP: *noMTP, ExpertCache: planner.ExpertCachePolicy(*expertCache)}}
 	if *kv != "auto" {
-		p, err := planner.ParsePrecision(*kv)
+		p, err := ml.ParseDType(*kv)
 		if err != nil {
 			return usageErr("--kv %q: want auto, f32 or f16", *kv)
 		}
-		job.Policy.KV = p
+		job.Policy.KV = &p
 	}
 	pref, err := planner.ParsePreference(*prefer)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/planner"
 )
@@ -60,7 +61,7 @@ func TestPlanCommand(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &p); err != nil {
 			t.Fatalf("%v in %s", err, out)
 		}
-		if p.KV != planner.F16 || p.Chunk != 2048 || p.MTP || p.NeedMiB != 21051 || p.Context != 64000 {
+		if p.KV != ml.F16 || p.Chunk != 2048 || p.MTP || p.NeedMiB != 21051 || p.Context != 64000 {
 			t.Errorf("plan %v needing %d MiB for %d positions, want f16, 2048, no MTP, 21,051, 64,000", p.Config, p.NeedMiB, p.Context)
 		}
 	})
@@ -75,7 +76,7 @@ func TestPlanCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		// 18,979 + (8,000 + 3,072) × 24 KiB (259.5) + 190.67 = 19,429.2.
-		if p.KV != planner.F16 || p.Chunk != 1024 || p.MTP || p.Slots != 2 || p.NeedMiB != 19430 || p.LimitMiB != 21641 {
+		if p.KV != ml.F16 || p.Chunk != 1024 || p.MTP || p.Slots != 2 || p.NeedMiB != 19430 || p.LimitMiB != 21641 {
 			t.Errorf("plan %v needing %d of %d MiB, want f16, 1024, no MTP, 2 slots, 19,430 of 21,641", p.Config, p.NeedMiB, p.LimitMiB)
 		}
 	})

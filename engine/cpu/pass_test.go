@@ -136,7 +136,7 @@ func TestPassFailure(t *testing.T) {
 	ids := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 99}
 	out := c.Embed(table, c.InputIDs(ids))
 	err = c.Compute()
-	var lp *LoopPanic
+	var lp *ml.PanicError
 	if !errors.As(err, &lp) || !strings.Contains(err.Error(), "embed failed") || !strings.Contains(err.Error(), "token id") {
 		t.Fatalf("Compute: %v, want the embed's panic", err)
 	}

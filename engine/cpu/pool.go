@@ -1,12 +1,13 @@
 package cpu
 
 import (
-	"fmt"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // pool runs data-parallel loops on up to threads goroutines: the caller and threads−1
@@ -51,7 +52,7 @@ type loop struct {
 	finished chan struct{} // closed with the last chunk
 	// failed holds the first panic of a chunk. The chunks after it are skipped but still
 	// counted done, so the caller's wait ends and it raises the panic on its own goroutine.
-	failed atomic.Pointer[LoopPanic]
+	failed atomic.Pointer[ml.PanicError]
 }
 
 // run takes chunks until none are left.
@@ -77,32 +78,14 @@ func (l *loop) run() {
 func (l *loop) chunk(lo, hi int) {
 	defer func() {
 		if v := recover(); v != nil {
-			p, ok := v.(*LoopPanic)
+			p, ok := v.(*ml.PanicError)
 			if !ok { // a nested loop's panic is already wrapped, with the stack that matters
-				p = &LoopPanic{Value: v, Stack: debug.Stack()}
+				p = &ml.PanicError{Value: v, Stack: debug.Stack()}
 			}
 			l.failed.CompareAndSwap(nil, p)
 		}
 	}()
 	l.fn(lo, hi)
-}
-
-// LoopPanic is what a parallel loop panics with on the goroutine that issued it when one of
-// its chunks panicked, on whichever goroutine that chunk ran. Value is the original panic
-// value and Stack the stack of the goroutine that panicked (usually a pool helper, whose
-// stack the caller's recover cannot see).
-type LoopPanic struct {
-	Value any
-	Stack []byte
-}
-
-func (p *LoopPanic) Error() string { return fmt.Sprintf("cpu: panic in a parallel loop: %v", p.Value) }
-
-// Unwrap returns the panic value when it is an error (a runtime.Error such as an index out
-// of range, or an error an operation panicked with).
-func (p *LoopPanic) Unwrap() error {
-	err, _ := p.Value.(error)
-	return err
 }
 
 // open reports whether the loop has chunks left to take.
@@ -193,7 +176,7 @@ func ensureHelpers(n int) {
 // body. fn may itself call parallel; the inner loop then gets whichever helpers are free.
 //
 // If fn panics, on any goroutine, the loop's other chunks are skipped and parallel panics on
-// the calling goroutine with a *LoopPanic once no chunk is running any more: the caller's
+// the calling goroutine with a *ml.PanicError once no chunk is running any more: the caller's
 // recover (the context's Compute, the daemon's handler) sees it, and no helper dies.
 func (p *pool) parallel(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redlite/batch/engine/ml"
 )
 
 // TestPoolParallel checks that every index is visited exactly once, including from nested
@@ -97,7 +99,7 @@ func goid() string {
 }
 
 // TestPoolPanic checks that a panic in a loop body running on a helper goroutine reaches the
-// goroutine that issued the loop as a *LoopPanic carrying the value and the helper's stack,
+// goroutine that issued the loop as a *ml.PanicError carrying the value and the helper's stack,
 // and that the helpers survive it.
 func TestPoolPanic(t *testing.T) {
 	p := newPool(2)
@@ -122,9 +124,9 @@ func TestPoolPanic(t *testing.T) {
 			})
 			return nil
 		}()
-		lp, ok := got.(*LoopPanic)
+		lp, ok := got.(*ml.PanicError)
 		if !ok {
-			t.Fatalf("recovered %T %v, want *LoopPanic", got, got)
+			t.Fatalf("recovered %T %v, want *ml.PanicError", got, got)
 		}
 		if s, _ := lp.Value.(string); !strings.HasPrefix(s, "poison at ") {
 			t.Errorf("panic value %q, want the loop body's", lp.Value)
@@ -144,9 +146,9 @@ func TestPoolPanic(t *testing.T) {
 			})
 			return nil
 		}()
-		lp, ok := got.(*LoopPanic)
+		lp, ok := got.(*ml.PanicError)
 		if !ok {
-			t.Fatalf("recovered %T %v, want *LoopPanic", got, got)
+			t.Fatalf("recovered %T %v, want *ml.PanicError", got, got)
 		}
 		var re runtime.Error
 		if !errors.As(lp, &re) {

@@ -12,6 +12,7 @@ package ml
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/redlite/batch/engine/quant"
 )
@@ -32,6 +33,25 @@ func (d DType) String() string {
 		return "f16"
 	}
 	return "dtype(?)"
+}
+
+// MarshalText writes the name ParseDType reads ("f32", "f16"): plans, capabilities and
+// calibration files carry precisions by name.
+func (d DType) MarshalText() ([]byte, error) {
+	if d != F32 && d != F16 {
+		return nil, fmt.Errorf("ml: no name for dtype %d", int(d))
+	}
+	return []byte(d.String()), nil
+}
+
+// UnmarshalText reads what MarshalText writes.
+func (d *DType) UnmarshalText(b []byte) error {
+	v, err := ParseDType(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
 }
 
 // Bytes is the size of one element.
@@ -341,4 +361,23 @@ func Numel(shape []int) int {
 		n *= d
 	}
 	return n
+}
+
+// PanicError is a panic the engine caught and turned into an error: in a CPU pool's parallel
+// loop (re-raised on the goroutine that issued the loop) or while a scheduler served one
+// sequence (that sequence fails with it, the others go on). Value is the original panic
+// value and Stack the stack of the goroutine that panicked, which the caller's own recover
+// cannot see when it was a pool helper.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error (a runtime.Error such as an index out
+// of range, or an error an operation panicked with).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
 }

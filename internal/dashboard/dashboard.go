@@ -9,9 +9,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -30,7 +30,7 @@ type Dashboard struct {
 
 // New makes the handler; readOnly hides the buttons that change tasks.
 func New(redisURL string, tlsFiles jobs.TLSFiles, rootPath string, readOnly bool) (*Dashboard, error) {
-	u, err := jobs.ParseRedisURL(redisURL)
+	u, err := redisx.Parse(redisURL)
 	if err != nil {
 		return nil, err
 	}
@@ -44,12 +44,13 @@ func New(redisURL string, tlsFiles jobs.TLSFiles, rootPath string, readOnly bool
 		ResultFormatter:  asynqmon.ResultFormatterFunc(func(_ string, b []byte) string { return FormatPayload(b) }),
 		ReadOnly:         readOnly,
 	})
+	// asynqmon makes its own connections from the option; the fleet page has its client.
 	client, err := jobs.NewClient(redisURL, jobs.WithTLSFiles(tlsFiles))
 	if err != nil {
 		h.Close()
 		return nil, err
 	}
-	fp := &fleetPage{u: u, client: client, insp: asynq.NewInspector(u.AsynqOpt())}
+	fp := &fleetPage{client: client}
 	return &Dashboard{h: h, fleet: fp, root: strings.TrimSuffix(rootPath, "/")}, nil
 }
 

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/redlite/batch/jobs"
 )
 
@@ -25,9 +23,7 @@ const FleetPath = "/fleet"
 var fleetPageHTML []byte
 
 type fleetPage struct {
-	u      jobs.RedisURL
 	client *jobs.Client
-	insp   *asynq.Inspector
 }
 
 // fleetData is what the page renders.
@@ -46,12 +42,12 @@ func (f *fleetPage) servePage(w http.ResponseWriter, r *http.Request) {
 func (f *fleetPage) serveData(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	ws, err := jobs.ListWorkers(ctx, f.u, f.client, f.insp)
+	ws, err := f.client.Workers(ctx)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	fl, err := jobs.ListFleet(ctx, f.client, f.insp)
+	fl, err := f.client.Fleet(ctx)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
@@ -62,6 +58,5 @@ func (f *fleetPage) serveData(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fleetPage) close() {
-	_ = f.insp.Close()
 	_ = f.client.Close()
 }

@@ -1,6 +1,6 @@
 // Package envconf is what the daemon and the API server share in reading their REDLITE_*
 // environment: parsing with errors that name the variable (not the Go field) and say what a
-// valid value looks like, the Redis connection and the logger.
+// valid value looks like, and the logger. The Redis variables are redisx.Env.
 package envconf
 
 import (
@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
-
-	"github.com/redlite/batch/jobs"
 )
 
 // Parse reads a T from environ (os.Environ() form, "KEY=value") with the defaults of its
@@ -33,6 +31,24 @@ func Parse[T any](environ []string) (T, error) {
 		return cfg, Explain[T](err)
 	}
 	return cfg, nil
+}
+
+// Vars lists the environment variables a T reads, its embedded structs' included.
+func Vars[T any]() []string {
+	var out []string
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if v := f.Tag.Get("env"); v != "" {
+				out = append(out, v)
+			} else if f.Type.Kind() == reflect.Struct {
+				walk(f.Type)
+			}
+		}
+	}
+	walk(reflect.TypeFor[T]())
+	return out
 }
 
 // Explain rewrites err, from env.Parse into a struct of type T, naming each variable.
@@ -90,16 +106,4 @@ func Logger(format, level string, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return slog.New(slog.NewTextHandler(w, opts)), nil
-}
-
-// RedisURL is REDLITE_REDIS_URL's value with the REDLITE_REDIS_*_FILE settings applied.
-func RedisURL(url string, tls jobs.TLSFiles) (jobs.RedisURL, error) {
-	u, err := jobs.ParseRedisURL(url)
-	if err != nil {
-		return u, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
-	}
-	if u, err = u.WithTLSFiles(tls); err != nil {
-		return u, fmt.Errorf("REDLITE_REDIS_CA_FILE, REDLITE_REDIS_CERT_FILE, REDLITE_REDIS_KEY_FILE: %w", err)
-	}
-	return u, nil
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // TestOneDefinition: each memory term of the planner's model is computed in one place and
-// called everywhere else. A second formula elsewhere (a KV size multiplied out by hand, a
+// called everywhere else; so are asynq's key names, the Redis client and its environment. A second formula elsewhere (a KV size multiplied out by hand, a
 // routed-expert test by tensor-name suffix) is how the engine, modelinfo and the planner
 // drifted apart before; this names the file that does it.
 func TestOneDefinition(t *testing.T) {
@@ -22,6 +22,9 @@ func TestOneDefinition(t *testing.T) {
 		{regexp.MustCompile(`(?i)kvElems|\* 2, F16:|kvPerPos\b`), "", "a KV size multiplied out by hand (call ml.KVBytesPerPosition)"},
 		{regexp.MustCompile(`"_exps"`), "engine/modelinfo", "the routed-expert test on tensor names (call modelinfo.TensorRole or Classify)"},
 		{regexp.MustCompile(`func \w*StateBytes\(`), "engine/modelinfo", "a recurrent state's bytes (call modelinfo.GatedDeltaNetStateBytes)"},
+		{regexp.MustCompile(`"asynq:`), "internal/redisx", "an asynq key name (call redisx.TaskKey, LeaseKey, …)"},
+		{regexp.MustCompile(`MakeRedisClient\(\)|redis\.New(Client|FailoverClient|UniversalClient)\(`), "internal/redisx", "a Redis client (call redisx.NewClient, once per process)"},
+		{regexp.MustCompile(`env:"REDLITE_REDIS_`), "internal/redisx", "a REDLITE_REDIS_* variable (embed redisx.Env)"},
 	}
 	root := "../.."
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {

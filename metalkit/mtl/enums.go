@@ -14,7 +14,7 @@ const (
 )
 
 // MTLLanguageVersion: (major << 16) | minor.
-const languageVersion3_0 uint = 3<<16 | 0
+const languageVersion3_0 uint = 3 << 16 // minor 0
 
 // MTLMathMode and MTLMathFloatingPointFunctions (MTLCompileOptions, macOS 15 and later).
 const (

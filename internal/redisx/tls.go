@@ -1,4 +1,4 @@
-package jobs
+package redisx
 
 import (
 	"crypto/tls"
@@ -22,7 +22,7 @@ func (f TLSFiles) empty() bool { return f == TLSFiles{} }
 
 // WithTLSFiles returns r with its TLS configuration made from f. Errors name the file and
 // what is wrong with it; f with any file needs a rediss:// URL.
-func (r RedisURL) WithTLSFiles(f TLSFiles) (RedisURL, error) {
+func (r URL) WithTLSFiles(f TLSFiles) (URL, error) {
 	if f.empty() {
 		return r, nil
 	}

@@ -1,4 +1,4 @@
-package jobs
+package redisx
 
 import (
 	"reflect"
@@ -8,35 +8,35 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-func TestParseRedisURL(t *testing.T) {
+func TestParse(t *testing.T) {
 	for _, tt := range []struct {
 		in     string
-		want   RedisURL
+		want   URL
 		redact string
 	}{
-		{"redis://localhost", RedisURL{Addr: "localhost:6379"}, "redis://localhost:6379/0"},
-		{"redis://127.0.0.1:7000/3", RedisURL{Addr: "127.0.0.1:7000", DB: 3}, "redis://127.0.0.1:7000/3"},
-		{"redis://:s3cret@h:1/", RedisURL{Addr: "h:1", Password: "s3cret"}, "redis://:xxxxx@h:1/0"},
-		{"redis://app:s3cret@h/2", RedisURL{Addr: "h:6379", Username: "app", Password: "s3cret", DB: 2}, "redis://app:xxxxx@h:6379/2"},
-		{"redis://app@h", RedisURL{Addr: "h:6379", Username: "app"}, "redis://app@h:6379/0"},
-		{"rediss://h.example:6380/1", RedisURL{Addr: "h.example:6380", DB: 1, TLS: true}, "rediss://h.example:6380/1"},
-		{"redis://[::1]:7000", RedisURL{Addr: "[::1]:7000"}, "redis://[::1]:7000/0"},
-		{"redis://u:p%40ss@h", RedisURL{Addr: "h:6379", Username: "u", Password: "p@ss"}, "redis://u:xxxxx@h:6379/0"},
+		{"redis://localhost", URL{Addr: "localhost:6379"}, "redis://localhost:6379/0"},
+		{"redis://127.0.0.1:7000/3", URL{Addr: "127.0.0.1:7000", DB: 3}, "redis://127.0.0.1:7000/3"},
+		{"redis://:s3cret@h:1/", URL{Addr: "h:1", Password: "s3cret"}, "redis://:xxxxx@h:1/0"},
+		{"redis://app:s3cret@h/2", URL{Addr: "h:6379", Username: "app", Password: "s3cret", DB: 2}, "redis://app:xxxxx@h:6379/2"},
+		{"redis://app@h", URL{Addr: "h:6379", Username: "app"}, "redis://app@h:6379/0"},
+		{"rediss://h.example:6380/1", URL{Addr: "h.example:6380", DB: 1, TLS: true}, "rediss://h.example:6380/1"},
+		{"redis://[::1]:7000", URL{Addr: "[::1]:7000"}, "redis://[::1]:7000/0"},
+		{"redis://u:p%40ss@h", URL{Addr: "h:6379", Username: "u", Password: "p@ss"}, "redis://u:xxxxx@h:6379/0"},
 		{"redis-sentinel://s1,s2:26380,[::1]:7/mymaster",
-			RedisURL{Sentinels: []string{"s1:26379", "s2:26380", "[::1]:7"}, Master: "mymaster"},
+			URL{Sentinels: []string{"s1:26379", "s2:26380", "[::1]:7"}, Master: "mymaster"},
 			"redis-sentinel://s1:26379,s2:26380,[::1]:7/mymaster/0"},
 		{"rediss-sentinel://app:p%40w@10.0.0.1:26379/prod/2?sentinel_user=mon&sentinel_password=s3cret",
-			RedisURL{Sentinels: []string{"10.0.0.1:26379"}, Master: "prod", DB: 2, TLS: true, Username: "app", Password: "p@w", SentinelUsername: "mon", SentinelPassword: "s3cret"},
+			URL{Sentinels: []string{"10.0.0.1:26379"}, Master: "prod", DB: 2, TLS: true, Username: "app", Password: "p@w", SentinelUsername: "mon", SentinelPassword: "s3cret"},
 			"rediss-sentinel://app:xxxxx@10.0.0.1:26379/prod/2?sentinel_password=xxxxx&sentinel_user=mon"},
-		{"redis-sentinel://:pw@h/m/", RedisURL{Sentinels: []string{"h:26379"}, Master: "m", Password: "pw"}, "redis-sentinel://:xxxxx@h:26379/m/0"},
+		{"redis-sentinel://:pw@h/m/", URL{Sentinels: []string{"h:26379"}, Master: "m", Password: "pw"}, "redis-sentinel://:xxxxx@h:26379/m/0"},
 	} {
-		got, err := ParseRedisURL(tt.in)
+		got, err := Parse(tt.in)
 		if err != nil {
-			t.Errorf("ParseRedisURL(%q): %v", tt.in, err)
+			t.Errorf("Parse(%q): %v", tt.in, err)
 			continue
 		}
 		if !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("ParseRedisURL(%q) = %+v, want %+v", tt.in, got, tt.want)
+			t.Errorf("Parse(%q) = %+v, want %+v", tt.in, got, tt.want)
 		}
 		if got.String() != tt.redact {
 			t.Errorf("String() = %q, want %q", got.String(), tt.redact)
@@ -44,7 +44,7 @@ func TestParseRedisURL(t *testing.T) {
 	}
 }
 
-func TestParseRedisURLErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"", "redis url is empty; want redis://"},
 		{"localhost:6379", `redis url: scheme must be redis, rediss, redis-sentinel or rediss-sentinel, got "localhost"`},
@@ -72,22 +72,22 @@ func TestParseRedisURLErrors(t *testing.T) {
 		{"redis-sentinel://h1/m#frag", "fragment"},
 		{"sentinel://h1/m", "scheme must be redis, rediss, redis-sentinel or rediss-sentinel"},
 	} {
-		_, err := ParseRedisURL(tt.in)
+		_, err := Parse(tt.in)
 		if err == nil {
-			t.Errorf("ParseRedisURL(%q) succeeded, want error containing %q", tt.in, tt.want)
+			t.Errorf("Parse(%q) succeeded, want error containing %q", tt.in, tt.want)
 			continue
 		}
 		if !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("ParseRedisURL(%q) = %q, want it to contain %q", tt.in, err, tt.want)
+			t.Errorf("Parse(%q) = %q, want it to contain %q", tt.in, err, tt.want)
 		}
 		if strings.Contains(err.Error(), "s3cret") {
-			t.Errorf("ParseRedisURL(%q) error repeats the password: %q", tt.in, err)
+			t.Errorf("Parse(%q) error repeats the password: %q", tt.in, err)
 		}
 	}
 }
 
 func TestAsynqOpt(t *testing.T) {
-	u, err := ParseRedisURL("rediss://app:pw@cache.example:6380/4")
+	u, err := Parse("rediss://app:pw@cache.example:6380/4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,25 +98,25 @@ func TestAsynqOpt(t *testing.T) {
 	if o.TLSConfig == nil || o.TLSConfig.ServerName != "cache.example" {
 		t.Errorf("TLSConfig = %+v, want ServerName cache.example", o.TLSConfig)
 	}
-	plain, _ := ParseRedisURL("redis://h")
+	plain, _ := Parse("redis://h")
 	if plain.AsynqOpt().(asynq.RedisClientOpt).TLSConfig != nil {
 		t.Error("redis:// got a TLS config")
 	}
-	s, _ := ParseRedisURL("rediss-sentinel://:pw@a,b:1/m/3?sentinel_password=sp")
+	s, _ := Parse("rediss-sentinel://:pw@a,b:1/m/3?sentinel_password=sp")
 	f, ok := s.AsynqOpt().(asynq.RedisFailoverClientOpt)
 	if !ok || f.MasterName != "m" || len(f.SentinelAddrs) != 2 || f.Password != "pw" || f.SentinelPassword != "sp" || f.DB != 3 || f.TLSConfig == nil {
 		t.Errorf("sentinel AsynqOpt = %+v", s.AsynqOpt())
 	}
 }
 
-// FuzzParseRedisURL: any string parses or fails with an error that never repeats a password,
+// FuzzParse: any string parses or fails with an error that never repeats a password,
 // and what parses prints (String) without its passwords and parses back to the same.
-func FuzzParseRedisURL(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"redis://u:pw@h:1/2", "rediss://h", "redis-sentinel://:pw@a,b:2/m/1?sentinel_password=sp", "redis://[::1]"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		u, err := ParseRedisURL(s)
+		u, err := Parse(s)
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package jobs
+package redisx
 
 import (
 	"crypto/tls"
@@ -12,7 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// RedisURL is a parsed Redis URL, for one server or for a primary found through Redis
+// URL is a parsed Redis URL, for one server or for a primary found through Redis
 // Sentinel:
 //
 //	redis://[[user]:password@]host[:port][/db]
@@ -23,7 +23,7 @@ import (
 // The port defaults to 6379, a sentinel's to 26379, and the database to 0. With Sentinel,
 // user and password are the primary's (and its replicas'); sentinel_user and
 // sentinel_password authenticate to the sentinels when they require it.
-type RedisURL struct {
+type URL struct {
 	Addr     string // host:port; empty with Sentinel
 	Username string // for Redis ACLs; empty for the default user
 	Password string
@@ -39,12 +39,12 @@ type RedisURL struct {
 	SentinelUsername, SentinelPassword string
 }
 
-const redisURLForm = "redis://[[user]:password@]host[:port][/db], rediss://…, or redis-sentinel://[[user]:password@]host[:port][,host[:port]…]/master[/db]"
+const urlForm = "redis://[[user]:password@]host[:port][/db], rediss://…, or redis-sentinel://[[user]:password@]host[:port][,host[:port]…]/master[/db]"
 
-// ParseRedisURL parses s. Errors say what is wrong and never repeat the password.
-func ParseRedisURL(s string) (RedisURL, error) {
+// Parse parses s. Errors say what is wrong and never repeat the password.
+func Parse(s string) (URL, error) {
 	if strings.TrimSpace(s) == "" {
-		return RedisURL{}, fmt.Errorf("redis url is empty; want %s", redisURLForm)
+		return URL{}, fmt.Errorf("redis url is empty; want %s", urlForm)
 	}
 	if scheme, rest, ok := strings.Cut(s, "://"); ok && (scheme == "redis-sentinel" || scheme == "rediss-sentinel") {
 		return parseSentinelURL(scheme, rest)
@@ -55,29 +55,29 @@ func ParseRedisURL(s string) (RedisURL, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // url.Error repeats the whole URL, password included
 		}
-		return RedisURL{}, fmt.Errorf("redis url: %v; want %s", err, redisURLForm)
+		return URL{}, fmt.Errorf("redis url: %v; want %s", err, urlForm)
 	}
-	var r RedisURL
+	var r URL
 	switch u.Scheme {
 	case "redis":
 	case "rediss":
 		r.TLS = true
 	case "":
-		return RedisURL{}, fmt.Errorf("redis url: missing scheme; want %s", redisURLForm)
+		return URL{}, fmt.Errorf("redis url: missing scheme; want %s", urlForm)
 	default:
-		return RedisURL{}, fmt.Errorf("redis url: scheme must be redis, rediss, redis-sentinel or rediss-sentinel, got %q", u.Scheme)
+		return URL{}, fmt.Errorf("redis url: scheme must be redis, rediss, redis-sentinel or rediss-sentinel, got %q", u.Scheme)
 	}
 	if u.Opaque != "" {
-		return RedisURL{}, fmt.Errorf("redis url: missing // after %s:; want %s", u.Scheme, redisURLForm)
+		return URL{}, fmt.Errorf("redis url: missing // after %s:; want %s", u.Scheme, urlForm)
 	}
 	host, port := u.Hostname(), u.Port()
 	if host == "" {
-		return RedisURL{}, fmt.Errorf("redis url: missing host; want %s", redisURLForm)
+		return URL{}, fmt.Errorf("redis url: missing host; want %s", urlForm)
 	}
 	if port == "" {
 		port = "6379"
 	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return RedisURL{}, fmt.Errorf("redis url: port must be between 1 and 65535, got %q", port)
+		return URL{}, fmt.Errorf("redis url: port must be between 1 and 65535, got %q", port)
 	}
 	r.Addr = net.JoinHostPort(host, port)
 	if u.User != nil {
@@ -87,21 +87,21 @@ func ParseRedisURL(s string) (RedisURL, error) {
 	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 {
-			return RedisURL{}, fmt.Errorf("redis url: database must be a number like /0 after the host, got %q", u.Path)
+			return URL{}, fmt.Errorf("redis url: database must be a number like /0 after the host, got %q", u.Path)
 		}
 		r.DB = n
 	}
 	if u.RawQuery != "" {
-		return RedisURL{}, fmt.Errorf("redis url: query parameters are not supported, got %q", u.RawQuery)
+		return URL{}, fmt.Errorf("redis url: query parameters are not supported, got %q", u.RawQuery)
 	}
 	if u.Fragment != "" {
-		return RedisURL{}, fmt.Errorf("redis url: a fragment (#…) is not supported")
+		return URL{}, fmt.Errorf("redis url: a fragment (#…) is not supported")
 	}
 	return r, nil
 }
 
 // String is the URL with the passwords replaced by "xxxxx", for logs.
-func (r RedisURL) String() string {
+func (r URL) String() string {
 	u := url.URL{Scheme: "redis", Host: r.Addr, Path: "/" + strconv.Itoa(r.DB)}
 	if r.TLS {
 		u.Scheme = "rediss"
@@ -131,7 +131,7 @@ func (r RedisURL) String() string {
 
 // AsynqOpt is the connection option for asynq.NewServer and friends: one server, or the
 // primary that the sentinels name (go-redis follows a failover to the new primary).
-func (r RedisURL) AsynqOpt() asynq.RedisConnOpt {
+func (r URL) AsynqOpt() asynq.RedisConnOpt {
 	var tlsConfig *tls.Config
 	switch {
 	case r.tlsConfig != nil:
@@ -155,11 +155,11 @@ func (r RedisURL) AsynqOpt() asynq.RedisConnOpt {
 
 // parseSentinelURL parses what follows "redis-sentinel://" (or "rediss-sentinel://"). The
 // standard URL parser takes one host only, so the parts are cut here.
-func parseSentinelURL(scheme, rest string) (RedisURL, error) {
-	r := RedisURL{TLS: scheme == "rediss-sentinel"}
+func parseSentinelURL(scheme, rest string) (URL, error) {
+	r := URL{TLS: scheme == "rediss-sentinel"}
 	form := "want " + scheme + "://[[user]:password@]host[:port][,host[:port]…]/master[/db]"
 	if i := strings.IndexByte(rest, '#'); i >= 0 {
-		return RedisURL{}, errors.New("redis url: a fragment (#…) is not supported")
+		return URL{}, errors.New("redis url: a fragment (#…) is not supported")
 	}
 	rest, query, _ := strings.Cut(rest, "?")
 	authority, path, _ := strings.Cut(rest, "/")
@@ -171,12 +171,12 @@ func parseSentinelURL(scheme, rest string) (RedisURL, error) {
 			r.Password, err2 = url.PathUnescape(pass)
 		}
 		if err1 != nil || err2 != nil {
-			return RedisURL{}, errors.New("redis url: bad %-escape in the user or password")
+			return URL{}, errors.New("redis url: bad %-escape in the user or password")
 		}
 		authority = authority[at+1:]
 	}
 	if authority == "" {
-		return RedisURL{}, fmt.Errorf("redis url: no sentinel address; %s", form)
+		return URL{}, fmt.Errorf("redis url: no sentinel address; %s", form)
 	}
 	for _, h := range strings.Split(authority, ",") {
 		host, port := h, "26379"
@@ -184,35 +184,35 @@ func parseSentinelURL(scheme, rest string) (RedisURL, error) {
 			var err error
 			if host, port, err = net.SplitHostPort(h); err != nil {
 				if !strings.Contains(err.Error(), "missing port") {
-					return RedisURL{}, fmt.Errorf("redis url: sentinel address %q: %v", h, err)
+					return URL{}, fmt.Errorf("redis url: sentinel address %q: %v", h, err)
 				}
 				host, port = strings.Trim(h, "[]"), "26379"
 			}
 		}
 		if host == "" {
-			return RedisURL{}, fmt.Errorf("redis url: empty sentinel host in %q; %s", authority, form)
+			return URL{}, fmt.Errorf("redis url: empty sentinel host in %q; %s", authority, form)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return RedisURL{}, fmt.Errorf("redis url: sentinel port must be between 1 and 65535, got %q", port)
+			return URL{}, fmt.Errorf("redis url: sentinel port must be between 1 and 65535, got %q", port)
 		}
 		r.Sentinels = append(r.Sentinels, net.JoinHostPort(host, port))
 	}
 	master, db, hasDB := strings.Cut(path, "/")
 	if master == "" {
-		return RedisURL{}, fmt.Errorf("redis url: missing the primary's name after the sentinels; %s", form)
+		return URL{}, fmt.Errorf("redis url: missing the primary's name after the sentinels; %s", form)
 	}
 	r.Master = master
 	if hasDB && db != "" {
 		n, err := strconv.Atoi(db)
 		if err != nil || n < 0 {
-			return RedisURL{}, fmt.Errorf("redis url: database must be a number like /0 after the primary's name, got %q", "/"+db)
+			return URL{}, fmt.Errorf("redis url: database must be a number like /0 after the primary's name, got %q", "/"+db)
 		}
 		r.DB = n
 	}
 	if query != "" {
 		q, err := url.ParseQuery(query)
 		if err != nil {
-			return RedisURL{}, errors.New("redis url: the query after ? does not parse")
+			return URL{}, errors.New("redis url: the query after ? does not parse")
 		}
 		for k, v := range q {
 			switch k {
@@ -221,7 +221,7 @@ func parseSentinelURL(scheme, rest string) (RedisURL, error) {
 			case "sentinel_password":
 				r.SentinelPassword = v[len(v)-1]
 			default:
-				return RedisURL{}, fmt.Errorf("redis url: unknown parameter %q (have sentinel_user, sentinel_password)", k)
+				return URL{}, fmt.Errorf("redis url: unknown parameter %q (have sentinel_user, sentinel_password)", k)
 			}
 		}
 	}

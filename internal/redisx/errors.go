@@ -1,4 +1,4 @@
-package jobs
+package redisx
 
 import (
 	"errors"
@@ -7,11 +7,11 @@ import (
 
 // Sentinel errors for a Redis that answers but refuses; test with errors.Is.
 var (
-	// ErrRedisAuth: Redis refused the URL's credentials (a wrong password or user, or a
+	// ErrAuth: Redis refused the URL's credentials (a wrong password or user, or a
 	// password where Redis has none).
-	ErrRedisAuth = errors.New("redis authentication failed")
-	// ErrRedisOOM: Redis is at its maxmemory with the noeviction policy and refuses writes.
-	ErrRedisOOM = errors.New("redis is out of memory")
+	ErrAuth = errors.New("redis authentication failed")
+	// ErrOOM: Redis is at its maxmemory with the noeviction policy and refuses writes.
+	ErrOOM = errors.New("redis is out of memory")
 )
 
 // redisRefusal is an error of Redis that a retry will not cure, with what to do about it.
@@ -34,22 +34,28 @@ func (e *redisRefusal) Is(target error) bool { return target == e.kind }
 // AUTH to a Redis without a password.
 var authReplies = []string{"WRONGPASS", "NOAUTH", "invalid password", "AUTH <password> called without any password configured", "invalid username-password pair"}
 
-// classifyRedis turns Redis's refusals (bad credentials, out of memory) into errors that
-// match ErrRedisAuth or ErrRedisOOM and say what to do; other errors pass unchanged. asynq
+// Classify turns Redis's refusals (bad credentials, out of memory) into errors that
+// match ErrAuth or ErrOOM and say what to do; other errors pass unchanged. asynq
 // flattens go-redis errors into strings, so the reply text is what is matched. Redis never
 // repeats the password in these replies.
-func classifyRedis(err error) error {
-	if err == nil || errors.Is(err, ErrRedisAuth) || errors.Is(err, ErrRedisOOM) {
+func Classify(err error) error {
+	if err == nil || errors.Is(err, ErrAuth) || errors.Is(err, ErrOOM) {
 		return err
 	}
 	msg := err.Error()
 	for _, r := range authReplies {
 		if strings.Contains(msg, r) {
-			return &redisRefusal{kind: ErrRedisAuth, hint: "check the user and password of the Redis URL", err: err}
+			return &redisRefusal{kind: ErrAuth, hint: "check the user and password of the Redis URL", err: err}
 		}
 	}
 	if strings.Contains(msg, "OOM command not allowed") {
-		return &redisRefusal{kind: ErrRedisOOM, hint: "it is at its maxmemory with the noeviction policy and refuses new jobs until memory is freed: wait for finished results to expire, delete archived jobs, or raise maxmemory", err: err}
+		return OutOfMemory(err)
 	}
 	return err
+}
+
+// OutOfMemory is err (what showed that Redis is full) as an error matching ErrOOM, with
+// what to do about it.
+func OutOfMemory(err error) error {
+	return &redisRefusal{kind: ErrOOM, hint: "it is at its maxmemory with the noeviction policy and refuses new jobs until memory is freed: wait for finished results to expire, delete archived jobs, or raise maxmemory", err: err}
 }
