@@ -35,10 +35,6 @@ func openMPS() error {
 	return mpsErr
 }
 
-// gemmShape keys the MPSMatrixMultiplication kernels: one object per shape, as Red Lite
-// keeps them (the kernel fixes the sizes at initialisation).
-type gemmShape struct{ m, n, k int }
-
 // gemmCacheMax bounds the kernels kept: the token count is part of the shape, and a daemon
 // sees prompts of every length. Past it the cache starts over; releasing a kernel already
 // encoded is safe (the command buffer holds what it runs, as when a Swift caller's kernel

@@ -1,29 +1,9 @@
-//go:build darwin
-
 package mtl
 
-import (
-	"fmt"
-
-	"github.com/ebitengine/purego"
-	"github.com/ebitengine/purego/objc"
-)
-
-// The one place that talks to the Objective-C runtime: each declared message (msg.go) gets
-// its selector registered and objc_msgSend bound to its exact Go signature on first use, so
-// a send is one typed call (no per-call reflection over ...any, as objc.Send would do).
-
-var msgSendAddr uintptr
-
-func init() {
-	lib, err := purego.Dlopen("/usr/lib/libobjc.A.dylib", purego.RTLD_NOW|purego.RTLD_GLOBAL)
-	if err != nil {
-		panic(fmt.Sprintf("mtl: %v", err))
-	}
-	if msgSendAddr, err = purego.Dlsym(lib, "objc_msgSend"); err != nil {
-		panic(fmt.Sprintf("mtl: %v", err))
-	}
-}
+// The one place that talks to the Objective-C runtime (runtime.go): each declared message
+// (msg.go) gets its selector registered and objc_msgSend bound to its exact Go signature on
+// first use, so a send is one typed call (no per-call reflection over ...any, as objc.Send
+// would do).
 
 // isVoid reports a message without a result: its objc_msgSend is declared without one, so
 // purego never has to return an empty struct.
@@ -33,17 +13,17 @@ func isVoid[R any]() bool { return typeOf[R]() == typeOf[void]() }
 // a message with a result, fnv for one without. Once per message.
 func bind[F, V any](b *msgBase, void bool, fn *F, fnv *V) {
 	b.once.Do(func() {
-		b.sel = sel(objc.RegisterName(b.name))
+		b.sel = registerName(b.name)
 		if void {
-			purego.RegisterFunc(fnv, msgSendAddr)
+			rt.RegisterFunc(fnv, rt.MsgSend)
 		} else {
-			purego.RegisterFunc(fn, msgSendAddr)
+			rt.RegisterFunc(fn, rt.MsgSend)
 		}
 	})
 }
 
 func (c *class) get() id {
-	c.once.Do(func() { c.id = id(objc.GetClass(c.name)) })
+	c.once.Do(func() { c.id = getClass(c.name) })
 	return c.id
 }
 
