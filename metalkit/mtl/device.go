@@ -38,7 +38,7 @@ func goString(s id) string {
 
 // newString makes an NSString the caller releases.
 func newString(s string) id {
-	return msgInitWithCStringEncoding.send(msgAlloc.send(classNSString.get()), s, utf8StringEncoding)
+	return msgInitWithCStringEncoding.send(msgAlloc.send(classNSString.get()), cStringOf(s), utf8StringEncoding)
 }
 
 // errorText is an NSError's localizedDescription.
@@ -335,19 +335,27 @@ type commands struct {
 
 	cb, enc  id // the command buffer being encoded (0 between buffers) and its open compute encoder (0 between encoders)
 	inBuffer int
-	pipeline id              // the last pipeline set on enc, to skip redundant sets
-	bound    map[int]binding // the buffers bound on enc by index, to skip redundant binds
-	done     []submitted
-	encoded  int // dispatches encoded in the pass
+	pipeline id // the last pipeline set on enc, to skip redundant sets
+
+	// enc's buffer argument table as we set it, to skip redundant binds: the buffer and
+	// offset at each index (0 where none is, or setBytes replaced it), and the threadgroup
+	// memory lengths. bufs and offs are also the arrays setBuffers:offsets:withRange: reads.
+	bufs   [maxBindings]id
+	offs   [maxBindings]uint
+	shared [maxBindings]int
+
+	done    []submitted
+	encoded int // dispatches encoded in the pass
+
+	// The MTLSize arguments of the dispatch being encoded: arm64 passes each as a pointer
+	// to a copy (msg_call.go), and these copies are on the heap with c; and the words of
+	// each message a dispatch sends.
+	groups, threads mtlSize
+	words           callWords
 
 	committed, waited bool
 	err               error // the first encoding error; the pass stops encoding there
 	result            error
-}
-
-type binding struct {
-	obj id
-	off int64
 }
 
 // submitted is a committed command buffer and the dispatches it holds, for naming a failure.
@@ -396,30 +404,60 @@ func (c *commands) Encode(d device.Dispatch) {
 		}
 	}
 	if p.obj != c.pipeline {
-		msgSetComputePipelineState.send(c.enc, p.obj)
+		msgSetComputePipelineState.sendOn(&c.words, c.enc, p.obj)
 		c.pipeline = p.obj
 	}
-	for _, b := range d.Buffers {
-		obj := b.Buffer.(*buffer).obj
-		if c.bound[b.Index] != (binding{obj, b.Offset}) {
-			msgSetBuffer.send(c.enc, obj, uint(b.Offset), uint(b.Index))
-			c.bound[b.Index] = binding{obj, b.Offset}
-		}
-	}
+	c.bind(d.Buffers)
 	for _, b := range d.Bytes {
-		// Metal copies the bytes now.
-		msgSetBytes.send(c.enc, unsafe.Pointer(&b.Data[0]), uint(len(b.Data)), uint(b.Index))
-		delete(c.bound, b.Index) // setBytes replaces a buffer bound at the index
+		// Metal copies the bytes now. They replace a buffer bound at the index.
+		msgSetBytes.sendOn(&c.words, c.enc, unsafe.Pointer(&b.Data[0]), uint(len(b.Data)), uint(b.Index))
+		c.bufs[b.Index], c.offs[b.Index] = 0, 0
 	}
 	for _, s := range d.Shared {
-		msgSetThreadgroupMemoryLength.send(c.enc, uint(sharedLength(s.Size)), uint(s.Index))
+		if n := sharedLength(s.Size); c.shared[s.Index] != n {
+			msgSetThreadgroupMemoryLength.sendOn(&c.words, c.enc, uint(n), uint(s.Index))
+			c.shared[s.Index] = n
+		}
 	}
-	msgDispatchThreadgroups.send(c.enc, sizeOf(d.Groups), sizeOf(d.Threads))
+	c.groups, c.threads = sizeOf(d.Groups), sizeOf(d.Threads)
+	msgDispatchThreadgroups.sendOn(&c.words, c.enc, &c.groups, &c.threads)
 	runtime.KeepAlive(d.Bytes)
 	c.encoded++
 	c.inBuffer++
 	if c.inBuffer >= splitAfter(len(c.done)) {
 		withPool(c.submit)
+	}
+}
+
+// bind sets the buffers of a dispatch whose binding changed: a run of consecutive indices in
+// one message (setBuffers:offsets:withRange:), a single index with setBuffer:offset:atIndex:.
+// The indices between runs keep what they have (a setBytes struct, say).
+func (c *commands) bind(args []device.BufferArg) {
+	var changed [maxBindings]bool
+	lo, hi := maxBindings, -1
+	for _, b := range args {
+		obj, off := b.Buffer.(*buffer).obj, uint(b.Offset)
+		if c.bufs[b.Index] != obj || c.offs[b.Index] != off {
+			c.bufs[b.Index], c.offs[b.Index] = obj, off
+			changed[b.Index] = true
+			lo, hi = min(lo, b.Index), max(hi, b.Index)
+		}
+	}
+	for i := lo; i <= hi; {
+		if !changed[i] {
+			i++
+			continue
+		}
+		j := i
+		for j+1 <= hi && changed[j+1] {
+			j++
+		}
+		if i == j {
+			msgSetBuffer.sendOn(&c.words, c.enc, c.bufs[i], c.offs[i], uint(i))
+		} else {
+			msgSetBuffers.sendOn(&c.words, c.enc, &c.bufs[i], &c.offs[i], nsRange{Location: uint(i), Length: uint(j - i + 1)})
+		}
+		i = j + 1
 	}
 }
 
@@ -443,7 +481,8 @@ func (c *commands) open() bool {
 		return false
 	}
 	c.enc = msgRetain.send(enc)
-	c.pipeline, c.bound = 0, map[int]binding{}
+	c.pipeline = 0
+	c.bufs, c.offs, c.shared = [maxBindings]id{}, [maxBindings]uint{}, [maxBindings]int{}
 	return true
 }
 

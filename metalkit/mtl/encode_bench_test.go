@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/redlite/batch/engine"
@@ -22,6 +23,10 @@ import (
 // Wait and its Objective-C message layer into a stand-in C library (package standin) that
 // does nothing but return. So the Go side of every message — the layer, purego's call into
 // C — is what is timed; on a Mac, objc_msgSend and Metal's own encoding come on top.
+//
+// Besides ns/op it reports cpu-ns/op (the process's CPU time, steadier than wall time on a
+// loaded machine), the step's dispatches and the messages sent per step (-v logs them by
+// selector).
 //
 // The model is a layout-only file (`redlite synth --shape qwen3next-80b --type iq2_xxs
 // --layout`): the real shapes on almost no disk. Writing it takes about 10 s;
@@ -56,6 +61,7 @@ func BenchmarkEncodeDecodeStep(b *testing.B) {
 	b.Run("device", func(b *testing.B) {
 		lib.Reset()
 		b.ReportAllocs()
+		cpu := cpuTime()
 		for b.Loop() {
 			cmd := dev.NewCommands()
 			for _, d := range step {
@@ -66,6 +72,10 @@ func BenchmarkEncodeDecodeStep(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		for _, n := range []string{"setComputePipelineState:", "setBuffer:offset:atIndex:", "setBuffers:offsets:withRange:", "setBytes:length:atIndex:", "setThreadgroupMemoryLength:atIndex:", "dispatchThreadgroups:threadsPerThreadgroup:"} {
+			b.Logf("%s %d per step", n, lib.Count(n)/uint64(b.N))
+		}
+		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(len(step)), "dispatches/op")
 		b.ReportMetric(float64(lib.Messages())/float64(b.N), "messages/op")
 	})
@@ -74,6 +84,7 @@ func BenchmarkEncodeDecodeStep(b *testing.B) {
 	// cost, what `redlite roofline` times on the recording device) and the device.
 	b.Run("step", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := cpuTime()
 		for b.Loop() {
 			if s.Pos() == s.Capacity() {
 				b.StopTimer()
@@ -85,7 +96,19 @@ func BenchmarkEncodeDecodeStep(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 	})
+}
+
+// cpuTime is the process's user and system CPU time in ns: on this shared machine the wall
+// time of a step varies with the other builds' load several times over, its CPU time much
+// less (it still counts the collector's work beside the benchmark).
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // depth is where the measured steps decode: the roofline table's "decode @ 4096".

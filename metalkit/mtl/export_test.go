@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/ebitengine/purego"
+
 	"github.com/redlite/batch/metalkit/mtl/standin"
 )
 
@@ -23,7 +25,8 @@ func StandIn(tb testing.TB) (*standin.Lib, Runtime) {
 		RegisterName: l.RegisterName,
 		GetClass:     l.GetClass,
 		CreateDevice: l.CreateDevice,
-		RegisterFunc: standin.RegisterFunc,
+		Call:         purego.SyscallN,
+		RegisterFunc: purego.RegisterFunc,
 	}
 	if err := installRuntime(r); err != nil {
 		tb.Fatal(err)

@@ -35,7 +35,7 @@ func openFrameworks() error {
 			if _, err := purego.Dlopen("/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics", purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
 				return err
 			}
-			r := Runtime{RegisterFunc: purego.RegisterFunc}
+			r := Runtime{Call: purego.SyscallN, RegisterFunc: purego.RegisterFunc}
 			if r.MsgSend, err = purego.Dlsym(objc, "objc_msgSend"); err != nil {
 				return err
 			}

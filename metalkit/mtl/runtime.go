@@ -17,7 +17,11 @@ type Runtime struct {
 	// MsgSend, RegisterName and GetClass are objc_msgSend, sel_registerName and
 	// objc_getClass; CreateDevice is MTLCreateSystemDefaultDevice.
 	MsgSend, RegisterName, GetClass, CreateDevice uintptr
-	// RegisterFunc binds a Go function variable to a C function (purego.RegisterFunc).
+	// Call calls the C function at fn with integer arguments (purego.SyscallN): how every
+	// message is sent (msg_call.go).
+	Call func(fn uintptr, args ...uintptr) (r1, r2, err uintptr)
+	// RegisterFunc binds a Go function variable to a C function (purego.RegisterFunc): for
+	// the one message with floating-point arguments.
 	RegisterFunc func(fptr any, cfn uintptr)
 }
 
@@ -26,10 +30,6 @@ var (
 	rtMu        sync.Mutex
 	rt          Runtime
 	rtInstalled bool
-
-	createDevice func() id // MTLCreateSystemDefaultDevice, returns +1
-	registerName func(name string) sel
-	getClass     func(name string) id
 )
 
 // installRuntime makes r the runtime every message goes to. Installing another afterwards
@@ -43,15 +43,15 @@ func installRuntime(r Runtime) error {
 		}
 		return nil
 	}
-	if r.MsgSend == 0 || r.RegisterName == 0 || r.GetClass == 0 || r.CreateDevice == 0 || r.RegisterFunc == nil {
+	if r.MsgSend == 0 || r.RegisterName == 0 || r.GetClass == 0 || r.CreateDevice == 0 || r.Call == nil || r.RegisterFunc == nil {
 		return errors.New("mtl: incomplete Objective-C runtime")
 	}
 	rt, rtInstalled = r, true
-	r.RegisterFunc(&createDevice, r.CreateDevice)
-	r.RegisterFunc(&registerName, r.RegisterName)
-	r.RegisterFunc(&getClass, r.GetClass)
 	return nil
 }
+
+// createDevice is MTLCreateSystemDefaultDevice(): the device, +1.
+func createDevice() id { return id(callC(rt.CreateDevice, 0, 0, 0, 0, 0, 0)) }
 
 // NewWithRuntime opens the device of runtime r and compiles source into its library, as
 // New does with the Mac's. Tests and benchmarks on Linux use it with package standin.

@@ -30,9 +30,10 @@ var source []byte
 type Lib struct {
 	MsgSend, RegisterName, GetClass, CreateDevice, PoolPush, PoolPop uintptr
 
-	count func(name string) uint64
-	reset func()
-	vars  map[string]uintptr
+	count    func(name string) uint64
+	reset    func()
+	register func(name string) uintptr
+	vars     map[string]uintptr
 }
 
 var (
@@ -100,23 +101,15 @@ func load() (*Lib, error) {
 			return nil, fmt.Errorf("standin: %w", err)
 		}
 	}
-	for _, v := range []string{"standin_messages", "standin_outside_pool", "standin_autoreleased", "standin_pool_errors", "standin_buffers", "standin_last", "standin_sizes", "standin_bytes", "standin_fail_library", "standin_read_sizes"} {
+	for _, v := range []string{"standin_messages", "standin_outside_pool", "standin_autoreleased", "standin_pool_errors", "standin_buffers", "standin_last", "standin_sizes", "standin_bytes", "standin_fail_library", "standin_read_sizes", "standin_watch"} {
 		if l.vars[v], err = purego.Dlsym(h, v); err != nil {
 			return nil, fmt.Errorf("standin: %w", err)
 		}
 	}
 	purego.RegisterLibFunc(&l.count, h, "standin_count")
+	purego.RegisterLibFunc(&l.register, h, "sel_registerName")
 	purego.RegisterLibFunc(&l.reset, h, "standin_reset")
 	return l, nil
-}
-
-// RegisterFunc is purego.RegisterFunc, for the device's runtime.
-func RegisterFunc(fptr any, cfn uintptr) { purego.RegisterFunc(fptr, cfn) }
-
-// Call is purego.SyscallN with six integer arguments, for the device's runtime.
-func Call(fn, a0, a1, a2, a3, a4, a5 uintptr) uintptr {
-	r, _, _ := purego.SyscallN(fn, a0, a1, a2, a3, a4, a5)
-	return r
 }
 
 func (l *Lib) word(name string, i int) *uint64 {
@@ -139,7 +132,17 @@ func (l *Lib) Autoreleased() uint64 { return *l.word("standin_autoreleased", 0) 
 func (l *Lib) PoolErrors() uint64   { return *l.word("standin_pool_errors", 0) }
 func (l *Lib) Buffers() uint64      { return *l.word("standin_buffers", 0) }
 
-// Last is the last message's first six words: receiver, selector, four arguments.
+// Watch makes Last record only the messages of the selector named name ("" for every
+// message).
+func (l *Lib) Watch(name string) {
+	var s uintptr
+	if name != "" {
+		s = l.register(name)
+	}
+	*(*uintptr)(cmem(l.vars["standin_watch"])) = s
+}
+
+// Last is the last message's six words: receiver, selector, four arguments.
 func (l *Lib) Last() [6]uint64 {
 	var w [6]uint64
 	for i := range w {

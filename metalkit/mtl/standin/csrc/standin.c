@@ -90,7 +90,8 @@ uint64_t standin_outside_pool;    // messages sent on a thread with no autorelea
 uint64_t standin_autoreleased;    // objects handed back autoreleased (commandBuffer, computeCommandEncoder)
 uint64_t standin_pool_errors;     // pops of a pool that is not the thread's innermost
 uint64_t standin_buffers;         // buffers alive
-word standin_last[8];             // the last message's first eight words
+word standin_last[8];             // the last message's words (of the watched selector, if one is)
+word standin_watch;               // the selector whose messages standin_last records; 0: all
 word standin_sizes[6];            // the two MTLSize of the last dispatch, read through their pointers
 word standin_bytes[4];            // the first 32 bytes of the last setBytes, read through its pointer
 int standin_fail_library;         // newLibraryWithSource: fails, writing an NSError to *error
@@ -165,12 +166,14 @@ word objc_msgSend(word self, word cmd, word a, word b, word c, word d) {
 	if (pool_depth == 0) {
 		__atomic_add_fetch(&standin_outside_pool, 1, __ATOMIC_RELAXED);
 	}
-	standin_last[0] = self;
-	standin_last[1] = cmd;
-	standin_last[2] = a;
-	standin_last[3] = b;
-	standin_last[4] = c;
-	standin_last[5] = d;
+	if (standin_watch == 0 || standin_watch == cmd) {
+		standin_last[0] = self;
+		standin_last[1] = cmd;
+		standin_last[2] = a;
+		standin_last[3] = b;
+		standin_last[4] = c;
+		standin_last[5] = d;
+	}
 	switch (s->kind) {
 	case K_NEW_BUFFER:
 		return new_buffer(calloc(1, a ? a : 1), a, 1);
