@@ -111,7 +111,10 @@ type Cost struct {
 }
 
 // Commands is a list of dispatches run in order, each seeing the previous ones' writes
-// (a serial compute encoder).
+// (a serial compute encoder). A list is encoded, committed and waited for by one goroutine,
+// and Wait is always called: the Metal device keeps the goroutine on one thread from the
+// first Encode to Wait (the pass's autorelease pool). Wait without Commit abandons the list:
+// nothing more of it runs, and Wait returns an error.
 type Commands interface {
 	Encode(d Dispatch)
 	// Commit starts running what was encoded; encoding more afterwards is an error.

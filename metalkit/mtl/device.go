@@ -16,15 +16,23 @@ import (
 // measured (package standin). Nothing here touches the runtime but through msg.go's
 // declarations.
 
-// withPool runs f inside an autorelease pool on one OS thread: objects Metal and
-// Foundation return autoreleased (command buffers, encoders, NSErrors, names) are freed
-// when it drains, and a pool belongs to the thread that made it, while a goroutine may
-// move between threads.
+// Autorelease pools: objects Metal and Foundation return autoreleased (command buffers,
+// encoders, NSErrors, names, MPS descriptors), and whatever Metal autoreleases inside a
+// message, are freed when the pool they went into is popped. A thread with no pool would
+// keep them for its life, and Go's threads live as long as the process. A pool belongs to
+// the thread that pushed it and pools pop in order, while a goroutine may move between
+// threads: so the goroutine is locked to its thread from push to pop.
+//
+// A call of the device runs in a pool of its own (withPool); a pass runs in one pool from
+// its first Encode to its Wait (commands.enter), so that the messages of its dispatches,
+// which are most of what the device sends, are inside one without two more C calls each.
+
+// withPool runs f inside an autorelease pool on one OS thread.
 func withPool(f func()) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	pool := msgInit.send(msgAlloc.send(classNSAutoreleasePool.get()))
-	defer msgDrain.send(pool)
+	pool := poolPush()
+	defer poolPop(pool)
 	f()
 }
 
@@ -325,7 +333,9 @@ func (d *Device) WrapBuffer(data []byte) (device.Buffer, error) {
 	return &buffer{dev: d, obj: obj, contents: data, wrapped: data}, nil
 }
 
-// NewCommands starts a pass; see splitAfter for how it is cut into command buffers.
+// NewCommands starts a pass; see splitAfter for how it is cut into command buffers. Its
+// Encode, Commit and Wait are called from one goroutine, and Wait is called (device.Commands):
+// the pass's autorelease pool is popped there.
 func (d *Device) NewCommands() device.Commands { return &commands{d: d} }
 
 // commands encodes a pass into a sequence of command buffers, each with one serial compute
@@ -352,6 +362,10 @@ type commands struct {
 	// each message a dispatch sends.
 	groups, threads mtlSize
 	words           callWords
+
+	// The pass's autorelease pool, from its first message to Wait (enter, leave).
+	pool   uintptr
+	pooled bool
 
 	committed, waited bool
 	err               error // the first encoding error; the pass stops encoding there
@@ -393,15 +407,9 @@ func (c *commands) Encode(d device.Dispatch) {
 			return
 		}
 	}
-	// Only starting a command buffer returns autoreleased objects, so only begin runs in an
-	// autorelease pool: the set… and dispatch messages return nothing, and a pool per
-	// dispatch would add three messages to the seven or so a dispatch costs.
-	if c.enc == 0 {
-		ok := false
-		withPool(func() { ok = c.open() })
-		if !ok {
-			return
-		}
+	c.enter()
+	if c.enc == 0 && !c.open() {
+		return
 	}
 	if p.obj != c.pipeline {
 		msgSetComputePipelineState.sendOn(&c.words, c.enc, p.obj)
@@ -425,7 +433,25 @@ func (c *commands) Encode(d device.Dispatch) {
 	c.encoded++
 	c.inBuffer++
 	if c.inBuffer >= splitAfter(len(c.done)) {
-		withPool(c.submit)
+		c.submit()
+	}
+}
+
+// enter pushes the pass's autorelease pool before its first message, and locks the
+// goroutine to its thread until Wait pops it.
+func (c *commands) enter() {
+	if !c.pooled {
+		runtime.LockOSThread()
+		c.pool, c.pooled = poolPush(), true
+	}
+}
+
+// leave pops the pass's pool, if it has one.
+func (c *commands) leave() {
+	if c.pooled {
+		poolPop(c.pool)
+		c.pooled = false
+		runtime.UnlockOSThread()
 	}
 }
 
@@ -525,30 +551,42 @@ func (c *commands) Commit() {
 	if c.cb == 0 {
 		return
 	}
-	withPool(func() {
-		if c.err != nil {
-			// Do not run a buffer that stops in the middle of the pass: end it unrun.
-			c.closeEncoder()
-			msgRelease.send(c.cb)
-			c.cb, c.enc = 0, 0
-			return
-		}
-		c.submit()
-	})
+	c.enter()
+	if c.err != nil {
+		// Do not run a buffer that stops in the middle of the pass: end it unrun.
+		c.closeEncoder()
+		msgRelease.send(c.cb)
+		c.cb, c.enc = 0, 0
+		return
+	}
+	c.submit()
 }
 
 // Wait waits for every committed command buffer, in order, and returns the first failure:
 // an encoding error, or a command buffer's error (out of memory wraps ErrOutOfMemory).
 func (c *commands) Wait() error {
-	if !c.committed {
-		return &device.Error{Op: "wait", Err: errors.New("Wait before Commit")}
-	}
 	if c.waited {
 		return c.result
 	}
 	c.waited = true
+	var abandoned error
+	if !c.committed {
+		// The caller gives up on the list (device.Commands): what was not committed is
+		// ended unrun; what was still runs and is waited for, since its buffers are about
+		// to be reused.
+		abandoned = &device.Error{Op: "wait", Err: errors.New("Wait before Commit: the list was abandoned unrun")}
+		c.committed = true
+		if c.cb != 0 {
+			c.enter()
+			c.closeEncoder()
+			msgRelease.send(c.cb)
+			c.cb, c.enc = 0, 0
+		}
+	}
 	var failed error
-	withPool(func() {
+	c.enter()
+	func() {
+		defer c.leave()
 		for i, s := range c.done {
 			msgWaitUntilCompleted.send(s.cb)
 			if failed == nil && msgStatus.send(s.cb) == statusError {
@@ -564,13 +602,15 @@ func (c *commands) Wait() error {
 			}
 			msgRelease.send(s.cb)
 		}
-	})
+	}()
 	c.done = nil
 	switch {
 	case c.err != nil:
 		c.result = c.err
 	case failed != nil:
 		c.result = failed
+	case abandoned != nil:
+		c.result = abandoned
 	}
 	return c.result
 }

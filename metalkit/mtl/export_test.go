@@ -24,6 +24,8 @@ func StandIn(tb testing.TB) (*standin.Lib, Runtime) {
 		MsgSend:      l.MsgSend,
 		RegisterName: l.RegisterName,
 		GetClass:     l.GetClass,
+		PoolPush:     l.PoolPush,
+		PoolPop:      l.PoolPop,
 		CreateDevice: l.CreateDevice,
 		Call:         purego.SyscallN,
 		RegisterFunc: purego.RegisterFunc,

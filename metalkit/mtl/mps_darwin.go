@@ -79,7 +79,8 @@ func (c *commands) encodeGEMM(g device.GEMM) {
 		c.fail(&device.Error{Op: op, Kernel: kernel, Err: err})
 		return
 	}
-	withPool(func() {
+	c.enter()
+	func() {
 		kern, err := c.d.gemmKernel(gemmShape{g.M, g.N, g.K})
 		if err != nil {
 			c.fail(&device.Error{Op: op, Kernel: kernel, Err: err})
@@ -110,7 +111,7 @@ func (c *commands) encodeGEMM(g device.GEMM) {
 		if c.inBuffer >= splitAfter(len(c.done)) {
 			c.submit()
 		}
-	})
+	}()
 }
 
 // newMatrix makes an MPSMatrix (+1) over m, rows×cols; 0 if MPS refuses it.

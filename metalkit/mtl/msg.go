@@ -39,7 +39,6 @@ type void struct{}
 
 // Receivers. Each class we message by name, and each message, in one table.
 var (
-	classNSAutoreleasePool         = newClass("NSAutoreleasePool")
 	classNSString                  = newClass("NSString")
 	classMTLCompileOptions         = newClass("MTLCompileOptions")
 	classMTLFunctionConstantValues = newClass("MTLFunctionConstantValues")
@@ -55,9 +54,6 @@ var (
 	msgRelease            = newMsg0[void]("release")
 	msgRetain             = newMsg0[id]("retain")
 	msgRespondsToSelector = newMsg1[bool, sel]("respondsToSelector:")
-
-	// NSAutoreleasePool
-	msgDrain = newMsg0[void]("drain")
 
 	// NSString
 	msgInitWithCStringEncoding = newMsg2[id, *byte, uint]("initWithCString:encoding:")

@@ -45,6 +45,12 @@ func openFrameworks() error {
 			if r.GetClass, err = purego.Dlsym(objc, "objc_getClass"); err != nil {
 				return err
 			}
+			if r.PoolPush, err = purego.Dlsym(objc, "objc_autoreleasePoolPush"); err != nil {
+				return err
+			}
+			if r.PoolPop, err = purego.Dlsym(objc, "objc_autoreleasePoolPop"); err != nil {
+				return err
+			}
 			if r.CreateDevice, err = purego.Dlsym(metal, "MTLCreateSystemDefaultDevice"); err != nil {
 				return err
 			}

@@ -14,9 +14,10 @@ import (
 // measured without a GPU. The means of calling are passed in so that this package links
 // purego only where there is Metal.
 type Runtime struct {
-	// MsgSend, RegisterName and GetClass are objc_msgSend, sel_registerName and
-	// objc_getClass; CreateDevice is MTLCreateSystemDefaultDevice.
-	MsgSend, RegisterName, GetClass, CreateDevice uintptr
+	// MsgSend, RegisterName, GetClass, PoolPush and PoolPop are objc_msgSend,
+	// sel_registerName, objc_getClass, objc_autoreleasePoolPush and objc_autoreleasePoolPop
+	// (what clang emits for @autoreleasepool); CreateDevice is MTLCreateSystemDefaultDevice.
+	MsgSend, RegisterName, GetClass, PoolPush, PoolPop, CreateDevice uintptr
 	// Call calls the C function at fn with integer arguments (purego.SyscallN): how every
 	// message is sent (msg_call.go).
 	Call func(fn uintptr, args ...uintptr) (r1, r2, err uintptr)
@@ -43,7 +44,7 @@ func installRuntime(r Runtime) error {
 		}
 		return nil
 	}
-	if r.MsgSend == 0 || r.RegisterName == 0 || r.GetClass == 0 || r.CreateDevice == 0 || r.Call == nil || r.RegisterFunc == nil {
+	if r.MsgSend == 0 || r.RegisterName == 0 || r.GetClass == 0 || r.PoolPush == 0 || r.PoolPop == 0 || r.CreateDevice == 0 || r.Call == nil || r.RegisterFunc == nil {
 		return errors.New("mtl: incomplete Objective-C runtime")
 	}
 	rt, rtInstalled = r, true
@@ -52,6 +53,12 @@ func installRuntime(r Runtime) error {
 
 // createDevice is MTLCreateSystemDefaultDevice(): the device, +1.
 func createDevice() id { return id(callC(rt.CreateDevice, 0, 0, 0, 0, 0, 0)) }
+
+// poolPush pushes an autorelease pool on this thread and returns its token.
+func poolPush() uintptr { return callC(rt.PoolPush, 0, 0, 0, 0, 0, 0) }
+
+// poolPop pops the pool of token, and any pushed after it.
+func poolPop(token uintptr) { callC(rt.PoolPop, token, 0, 0, 0, 0, 0) }
 
 // NewWithRuntime opens the device of runtime r and compiles source into its library, as
 // New does with the Mac's. Tests and benchmarks on Linux use it with package standin.

@@ -256,3 +256,69 @@ func BenchmarkMessage(b *testing.B) {
 		}
 	})
 }
+
+// Every message of a pass — the dispatches' setters included, not only those that return
+// autoreleased objects — is sent inside an autorelease pool, pushed and popped in order on
+// one thread; a pass that stops at an encoding error, or is abandoned, too.
+func TestPassInsideAutoreleasePool(t *testing.T) {
+	d, lib := standinDevice(t)
+	p, err := d.Pipeline("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := d.NewBuffer(1 << 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	good := device.Dispatch{
+		Pipeline: p, Groups: [3]int{1, 1, 1}, Threads: [3]int{32, 1, 1},
+		Buffers: []device.BufferArg{{Index: 1, Buffer: a}},
+		Bytes:   []device.BytesArg{{Index: 0, Data: []byte{1, 2, 3, 4}}},
+	}
+	bad := good
+	bad.Threads = [3]int{0, 1, 1}
+	for name, tc := range map[string]struct {
+		pass   []device.Dispatch
+		commit bool
+	}{
+		"pass":                  {slicesRepeat(good, 100), true}, // more than one command buffer
+		"pass stopped by error": {[]device.Dispatch{good, bad, good}, true},
+		"pass abandoned":        {slicesRepeat(good, 40), false}, // Wait without Commit
+	} {
+		lib.Reset()
+		// A goroutine of its own, as a pass may run on any.
+		done := make(chan error)
+		go func() {
+			cmd := d.NewCommands()
+			for _, x := range tc.pass {
+				cmd.Encode(x)
+			}
+			if tc.commit {
+				cmd.Commit()
+			}
+			done <- cmd.Wait()
+		}()
+		err := <-done
+		if (err != nil) != (name != "pass") {
+			t.Errorf("%s: Wait returned %v", name, err)
+		}
+		if lib.Messages() == 0 || lib.Autoreleased() == 0 {
+			t.Fatalf("%s: %d messages, %d autoreleased objects: the stand-in saw nothing", name, lib.Messages(), lib.Autoreleased())
+		}
+		if n := lib.OutsidePool(); n != 0 {
+			t.Errorf("%s: %d of %d messages sent outside an autorelease pool", name, n, lib.Messages())
+		}
+		if n := lib.PoolErrors(); n != 0 {
+			t.Errorf("%s: %d pools popped out of order", name, n)
+		}
+	}
+}
+
+func slicesRepeat(d device.Dispatch, n int) []device.Dispatch {
+	out := make([]device.Dispatch, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}

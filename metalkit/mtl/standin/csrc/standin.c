@@ -35,6 +35,8 @@ enum kind {
 	K_COMPUTE_ENCODER,
 	K_WORKING_SET,
 	K_NEW_PIPELINE,
+	K_INIT,
+	K_DRAIN,
 };
 
 static const struct { const char *name; enum kind kind; } known[] = {
@@ -56,6 +58,8 @@ static const struct { const char *name; enum kind kind; } known[] = {
 	{"computeCommandEncoder", K_COMPUTE_ENCODER},
 	{"recommendedMaxWorkingSetSize", K_WORKING_SET},
 	{"newComputePipelineStateWithFunction:error:", K_NEW_PIPELINE},
+	{"init", K_INIT},
+	{"drain", K_DRAIN},
 };
 
 // A selector: its name, what the stand-in does for it, how many times it was sent.
@@ -80,6 +84,7 @@ struct object {
 };
 
 static struct object device = {TAG_OBJECT};
+static struct object *pool_class; // NSAutoreleasePool: [[NSAutoreleasePool alloc] init] pushes a pool, drain pops it
 static struct object classes[64];
 static char class_names[64][64];
 static int nclasses;
@@ -132,6 +137,9 @@ word objc_getClass(const char *name) {
 	}
 	strcpy(class_names[nclasses], name);
 	classes[nclasses].tag = TAG_OBJECT;
+	if (strcmp(name, "NSAutoreleasePool") == 0) {
+		pool_class = &classes[nclasses];
+	}
 	return (word)&classes[nclasses++];
 }
 
@@ -163,6 +171,14 @@ word objc_msgSend(word self, word cmd, word a, word b, word c, word d) {
 	struct object *o = (struct object *)self;
 	__atomic_add_fetch(&standin_messages, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&s->count, 1, __ATOMIC_RELAXED);
+	if (s->kind == K_INIT && o == pool_class) {
+		pool_depth++;
+		return self;
+	}
+	if (s->kind == K_DRAIN) {
+		pool_depth--;
+		return 0;
+	}
 	if (pool_depth == 0) {
 		__atomic_add_fetch(&standin_outside_pool, 1, __ATOMIC_RELAXED);
 	}
