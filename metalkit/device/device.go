@@ -53,6 +53,10 @@ type Pipeline interface {
 	// MaxThreads is the most threads a threadgroup of this kernel may have
 	// (maxTotalThreadsPerThreadgroup).
 	MaxThreads() int
+	// StaticShared is the threadgroup memory the kernel declares itself, in bytes
+	// (staticThreadgroupMemoryLength): it counts against MaxThreadgroupMemory with what a
+	// dispatch sets (Dispatch.Shared).
+	StaticShared() int
 	// SIMDWidth is the threads per SIMD group (threadExecutionWidth): 32 on Apple GPUs and
 	// in the harness.
 	SIMDWidth() int
@@ -96,6 +100,11 @@ type BytesArg struct {
 	Index int
 	Data  []byte
 }
+
+// MaxThreadgroupMemory is the threadgroup memory a threadgroup may use, declared by its
+// kernel and set by its dispatch together: 32 KiB on every Apple GPU of the Apple7 family and
+// later (maxThreadgroupMemoryLength).
+const MaxThreadgroupMemory = 32 << 10
 
 type SharedArg struct {
 	Index int

@@ -179,15 +179,17 @@ func (d *Device) Close() error {
 type gemmShape struct{ m, n, k int }
 
 type pipeline struct {
-	obj        id
-	name       string
-	maxThreads int
-	simdWidth  int
+	obj          id
+	name         string
+	maxThreads   int
+	simdWidth    int
+	staticShared int
 }
 
-func (p *pipeline) Name() string    { return p.name }
-func (p *pipeline) MaxThreads() int { return p.maxThreads }
-func (p *pipeline) SIMDWidth() int  { return p.simdWidth }
+func (p *pipeline) Name() string      { return p.name }
+func (p *pipeline) MaxThreads() int   { return p.maxThreads }
+func (p *pipeline) SIMDWidth() int    { return p.simdWidth }
+func (p *pipeline) StaticShared() int { return p.staticShared }
 
 // Pipeline compiles kernel name specialised with consts, once per name and constants.
 func (d *Device) Pipeline(name string, consts ...device.Constant) (device.Pipeline, error) {
@@ -244,10 +246,11 @@ func (d *Device) newPipeline(name string, consts []device.Constant) (*pipeline, 
 		return nil, fmt.Errorf("compute pipeline: %s", errorText(nserr))
 	}
 	return &pipeline{
-		obj:        obj,
-		name:       name,
-		maxThreads: int(msgMaxTotalThreadsPerThreadgroup.send(obj)),
-		simdWidth:  int(msgThreadExecutionWidth.send(obj)),
+		obj:          obj,
+		name:         name,
+		maxThreads:   int(msgMaxTotalThreadsPerThreadgroup.send(obj)),
+		simdWidth:    int(msgThreadExecutionWidth.send(obj)),
+		staticShared: int(msgStaticThreadgroupMemoryLength.send(obj)),
 	}, nil
 }
 

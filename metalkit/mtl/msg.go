@@ -70,6 +70,7 @@ var (
 	msgCurrentAllocatedSize         = newMsg0[uint]("currentAllocatedSize")
 	msgHasUnifiedMemory             = newMsg0[bool]("hasUnifiedMemory")
 	msgMaxBufferLength              = newMsg0[uint]("maxBufferLength")
+	msgSupportsFamily               = newMsg1[bool, int]("supportsFamily:")
 	msgNewCommandQueue              = newMsg0[id]("newCommandQueue")
 	msgNewBufferWithLength          = newMsg2[id, uint, uint]("newBufferWithLength:options:")
 	msgNewBufferWithBytesNoCopy     = newMsg4[id, unsafe.Pointer, uint, uint, block]("newBufferWithBytesNoCopy:length:options:deallocator:")
@@ -89,6 +90,7 @@ var (
 	// MTLComputePipelineState
 	msgMaxTotalThreadsPerThreadgroup = newMsg0[uint]("maxTotalThreadsPerThreadgroup")
 	msgThreadExecutionWidth          = newMsg0[uint]("threadExecutionWidth")
+	msgStaticThreadgroupMemoryLength = newMsg0[uint]("staticThreadgroupMemoryLength")
 
 	// MTLBuffer
 	msgContents = newMsg0[unsafe.Pointer]("contents")

@@ -37,6 +37,8 @@ enum kind {
 	K_NEW_PIPELINE,
 	K_INIT,
 	K_DRAIN,
+	K_SUPPORTS_FAMILY,
+	K_STATIC_SHARED,
 };
 
 static const struct { const char *name; enum kind kind; } known[] = {
@@ -60,6 +62,8 @@ static const struct { const char *name; enum kind kind; } known[] = {
 	{"newComputePipelineStateWithFunction:error:", K_NEW_PIPELINE},
 	{"init", K_INIT},
 	{"drain", K_DRAIN},
+	{"supportsFamily:", K_SUPPORTS_FAMILY},
+	{"staticThreadgroupMemoryLength", K_STATIC_SHARED},
 };
 
 // A selector: its name, what the stand-in does for it, how many times it was sent.
@@ -99,6 +103,7 @@ word standin_last[8];             // the last message's words (of the watched se
 word standin_watch;               // the selector whose messages standin_last records; 0: all
 word standin_sizes[6];            // the two MTLSize of the last dispatch, read through their pointers
 word standin_bytes[4];            // the first 32 bytes of the last setBytes, read through its pointer
+int standin_apple_family;         // 0: every GPU family; else the highest MTLGPUFamilyApple supported (Metal3 from 1007)
 int standin_fail_library;         // newLibraryWithSource: fails, writing an NSError to *error
 int standin_read_sizes;           // dispatches read their sizes through the MTLSize pointers
 
@@ -211,6 +216,16 @@ word objc_msgSend(word self, word cmd, word a, word b, word c, word d) {
 		return 4; // MTLCommandBufferStatusCompleted
 	case K_RESPONDS:
 		return 1;
+	case K_SUPPORTS_FAMILY:
+		if (standin_apple_family == 0) {
+			return 1;
+		}
+		if (a == 5001) { // MTLGPUFamilyMetal3
+			return standin_apple_family >= 1007;
+		}
+		return a >= 1001 && a <= (word)standin_apple_family;
+	case K_STATIC_SHARED:
+		return 0;
 	case K_UTF8:
 		return (word)utf8_name;
 	case K_RELEASE:
