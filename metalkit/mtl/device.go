@@ -83,6 +83,12 @@ func newDevice(source string) (*Device, error) {
 			return
 		}
 		d.name = goString(msgName.send(d.dev))
+		// Checked at open, so that a GPU the kernels cannot run on (SIMD-group matrices,
+		// 32 KiB of threadgroup memory) fails here, by name, not in a kernel.
+		if !msgSupportsFamily.send(d.dev, gpuFamilyApple7) || !msgSupportsFamily.send(d.dev, gpuFamilyMetal3) {
+			err = fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrUnsupportedGPU, d.name)
+			return
+		}
 		d.maxBuffer = int64(msgMaxBufferLength.send(d.dev))
 		if d.queue = msgNewCommandQueue.send(d.dev); d.queue == 0 {
 			err = &device.Error{Op: "new command queue", Err: errors.New("the device made none")}

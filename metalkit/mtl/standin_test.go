@@ -322,3 +322,26 @@ func slicesRepeat(d device.Dispatch, n int) []device.Dispatch {
 	}
 	return out
 }
+
+// A GPU below the Apple7 family or without Metal 3 (the virtual GPU of GitHub's hosted
+// macOS runners is Apple5) is refused when the device opens, by name, as unavailable.
+func TestOpenRefusesGPUBelowApple7(t *testing.T) {
+	lib, _ := StandIn(t)
+	for _, tc := range []struct {
+		family int
+		ok     bool
+	}{{1005, false}, {1006, false}, {1007, true}, {1009, true}} {
+		lib.AppleFamily(tc.family)
+		d, err := newDevice("kernel void k() {}")
+		if d != nil {
+			d.Close()
+		}
+		if tc.ok != (err == nil) {
+			t.Errorf("Apple family %d: open returned %v", tc.family, err)
+		}
+		if !tc.ok && (!errors.Is(err, ErrUnsupportedGPU) || !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "Apple7")) {
+			t.Errorf("Apple family %d: %v, want ErrUnsupportedGPU (and ErrUnavailable) naming Apple7", tc.family, err)
+		}
+	}
+	lib.AppleFamily(0)
+}

@@ -101,7 +101,7 @@ func load() (*Lib, error) {
 			return nil, fmt.Errorf("standin: %w", err)
 		}
 	}
-	for _, v := range []string{"standin_messages", "standin_outside_pool", "standin_autoreleased", "standin_pool_errors", "standin_buffers", "standin_last", "standin_sizes", "standin_bytes", "standin_fail_library", "standin_read_sizes", "standin_watch"} {
+	for _, v := range []string{"standin_messages", "standin_outside_pool", "standin_autoreleased", "standin_pool_errors", "standin_buffers", "standin_last", "standin_sizes", "standin_bytes", "standin_fail_library", "standin_apple_family", "standin_read_sizes", "standin_watch"} {
 		if l.vars[v], err = purego.Dlsym(h, v); err != nil {
 			return nil, fmt.Errorf("standin: %w", err)
 		}
@@ -177,6 +177,10 @@ func (l *Lib) ReadSizes(on bool) { l.setInt("standin_read_sizes", on) }
 // FailLibrary makes newLibraryWithSource:options:error: fail, writing an NSError through
 // its out-parameter.
 func (l *Lib) FailLibrary(on bool) { l.setInt("standin_fail_library", on) }
+
+// AppleFamily makes the device support the MTLGPUFamilyApple families up to f (1005: Apple5,
+// as the virtual GPU of GitHub's macOS runners), and Metal3 from Apple7; 0 supports every family.
+func (l *Lib) AppleFamily(f int) { *(*int32)(cmem(l.vars["standin_apple_family"])) = int32(f) }
 
 func (l *Lib) setInt(name string, on bool) {
 	v := int32(0)
