@@ -161,6 +161,22 @@ func (d *Device) Kernels() []string {
 	return names
 }
 
+// CheckThreadgroupMemory returns an error naming every kernel of the library whose own
+// threadgroup variables exceed device.MaxThreadgroupMemory: a Metal library with one fails
+// to make its pipeline on a GPU, whatever the dispatch sets.
+func (d *Device) CheckThreadgroupMemory() error {
+	var over []string
+	for _, k := range d.info {
+		if k.StaticShared > maxShared {
+			over = append(over, fmt.Sprintf("%s declares %d bytes", k.Name, k.StaticShared))
+		}
+	}
+	if len(over) > 0 {
+		return fmt.Errorf("harness: threadgroup memory over %d bytes: %s", maxShared, strings.Join(over, "; "))
+	}
+	return nil
+}
+
 // Dead returns why the device can no longer run anything (its process died or it was
 // closed), or nil.
 func (d *Device) Dead() error {

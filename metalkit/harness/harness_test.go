@@ -504,6 +504,15 @@ func TestMinMaxNaN(t *testing.T) {
 	}
 }
 
+// The library check names the kernel that declares more than 32 KiB, and not the one that
+// declares exactly 32 KiB.
+func TestCheckThreadgroupMemory(t *testing.T) {
+	err := selftest(t).CheckThreadgroupMemory()
+	if err == nil || !strings.Contains(err.Error(), "st_too_much_shared declares 32784 bytes") || strings.Contains(err.Error(), "st_static_unreached") {
+		t.Fatalf("got %v, want an error naming st_too_much_shared (32784 bytes) alone", err)
+	}
+}
+
 func TestCompileError(t *testing.T) {
 	selftest(t)
 	_, err := New("#line 1 \"broken.metal\"\nkernel void broken(device float * x [[buffer(0)]]) { x[0] = undefined_name; }\n")
