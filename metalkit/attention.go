@@ -57,8 +57,17 @@ func (e *encoder) attentionDecode(q Region, heads int, c *cache, layer, pos0 int
 	positions := pos0 + 1
 	split := c.split()
 	nsplit := ml.BlocksFor(positions, split)
+	kernel := "attn_decode_" + dt.String()
+	p, err := e.dev.Pipeline(kernel)
+	if err != nil {
+		e.err = err
+		return
+	}
+	// A threadgroup holds its heads' queries (4·tgHeads·hd bytes) beside the kernel's own
+	// threadgroup memory: grouped only where both fit (a head of 1,024 features in a group
+	// of 8 does not), else one head per threadgroup.
 	tgHeads, gridY := 1, heads
-	if attnGrouped && group <= kernels.AttnMaxGroup {
+	if attnGrouped && group <= kernels.AttnMaxGroup && 4*group*hd+p.StaticShared() <= device.MaxThreadgroupMemory {
 		tgHeads, gridY = group, kvHeads
 	}
 	// With one split the kernel writes the output itself and touches no partials; bind out
@@ -77,7 +86,7 @@ func (e *encoder) attentionDecode(q Region, heads int, c *cache, layer, pos0 int
 		Heads: int32(heads), KVHeads: int32(kvHeads), HeadDim: int32(hd), Group: int32(group), TGHeads: int32(tgHeads),
 		Positions: int32(positions), Split: int32(split), NSplit: int32(nsplit), BlockSize: int32(c.pool.blockSize), Scale: scale,
 	}
-	e.dispatch("attn_decode_"+dt.String(), nil, [3]int{nsplit, gridY, 1}, [3]int{kernels.AttnDecodeThreads, 1, 1}, 4*tgHeads*hd,
+	e.dispatch(kernel, nil, [3]int{nsplit, gridY, 1}, [3]int{kernels.AttnDecodeThreads, 1, 1}, 4*tgHeads*hd,
 		attentionDecodeCost(heads, kvHeads, tgHeads, hd, positions, nsplit, dt), args,
 		q, c.layerK(layer), c.layerV(layer), c.tableRegion(), pacc, pml, out)
 	if nsplit > 1 {

@@ -332,6 +332,21 @@ func TestAttentionDecode(t *testing.T) {
 	})
 }
 
+// A head of 1,024 features in a group of 8: the group's queries (32 KiB) and the decode
+// kernel's own threadgroup variables do not fit in one threadgroup together, so the step
+// takes one head per threadgroup instead of failing (on a GPU, or in the harness, which
+// counts the kernel's variables as a GPU does).
+func TestAttentionDecodeLargeHeads(t *testing.T) {
+	r := newKernelRig(t)
+	sh := attnShape{8, 1, 1024}
+	for _, dt := range []ml.DType{ml.F32, ml.F16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			r.t = t
+			r.attentionCase(sh, dt, 0, 0, 1, []int{40, 130}, attnTol)
+		})
+	}
+}
+
 func TestAttentionPrefill(t *testing.T) {
 	r := newKernelRig(t)
 	// Qwen3-Next, head 128, tiny qwen3, a group of 16 (two threadgroups of 8 heads per KV
@@ -423,6 +438,7 @@ func (b *attnRecBuf) Release()                       {}
 func (p attnRecPipe) Name() string                   { return p.name }
 func (p attnRecPipe) MaxThreads() int                { return 1024 }
 func (p attnRecPipe) SIMDWidth() int                 { return 32 }
+func (p attnRecPipe) StaticShared() int              { return 0 }
 func (c attnRecCmds) Encode(d device.Dispatch)       { c.r.got = append(c.r.got, d) }
 func (c attnRecCmds) Commit()                        {}
 func (c attnRecCmds) Wait() error                    { return nil }

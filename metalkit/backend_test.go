@@ -44,9 +44,10 @@ func (b *fakeBuffer) Release() { b.d.released++ }
 
 type fakePipeline string
 
-func (p fakePipeline) Name() string    { return string(p) }
-func (p fakePipeline) MaxThreads() int { return 1024 }
-func (p fakePipeline) SIMDWidth() int  { return 32 }
+func (p fakePipeline) Name() string      { return string(p) }
+func (p fakePipeline) MaxThreads() int   { return 1024 }
+func (p fakePipeline) SIMDWidth() int    { return 32 }
+func (p fakePipeline) StaticShared() int { return 0 }
 
 type fakeCommands struct{ d *fakeDevice }
 

@@ -200,6 +200,9 @@ func (c *context) Compute() error {
 		}
 		if e.err != nil {
 			c.next = len(c.ops)
+			// Abandon the list (Wait without Commit) so that the device frees what the
+			// pass holds and runs no more of it.
+			cmd.Wait()
 			return c.fail(fmt.Errorf("metalkit: %s: %w", c.ops[i].name, e.err))
 		}
 	}

@@ -47,6 +47,11 @@ func (e *encoder) dispatch(name string, consts []device.Constant, groups, thread
 		e.err = err
 		return
 	}
+	if total := shared + p.StaticShared(); total > device.MaxThreadgroupMemory {
+		e.err = fmt.Errorf("metalkit: %s needs %d bytes of threadgroup memory (%d declared by the kernel, %d for this dispatch), more than the %d a threadgroup has",
+			name, total, p.StaticShared(), shared, device.MaxThreadgroupMemory)
+		return
+	}
 	var buf bytes.Buffer
 	if err := binary.Write(&buf, binary.LittleEndian, args); err != nil {
 		e.err = fmt.Errorf("metalkit: arguments of %s: %w", name, err)

@@ -385,9 +385,10 @@ type recorder struct{ d []device.Dispatch }
 
 type recPipeline string
 
-func (p recPipeline) Name() string    { return string(p) }
-func (p recPipeline) MaxThreads() int { return 1024 }
-func (p recPipeline) SIMDWidth() int  { return 32 }
+func (p recPipeline) Name() string      { return string(p) }
+func (p recPipeline) MaxThreads() int   { return 1024 }
+func (p recPipeline) SIMDWidth() int    { return 32 }
+func (p recPipeline) StaticShared() int { return 0 }
 
 func (r *recorder) Name() string                             { return "recorder" }
 func (r *recorder) NewBuffer(int64) (device.Buffer, error)   { return nil, nil }

@@ -240,6 +240,7 @@ func TestRoute(t *testing.T) {
 		{3, 512, 10, true}, // Qwen3-Next: 512 experts, 10 chosen
 		{2, 32, 32, true},
 		{4, 5, 1, false},
+		{4, 24, 6, true}, // rows with NaN and infinite logits
 	} {
 		logits := randVec(rng, tc.n*tc.experts, 6)
 		if tc.experts == 32 {
@@ -247,6 +248,16 @@ func TestRoute(t *testing.T) {
 			for i := range logits {
 				logits[i] = float32(i % 3)
 			}
+		}
+		if tc.experts == 24 {
+			// Every probability of these rows is NaN: no expert has a number to rank by,
+			// and k distinct experts are still chosen (NaN weights), the last row normal.
+			inf := float32(math.Inf(1))
+			logits[5] = float32(math.NaN())
+			for e := range tc.experts {
+				logits[tc.experts+e] = -inf
+			}
+			logits[2*tc.experts+7] = inf
 		}
 		want, got := p.run(t, nil, func(ctx ml.Context, _ []ml.Weight) []ml.Tensor {
 			ids, w := ctx.Route(ctx.Input(logits, tc.n, tc.experts), tc.k, tc.norm)

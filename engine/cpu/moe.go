@@ -27,18 +27,21 @@ func (c *context) Route(logits ml.Tensor, k int, norm bool) (ml.Tensor, ml.Tenso
 			for i := lo; i < hi; i++ {
 				softmax(p, t.data[i*experts:(i+1)*experts])
 				id, w := ids.data[i*k:(i+1)*k], weights.data[i*k:(i+1)*k]
-				// k passes of selection: k is a handful, experts at most a few hundred.
+				// k passes of selection: k is a handful, experts at most a few hundred. A
+				// NaN probability (NaN or infinite logits) ranks below every number, so that
+				// a row of them still chooses k distinct experts (k ≤ experts), with NaN
+				// weights, as the Metal kernel does.
 				var sum float64
 				for j := range id {
 					best := -1
 					for e, v := range p {
-						if v >= 0 && (best < 0 || v > p[best]) {
+						if v != taken && (best < 0 || routeRank(v) > routeRank(p[best])) {
 							best = e
 						}
 					}
 					id[j], w[j] = float32(best), p[best]
 					sum += float64(p[best])
-					p[best] = -1 // taken; probabilities are ≥ 0
+					p[best] = taken
 				}
 				if norm {
 					s := max(float32(sum), ml.MinRouteWeightSum)
@@ -50,6 +53,18 @@ func (c *context) Route(logits ml.Tensor, k int, norm bool) (ml.Tensor, ml.Tenso
 		})
 	}, []*tensor{ids, weights}, t)
 	return ids, weights
+}
+
+// taken marks an expert already chosen: probabilities are ≥ 0 (or NaN).
+const taken = -1
+
+// routeRank is what selection compares: the probability, or −0.5 for NaN (below every
+// probability, above taken).
+func routeRank(v float32) float32 {
+	if v != v {
+		return -0.5
+	}
+	return v
 }
 
 // softmax writes the softmax of x to p: exponentials in float32 after subtracting the

@@ -53,6 +53,10 @@ type Pipeline interface {
 	// MaxThreads is the most threads a threadgroup of this kernel may have
 	// (maxTotalThreadsPerThreadgroup).
 	MaxThreads() int
+	// StaticShared is the threadgroup memory the kernel declares itself, in bytes
+	// (staticThreadgroupMemoryLength): it counts against MaxThreadgroupMemory with what a
+	// dispatch sets (Dispatch.Shared).
+	StaticShared() int
 	// SIMDWidth is the threads per SIMD group (threadExecutionWidth): 32 on Apple GPUs and
 	// in the harness.
 	SIMDWidth() int
@@ -97,6 +101,11 @@ type BytesArg struct {
 	Data  []byte
 }
 
+// MaxThreadgroupMemory is the threadgroup memory a threadgroup may use, declared by its
+// kernel and set by its dispatch together: 32 KiB on every Apple GPU of the Apple7 family and
+// later (maxThreadgroupMemoryLength).
+const MaxThreadgroupMemory = 32 << 10
+
 type SharedArg struct {
 	Index int
 	Size  int
@@ -111,7 +120,10 @@ type Cost struct {
 }
 
 // Commands is a list of dispatches run in order, each seeing the previous ones' writes
-// (a serial compute encoder).
+// (a serial compute encoder). A list is encoded, committed and waited for by one goroutine,
+// and Wait is always called: the Metal device keeps the goroutine on one thread from the
+// first Encode to Wait (the pass's autorelease pool). Wait without Commit abandons the list:
+// nothing more of it runs, and Wait returns an error.
 type Commands interface {
 	Encode(d Dispatch)
 	// Commit starts running what was encoded; encoding more afterwards is an error.

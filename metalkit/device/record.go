@@ -113,9 +113,10 @@ func (b nullBuffer) Release() {}
 
 type nullPipeline string
 
-func (p nullPipeline) Name() string    { return string(p) }
-func (p nullPipeline) MaxThreads() int { return 1024 }
-func (p nullPipeline) SIMDWidth() int  { return 32 }
+func (p nullPipeline) Name() string      { return string(p) }
+func (p nullPipeline) MaxThreads() int   { return 1024 }
+func (p nullPipeline) SIMDWidth() int    { return 32 }
+func (p nullPipeline) StaticShared() int { return 0 }
 
 type recordCommands struct {
 	r         *Recorder

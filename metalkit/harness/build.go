@@ -13,9 +13,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redlite/batch/metalkit/device"
 )
 
 var (
@@ -58,7 +61,8 @@ var cflags = []string{
 // runtimeFlags: the runtime is not instrumented (its own memory is not what we check, and the
 // checks cost a third of a fiber switch); it still calls ASan's fiber annotations, and its
 // mallocs are ASan's, since the executable links the sanitizer.
-var runtimeFlags = []string{"-std=c++20", "-O2", "-gline-tables-only", "-fno-omit-frame-pointer", "-DMSL_ASAN=1"}
+var runtimeFlags = []string{"-std=c++20", "-O2", "-gline-tables-only", "-fno-omit-frame-pointer", "-DMSL_ASAN=1",
+	"-DMSL_MAX_SHARED=" + strconv.Itoa(device.MaxThreadgroupMemory)}
 
 // f16c turns on the x86 half-conversion instructions where the CPU has them (the executable
 // runs where it is built): without them every half load is a library call. The flag is part

@@ -31,6 +31,10 @@ type kernel struct {
 	Params  []param
 	Buffers []int // [[buffer(n)]] indices
 	Shared  []int // [[threadgroup(n)]] indices
+	// Static is the sizeof of each kernel-scope threadgroup variable (C++ expressions, summed
+	// in the glue); StaticShared their total in bytes, as the process reports it.
+	Static       []string
+	StaticShared int
 }
 
 type param struct {
@@ -98,7 +102,7 @@ func generate(src string) (*generated, error) {
 	}
 
 	// Kernel functions: signatures and bodies.
-	templates := map[string][]param{}
+	templates := map[string]templateKernel{}
 	var kernels []kernel
 	seen := map[string]bool{}
 	for _, m := range reKernel.FindAllStringSubmatchIndex(masked, -1) {
@@ -122,24 +126,24 @@ func generate(src string) (*generated, error) {
 		if bodyClose < 0 {
 			return nil, fmt.Errorf("harness: kernel %s: unbalanced braces", name)
 		}
-		tedits, err := threadgroupDecls(name, src, masked, bodyOpen+1, bodyClose)
+		tedits, static, err := threadgroupDecls(name, src, masked, bodyOpen+1, bodyClose)
 		if err != nil {
 			return nil, err
 		}
 		edits = append(edits, tedits...)
 		if isTemplate(masked, m[0]) {
-			templates[name] = params
+			templates[name] = templateKernel{params, static}
 			continue
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("harness: kernel %s is defined twice", name)
 		}
 		seen[name] = true
-		kernels = append(kernels, newKernel(name, name, params))
+		kernels = append(kernels, newKernel(name, name, params, static))
 	}
 	for _, m := range reHostName.FindAllStringSubmatchIndex(masked, -1) {
 		host, fn, targs := src[m[2]:m[3]], masked[m[6]:m[7]], masked[m[8]:m[9]]
-		params, ok := templates[fn]
+		tk, ok := templates[fn]
 		if !ok {
 			return nil, fmt.Errorf("harness: kernel %s: host_name instantiation of %s, which is not a template kernel of the library", host, fn)
 		}
@@ -147,7 +151,7 @@ func generate(src string) (*generated, error) {
 			return nil, fmt.Errorf("harness: kernel %s is defined twice", host)
 		}
 		seen[host] = true
-		kernels = append(kernels, newKernel(host, fn+targs, params))
+		kernels = append(kernels, newKernel(host, fn+targs, tk.params, tk.static))
 		blank(m[0], m[1])
 	}
 
@@ -178,15 +182,29 @@ func generate(src string) (*generated, error) {
 	}
 	b.WriteString("extern \"C\" const __msl_kernel_desc __msl_kernels[] = {\n")
 	for i, k := range kernels {
-		fmt.Fprintf(&b, "\t{%q, __msl_glue_%d},\n", k.Name, i)
+		// Every threadgroup variable the kernel declares counts, reached or not, as Metal
+		// counts it (staticThreadgroupMemoryLength).
+		fmt.Fprintf(&b, "\t{%q, __msl_glue_%d, uint32_t(0", k.Name, i)
+		for _, s := range k.Static {
+			b.WriteString(" + " + s)
+		}
+		b.WriteString(")},\n")
 	}
-	b.WriteString("\t{nullptr, nullptr},\n};\n")
+	b.WriteString("\t{nullptr, nullptr, 0},\n};\n")
 	fmt.Fprintf(&b, "extern \"C\" const int __msl_nkernels = %d;\n", len(kernels))
 	return &generated{Code: b.String(), Kernels: kernels}, nil
 }
 
-func newKernel(name, call string, params []param) kernel {
-	k := kernel{Name: name, Call: call, Params: params}
+// templateKernel is what a template kernel's instantiations share. A threadgroup
+// variable's size may not depend on the template's parameters (the glue sums the sizes at
+// namespace scope).
+type templateKernel struct {
+	params []param
+	static []string
+}
+
+func newKernel(name, call string, params []param, static []string) kernel {
+	k := kernel{Name: name, Call: call, Params: params, Static: static}
 	for _, p := range params {
 		switch p.Attr {
 		case "buffer":
@@ -249,9 +267,11 @@ func parseParams(kname, masked string, start, end int) ([]param, []edit, error) 
 	return params, edits, nil
 }
 
-// threadgroupDecls rewrites the threadgroup variable declarations of a kernel body.
-func threadgroupDecls(kname, src, masked string, start, end int) ([]edit, error) {
+// threadgroupDecls rewrites the threadgroup variable declarations of a kernel body and
+// returns the size of each (sizeof expressions).
+func threadgroupDecls(kname, src, masked string, start, end int) ([]edit, []string, error) {
 	var edits []edit
+	var sizes []string
 	for i := start; i < end; {
 		j := strings.Index(masked[i:end], "threadgroup")
 		if j < 0 {
@@ -271,7 +291,7 @@ func threadgroupDecls(kname, src, masked string, start, end int) ([]edit, error)
 		}
 		semi := strings.IndexByte(masked[pos:end], ';')
 		if semi < 0 {
-			return nil, fmt.Errorf("harness: kernel %s: unterminated threadgroup declaration", kname)
+			return nil, nil, fmt.Errorf("harness: kernel %s: unterminated threadgroup declaration", kname)
 		}
 		stmt := masked[pos : pos+semi]
 		outside := reBrackets.ReplaceAllString(stmt, "[]") // array sizes may hold any expression
@@ -279,20 +299,21 @@ func threadgroupDecls(kname, src, masked string, start, end int) ([]edit, error)
 			continue // a pointer into threadgroup memory, not a threadgroup variable
 		}
 		if strings.Contains(outside, ",") {
-			return nil, fmt.Errorf("harness: kernel %s: declare one threadgroup variable per statement: %q", kname, strings.TrimSpace(stmt))
+			return nil, nil, fmt.Errorf("harness: kernel %s: declare one threadgroup variable per statement: %q", kname, strings.TrimSpace(stmt))
 		}
 		m := reTGDecl.FindStringSubmatch(strings.TrimSpace(stmt))
 		if m == nil {
-			return nil, fmt.Errorf("harness: kernel %s: cannot read threadgroup declaration %q", kname, strings.TrimSpace(stmt))
+			return nil, nil, fmt.Errorf("harness: kernel %s: cannot read threadgroup declaration %q", kname, strings.TrimSpace(stmt))
 		}
 		typ := strings.TrimSpace(m[1])
 		name := m[2]
 		dims := strings.Join(strings.Fields(m[3]), "")
 		text := fmt.Sprintf("static char __msl_tgk_%[1]s; auto &%[1]s = *__msl_tg<%[2]s %[3]s>(&__msl_tgk_%[1]s)", name, typ, dims)
 		edits = append(edits, edit{pos, pos + semi, keepNewlines(src[pos:pos+semi], text)})
+		sizes = append(sizes, fmt.Sprintf("sizeof(%s %s)", typ, dims))
 		i = pos + semi
 	}
-	return edits, nil
+	return edits, sizes, nil
 }
 
 func isIdentByte(c byte) bool {

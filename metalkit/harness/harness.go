@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,8 +29,8 @@ import (
 const (
 	maxThreads = 1024
 	simdWidth  = 32
-	maxBytes   = 4096     // setBytes
-	maxShared  = 32 << 10 // threadgroup memory per threadgroup
+	maxBytes   = 4096 // setBytes
+	maxShared  = device.MaxThreadgroupMemory
 )
 
 // Options change the device's limits, so that tests can reach the backend's paths for small
@@ -93,7 +94,7 @@ func newDevice(source string, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{kernels: map[string]int{}, info: g.Kernels, stderr: &tail{max: 64 << 10}, opts: opts}
+	d := &Device{kernels: map[string]int{}, info: slices.Clone(g.Kernels), stderr: &tail{max: 64 << 10}, opts: opts}
 	for i, k := range g.Kernels {
 		d.kernels[k.Name] = i
 	}
@@ -127,6 +128,14 @@ func newDevice(source string, opts Options) (*Device, error) {
 		d.Close()
 		return nil, errors.New("harness: the process does not speak the protocol of this package")
 	}
+	static := make([]byte, 4*len(d.info))
+	if _, err := io.ReadFull(d.r, static); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("harness: the process did not list its kernels' threadgroup memory: %v", err)
+	}
+	for i := range d.info {
+		d.info[i].StaticShared = int(binary.LittleEndian.Uint32(static[4*i:]))
+	}
 	return d, nil
 }
 
@@ -150,6 +159,22 @@ func (d *Device) Kernels() []string {
 		names[i] = k.Name
 	}
 	return names
+}
+
+// CheckThreadgroupMemory returns an error naming every kernel of the library whose own
+// threadgroup variables exceed device.MaxThreadgroupMemory: a Metal library with one fails
+// to make its pipeline on a GPU, whatever the dispatch sets.
+func (d *Device) CheckThreadgroupMemory() error {
+	var over []string
+	for _, k := range d.info {
+		if k.StaticShared > maxShared {
+			over = append(over, fmt.Sprintf("%s declares %d bytes", k.Name, k.StaticShared))
+		}
+	}
+	if len(over) > 0 {
+		return fmt.Errorf("harness: threadgroup memory over %d bytes: %s", maxShared, strings.Join(over, "; "))
+	}
+	return nil
 }
 
 // Dead returns why the device can no longer run anything (its process died or it was
@@ -369,6 +394,9 @@ func (p *pipeline) Name() string    { return p.k.Name }
 func (p *pipeline) MaxThreads() int { return maxThreads }
 func (p *pipeline) SIMDWidth() int  { return simdWidth }
 
+// StaticShared is the sum of the kernel's threadgroup variables, as the process computed it.
+func (p *pipeline) StaticShared() int { return p.k.StaticShared }
+
 // Pipeline finds the kernel; nothing is compiled per pipeline: function constants are set
 // per dispatch (see README.md).
 func (d *Device) Pipeline(name string, consts ...device.Constant) (device.Pipeline, error) {
@@ -503,7 +531,7 @@ func (d *Device) validate(dd *device.Dispatch) error {
 		}
 	}
 	shared := map[int]int{}
-	total := 0
+	total := p.k.StaticShared
 	for _, s := range dd.Shared {
 		if s.Index < 0 || s.Index >= 31 {
 			return fail("threadgroup memory index %d outside [0, 31)", s.Index)
@@ -515,7 +543,7 @@ func (d *Device) validate(dd *device.Dispatch) error {
 		total += s.Size
 	}
 	if total > maxShared {
-		return fail("%d bytes of threadgroup memory, at most %d", total, maxShared)
+		return fail("%d bytes of threadgroup memory (%d declared by the kernel, %d set), at most %d", total, p.k.StaticShared, total-p.k.StaticShared, maxShared)
 	}
 	for _, i := range p.k.Shared {
 		if _, ok := shared[i]; !ok {

@@ -420,8 +420,21 @@ func TestRecoverableErrors(t *testing.T) {
 		t.Fatalf("got %v, want an error about threads that returned before a barrier", err)
 	}
 	err = run(t, d, "st_too_much_shared", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out})
-	if err == nil || !strings.Contains(err.Error(), "exceeds 32768") {
+	if err == nil || !strings.Contains(err.Error(), "32768") {
 		t.Fatalf("got %v, want an error about threadgroup memory above 32 KiB", err)
+	}
+	// The kernel's own threadgroup variables count whether or not a thread reaches them, as
+	// on a GPU: 32 KiB declared, 16 bytes set.
+	ps, err := d.Pipeline("st_static_unreached")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ps.StaticShared(); got != 32<<10 {
+		t.Errorf("st_static_unreached declares %d bytes of threadgroup memory, want %d", got, 32<<10)
+	}
+	err = run(t, d, "st_static_unreached", nil, [3]int{1, 1, 1}, [3]int{32, 1, 1}, nil, []device.Buffer{out}, device.SharedArg{Index: 0, Size: 16})
+	if err == nil || !strings.Contains(err.Error(), "32784 bytes of threadgroup memory (32768 declared by the kernel, 16 set)") {
+		t.Fatalf("got %v, want an error counting the kernel's 32 KiB and the 16 bytes set", err)
 	}
 	// A buffer bound at an offset that is not a multiple of its element type's size.
 	in := upload(t, d, make([]float32, 64))
@@ -473,6 +486,30 @@ func TestOptions(t *testing.T) {
 		t.Errorf("after a release: %v", err)
 	} else {
 		b.Release()
+	}
+}
+
+// Metal's min and max on floats are fmin and fmax (a NaN argument gives the other): a
+// kernel taking a maximum over scores with a NaN among them sees what it would on a GPU.
+func TestMinMaxNaN(t *testing.T) {
+	d := selftest(t)
+	out := alloc(t, d, 4*11)
+	mustRun(t, d, "st_nan_minmax", nil, [3]int{1, 1, 1}, [3]int{1, 1, 1}, nil, []device.Buffer{out})
+	nan := float32(math.NaN())
+	want := []float32{1, 1, 1, 1, 2, 2, 4, 3, nan, 0, 5}
+	for i, got := range download(t, out) {
+		if got != want[i] && !(math.IsNaN(float64(got)) && math.IsNaN(float64(want[i]))) {
+			t.Errorf("out[%d] = %v, want %v", i, got, want[i])
+		}
+	}
+}
+
+// The library check names the kernel that declares more than 32 KiB, and not the one that
+// declares exactly 32 KiB.
+func TestCheckThreadgroupMemory(t *testing.T) {
+	err := selftest(t).CheckThreadgroupMemory()
+	if err == nil || !strings.Contains(err.Error(), "st_too_much_shared declares 32784 bytes") || strings.Contains(err.Error(), "st_static_unreached") {
+		t.Fatalf("got %v, want an error naming st_too_much_shared (32784 bytes) alone", err)
 	}
 }
 

@@ -4,9 +4,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redlite/batch/metalkit/harness"
 	"github.com/redlite/batch/metalkit/harness/harnesstest"
 	"github.com/redlite/batch/metalkit/kernels"
 )
+
+// No kernel of the library declares more threadgroup memory than a threadgroup has (a GPU
+// would refuse its pipeline).
+func TestThreadgroupMemoryOfEveryKernel(t *testing.T) {
+	if err := harnesstest.Device(t).(*harness.Device).CheckThreadgroupMemory(); err != nil {
+		t.Fatal(err)
+	}
+}
 
 func TestSourceInlinesHeadersOnce(t *testing.T) {
 	src := kernels.Source()

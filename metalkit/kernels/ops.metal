@@ -251,7 +251,10 @@ kernel void route_f32(constant route_f32_args & a [[buffer(0)]],
         p[e] *= inv;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    // k rounds of selection; a chosen expert is marked −1 (probabilities are ≥ 0).
+    // k rounds of selection; a chosen expert is marked −1 (probabilities are ≥ 0). A NaN
+    // probability (NaN or infinite logits) ranks below every number, so that a row of them
+    // still chooses k distinct experts (k ≤ experts), with NaN weights, as the CPU does: a
+    // round never ends without a choice, which would mark p[−1].
     float chosen = 0.0f;
     device float * id = ids + (ulong) row * a.k;
     device float * w = weights + (ulong) row * a.k;
@@ -260,16 +263,23 @@ kernel void route_f32(constant route_f32_args & a [[buffer(0)]],
         int bi = -1;
         for (int e = tid; e < a.experts; e += ntg) {
             float v = p[e];
-            if (v >= 0.0f && ops_better(v, e, bv, bi)) {
+            if (v == -1.0f) {
+                continue;
+            }
+            if (isnan(v)) {
+                v = -0.5f;
+            }
+            if (ops_better(v, e, bv, bi)) {
                 bv = v;
                 bi = e;
             }
         }
         ops_best(bv, bi, pv, pi, sgid, lane, nsg);
-        chosen += bv;
         if (tid == 0) {
+            const float pb = p[bi];
+            chosen += pb;
             id[j] = (float) bi;
-            w[j] = bv;
+            w[j] = pb;
             p[bi] = -1.0f;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);

@@ -16,6 +16,13 @@ const (
 // MTLLanguageVersion: (major << 16) | minor.
 const languageVersion3_0 uint = 3 << 16 // minor 0
 
+// MTLGPUFamily values the device must support (Metal/MTLDevice.hpp): Apple7 is the M1's
+// family (SIMD-group matrices, 32 KiB of threadgroup memory); Metal3 the Metal 3 feature set.
+const (
+	gpuFamilyApple7 int = 1007
+	gpuFamilyMetal3 int = 5001
+)
+
 // MTLMathMode and MTLMathFloatingPointFunctions (MTLCompileOptions, macOS 15 and later).
 const (
 	mathModeSafe                      int = 0

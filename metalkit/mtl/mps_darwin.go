@@ -35,10 +35,6 @@ func openMPS() error {
 	return mpsErr
 }
 
-// gemmShape keys the MPSMatrixMultiplication kernels: one object per shape, as Red Lite
-// keeps them (the kernel fixes the sizes at initialisation).
-type gemmShape struct{ m, n, k int }
-
 // gemmCacheMax bounds the kernels kept: the token count is part of the shape, and a daemon
 // sees prompts of every length. Past it the cache starts over; releasing a kernel already
 // encoded is safe (the command buffer holds what it runs, as when a Swift caller's kernel
@@ -83,7 +79,8 @@ func (c *commands) encodeGEMM(g device.GEMM) {
 		c.fail(&device.Error{Op: op, Kernel: kernel, Err: err})
 		return
 	}
-	withPool(func() {
+	c.enter()
+	func() {
 		kern, err := c.d.gemmKernel(gemmShape{g.M, g.N, g.K})
 		if err != nil {
 			c.fail(&device.Error{Op: op, Kernel: kernel, Err: err})
@@ -114,7 +111,7 @@ func (c *commands) encodeGEMM(g device.GEMM) {
 		if c.inBuffer >= splitAfter(len(c.done)) {
 			c.submit()
 		}
-	})
+	}()
 }
 
 // newMatrix makes an MPSMatrix (+1) over m, rows×cols; 0 if MPS refuses it.

@@ -7,8 +7,8 @@ import (
 )
 
 // Every Objective-C message the Metal device sends is declared here, once, with the Go types
-// of its result and arguments; the darwin code calls these declarations (msgN.send) and
-// nothing else sends a message. A wrong selector or argument type fails only at run time
+// of its result and arguments; the device calls these declarations (msgN.send, msg_call.go)
+// and nothing else sends a message. A wrong selector or argument type fails only at run time
 // on a Mac, so TestSelectors (on Linux) checks each declaration against Apple's published
 // signature in testdata/selectors.txt, and checks that no other file sends a message.
 //
@@ -18,8 +18,12 @@ import (
 //	*id           an out-parameter NSError ** (^@)  int     NSInteger (q)
 //	sel           a selector (:)                uint64  uint64_t (Q)
 //	block         a block, always nil here (@?) bool    BOOL on arm64 (B)
-//	void          no result (v)                 string  a C string, const char * (r*)
-//	unsafe.Pointer  void * (^v)                 mtlSize MTLSize ({MTLSize=QQQ})
+//	void          no result (v)                 *byte   a C string argument, const char * (r*)
+//	unsafe.Pointer  void * (^v)                 string  a C string result, copied (r*)
+//	*mtlSize      MTLSize ({MTLSize=QQQ}), which arm64 passes as a pointer to a copy
+//	              (msg_call.go)
+//	nsRange       NSRange ({_NSRange=QQ}), passed in two registers
+//	*uint         an array of NSUInteger (^Q)   *id     also an array of objects (^@)
 
 // id is an Objective-C object pointer (objc.ID on darwin); 0 is nil.
 type id uintptr
@@ -35,7 +39,6 @@ type void struct{}
 
 // Receivers. Each class we message by name, and each message, in one table.
 var (
-	classNSAutoreleasePool         = newClass("NSAutoreleasePool")
 	classNSString                  = newClass("NSString")
 	classMTLCompileOptions         = newClass("MTLCompileOptions")
 	classMTLFunctionConstantValues = newClass("MTLFunctionConstantValues")
@@ -52,11 +55,8 @@ var (
 	msgRetain             = newMsg0[id]("retain")
 	msgRespondsToSelector = newMsg1[bool, sel]("respondsToSelector:")
 
-	// NSAutoreleasePool
-	msgDrain = newMsg0[void]("drain")
-
 	// NSString
-	msgInitWithCStringEncoding = newMsg2[id, string, uint]("initWithCString:encoding:")
+	msgInitWithCStringEncoding = newMsg2[id, *byte, uint]("initWithCString:encoding:")
 	msgUTF8String              = newMsg0[string]("UTF8String")
 
 	// NSError
@@ -70,6 +70,7 @@ var (
 	msgCurrentAllocatedSize         = newMsg0[uint]("currentAllocatedSize")
 	msgHasUnifiedMemory             = newMsg0[bool]("hasUnifiedMemory")
 	msgMaxBufferLength              = newMsg0[uint]("maxBufferLength")
+	msgSupportsFamily               = newMsg1[bool, int]("supportsFamily:")
 	msgNewCommandQueue              = newMsg0[id]("newCommandQueue")
 	msgNewBufferWithLength          = newMsg2[id, uint, uint]("newBufferWithLength:options:")
 	msgNewBufferWithBytesNoCopy     = newMsg4[id, unsafe.Pointer, uint, uint, block]("newBufferWithBytesNoCopy:length:options:deallocator:")
@@ -89,6 +90,7 @@ var (
 	// MTLComputePipelineState
 	msgMaxTotalThreadsPerThreadgroup = newMsg0[uint]("maxTotalThreadsPerThreadgroup")
 	msgThreadExecutionWidth          = newMsg0[uint]("threadExecutionWidth")
+	msgStaticThreadgroupMemoryLength = newMsg0[uint]("staticThreadgroupMemoryLength")
 
 	// MTLBuffer
 	msgContents = newMsg0[unsafe.Pointer]("contents")
@@ -106,9 +108,10 @@ var (
 	// MTLComputeCommandEncoder
 	msgSetComputePipelineState    = newMsg1[void, id]("setComputePipelineState:")
 	msgSetBuffer                  = newMsg3[void, id, uint, uint]("setBuffer:offset:atIndex:")
+	msgSetBuffers                 = newMsg3[void, *id, *uint, nsRange]("setBuffers:offsets:withRange:")
 	msgSetBytes                   = newMsg3[void, unsafe.Pointer, uint, uint]("setBytes:length:atIndex:")
 	msgSetThreadgroupMemoryLength = newMsg2[void, uint, uint]("setThreadgroupMemoryLength:atIndex:")
-	msgDispatchThreadgroups       = newMsg2[void, mtlSize, mtlSize]("dispatchThreadgroups:threadsPerThreadgroup:")
+	msgDispatchThreadgroups       = newMsg2[void, *mtlSize, *mtlSize]("dispatchThreadgroups:threadsPerThreadgroup:")
 
 	// MetalPerformanceShaders: MPSMatrixDescriptor (a class method), MPSMatrix,
 	// MPSMatrixMultiplication (mps.go)
@@ -146,8 +149,8 @@ func newClass(name string) *class {
 	return c
 }
 
-// msgBase is what every declared message has: its selector's name and, on darwin, the
-// registered selector and a typed objc_msgSend, set on first use.
+// msgBase is what every declared message has: its selector's name and the registered
+// selector, set on first use (msg_call.go).
 type msgBase struct {
 	name string
 	once sync.Once
@@ -156,68 +159,49 @@ type msgBase struct {
 
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
-type msg0[R any] struct {
-	msgBase
-	fn  func(id, sel) R
-	fnv func(id, sel)
-}
+type msg0[R res] struct{ msgBase }
 
-type msg1[R, A any] struct {
-	msgBase
-	fn  func(id, sel, A) R
-	fnv func(id, sel, A)
-}
+type msg1[R res, A arg] struct{ msgBase }
 
-type msg2[R, A, B any] struct {
-	msgBase
-	fn  func(id, sel, A, B) R
-	fnv func(id, sel, A, B)
-}
+type msg2[R res, A, B arg] struct{ msgBase }
 
-type msg3[R, A, B, C any] struct {
-	msgBase
-	fn  func(id, sel, A, B, C) R
-	fnv func(id, sel, A, B, C)
-}
+type msg3[R res, A, B, C arg] struct{ msgBase }
 
-type msg4[R, A, B, C, D any] struct {
-	msgBase
-	fn  func(id, sel, A, B, C, D) R
-	fnv func(id, sel, A, B, C, D)
-}
+type msg4[R res, A, B, C, D arg] struct{ msgBase }
 
-// msg8 is the one eight-argument message (MPSMatrixMultiplication's initialiser).
+// msg8 is the one eight-argument message, and the one with floating-point arguments
+// (MPSMatrixMultiplication's initialiser): objc_msgSend bound to its Go signature.
 type msg8[R, A, B, C, D, E, F, G, H any] struct {
 	msgBase
-	fn  func(id, sel, A, B, C, D, E, F, G, H) R
-	fnv func(id, sel, A, B, C, D, E, F, G, H)
+	bind sync.Once
+	fn   func(id, sel, A, B, C, D, E, F, G, H) R
 }
 
-func newMsg0[R any](name string) *msg0[R] {
+func newMsg0[R res](name string) *msg0[R] {
 	m := &msg0[R]{msgBase: msgBase{name: name}}
 	messages = append(messages, m)
 	return m
 }
 
-func newMsg1[R, A any](name string) *msg1[R, A] {
+func newMsg1[R res, A arg](name string) *msg1[R, A] {
 	m := &msg1[R, A]{msgBase: msgBase{name: name}}
 	messages = append(messages, m)
 	return m
 }
 
-func newMsg2[R, A, B any](name string) *msg2[R, A, B] {
+func newMsg2[R res, A, B arg](name string) *msg2[R, A, B] {
 	m := &msg2[R, A, B]{msgBase: msgBase{name: name}}
 	messages = append(messages, m)
 	return m
 }
 
-func newMsg3[R, A, B, C any](name string) *msg3[R, A, B, C] {
+func newMsg3[R res, A, B, C arg](name string) *msg3[R, A, B, C] {
 	m := &msg3[R, A, B, C]{msgBase: msgBase{name: name}}
 	messages = append(messages, m)
 	return m
 }
 
-func newMsg4[R, A, B, C, D any](name string) *msg4[R, A, B, C, D] {
+func newMsg4[R res, A, B, C, D arg](name string) *msg4[R, A, B, C, D] {
 	m := &msg4[R, A, B, C, D]{msgBase: msgBase{name: name}}
 	messages = append(messages, m)
 	return m

@@ -25,6 +25,12 @@ import (
 // (New), or no GPU.
 var ErrUnavailable = errors.New("metalkit: Metal is not available on this system")
 
+// ErrUnsupportedGPU is returned, wrapped with ErrUnavailable (so that a backend chosen
+// automatically falls back to the CPU), where the Metal device is not of the Apple7 family
+// with Metal 3: the M1 and later are; the virtual GPU of GitHub's hosted macOS runners
+// (Apple5 family) is not.
+var ErrUnsupportedGPU = errors.New("the GPU is not of the Apple7 family with Metal 3 (an M1 or later)")
+
 // Facts describes the default Metal device, as the planner and the daemon's capabilities
 // report need it.
 type Facts struct {

@@ -3,79 +3,64 @@
 package mtl
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
-	"unsafe"
 
 	"github.com/ebitengine/purego"
 
 	"github.com/redlite/batch/metalkit/device"
 )
 
-// The frameworks, opened once. Apple: "In macOS, in order for the system to provide a
-// default Metal device object, you must link to the Core Graphics framework" — a command
-// line tool like ours links nothing, so it is opened by hand before the first device.
+// The frameworks, opened once: libobjc and Metal give the runtime the device talks to.
+// Apple: "In macOS, in order for the system to provide a default Metal device object, you
+// must link to the Core Graphics framework" — a command line tool like ours links nothing,
+// so it is opened by hand before the first device.
 var (
 	frameworksOnce sync.Once
 	frameworksErr  error
-	createDevice   func() id // MTLCreateSystemDefaultDevice, returns +1
 )
 
 func openFrameworks() error {
 	frameworksOnce.Do(func() {
-		metal, err := purego.Dlopen("/System/Library/Frameworks/Metal.framework/Metal", purego.RTLD_NOW|purego.RTLD_GLOBAL)
-		if err != nil {
-			frameworksErr = fmt.Errorf("%w: %v", ErrUnavailable, err)
-			return
+		frameworksErr = func() error {
+			objc, err := purego.Dlopen("/usr/lib/libobjc.A.dylib", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+			if err != nil {
+				return err
+			}
+			metal, err := purego.Dlopen("/System/Library/Frameworks/Metal.framework/Metal", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+			if err != nil {
+				return err
+			}
+			if _, err := purego.Dlopen("/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics", purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
+				return err
+			}
+			r := Runtime{Call: purego.SyscallN, RegisterFunc: purego.RegisterFunc}
+			if r.MsgSend, err = purego.Dlsym(objc, "objc_msgSend"); err != nil {
+				return err
+			}
+			if r.RegisterName, err = purego.Dlsym(objc, "sel_registerName"); err != nil {
+				return err
+			}
+			if r.GetClass, err = purego.Dlsym(objc, "objc_getClass"); err != nil {
+				return err
+			}
+			if r.PoolPush, err = purego.Dlsym(objc, "objc_autoreleasePoolPush"); err != nil {
+				return err
+			}
+			if r.PoolPop, err = purego.Dlsym(objc, "objc_autoreleasePoolPop"); err != nil {
+				return err
+			}
+			if r.CreateDevice, err = purego.Dlsym(metal, "MTLCreateSystemDefaultDevice"); err != nil {
+				return err
+			}
+			return installRuntime(r)
+		}()
+		if frameworksErr != nil {
+			frameworksErr = fmt.Errorf("%w: %v", ErrUnavailable, frameworksErr)
 		}
-		if _, err := purego.Dlopen("/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics", purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
-			frameworksErr = fmt.Errorf("%w: %v", ErrUnavailable, err)
-			return
-		}
-		fn, err := purego.Dlsym(metal, "MTLCreateSystemDefaultDevice")
-		if err != nil {
-			frameworksErr = fmt.Errorf("%w: %v", ErrUnavailable, err)
-			return
-		}
-		purego.RegisterFunc(&createDevice, fn)
 	})
 	return frameworksErr
-}
-
-// withPool runs f inside an autorelease pool on one OS thread: objects Metal and
-// Foundation return autoreleased (command buffers, encoders, NSErrors, names) are freed
-// when it drains, and a pool belongs to the thread that made it, while a goroutine may
-// move between threads.
-func withPool(f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	pool := msgInit.send(msgAlloc.send(classNSAutoreleasePool.get()))
-	defer msgDrain.send(pool)
-	f()
-}
-
-// goString copies an NSString.
-func goString(s id) string {
-	if s == 0 {
-		return ""
-	}
-	return msgUTF8String.send(s)
-}
-
-// newString makes an NSString the caller releases.
-func newString(s string) id {
-	return msgInitWithCStringEncoding.send(msgAlloc.send(classNSString.get()), s, utf8StringEncoding)
-}
-
-// errorText is an NSError's localizedDescription.
-func errorText(e id) string {
-	if e == 0 {
-		return "no error description"
-	}
-	return goString(msgLocalizedDescription.send(e))
 }
 
 // DefaultFacts reads the default Metal device's facts.
@@ -102,23 +87,9 @@ func DefaultFacts() (Facts, error) {
 	return f, err
 }
 
-// Device is the Metal device: one MTLDevice, one command queue and the library compiled
-// from the kernel source.
-type Device struct {
-	dev, queue, lib id
-	name            string
-	maxBuffer       int64
-	page            int64
-
-	mu        sync.Mutex
-	pipelines map[string]*pipeline
-	gemms     map[gemmShape]id // MPSMatrixMultiplication kernels by shape (mps_darwin.go)
-	closed    bool
-}
-
 // New opens the default Metal device and compiles source (metalkit/kernels.Source()) into
 // its library. Only Apple Silicon is supported: the backend relies on unified memory, and
-// the arm64 C ABI is the one the struct arguments were checked for.
+// the arm64 C ABI is the one the message layer passes arguments in (msg_call.go).
 func New(source string) (device.Device, error) {
 	if runtime.GOARCH != "arm64" {
 		return nil, fmt.Errorf("%w (the Metal backend needs Apple Silicon, this is %s)", ErrUnavailable, runtime.GOARCH)
@@ -126,470 +97,9 @@ func New(source string) (device.Device, error) {
 	if err := openFrameworks(); err != nil {
 		return nil, err
 	}
-	d := &Device{page: int64(os.Getpagesize()), pipelines: map[string]*pipeline{}}
-	var err error
-	withPool(func() {
-		d.dev = createDevice()
-		if d.dev == 0 {
-			err = ErrUnavailable
-			return
-		}
-		d.name = goString(msgName.send(d.dev))
-		d.maxBuffer = int64(msgMaxBufferLength.send(d.dev))
-		if d.queue = msgNewCommandQueue.send(d.dev); d.queue == 0 {
-			err = &device.Error{Op: "new command queue", Err: errors.New("the device made none")}
-			return
-		}
-		d.lib, err = d.compile(source)
-	})
+	d, err := newDevice(source)
 	if err != nil {
-		d.Close()
 		return nil, err
 	}
 	return d, nil
 }
-
-// compile builds the library. Fast math is off: Metal compiles with it on by default,
-// which lets the compiler assume there are no infinities or NaNs and reassociate sums —
-// our kernels mask with -INFINITY in softmax and are checked against the CPU backend
-// within tight tolerances, so they need IEEE behaviour (MTLMathModeSafe and precise
-// math functions on macOS 15+, where fastMathEnabled is deprecated; fastMathEnabled = NO
-// before). The language version is pinned to Metal 3.0 (macOS 13 and later, every Apple
-// Silicon Mac can run it) so the same source means the same thing on every Mac rather than
-// whatever the installed compiler defaults to.
-func (d *Device) compile(source string) (id, error) {
-	opts := msgInit.send(msgAlloc.send(classMTLCompileOptions.get()))
-	if opts == 0 {
-		return 0, &device.Error{Op: "compile", Err: errors.New("could not make MTLCompileOptions")}
-	}
-	defer msgRelease.send(opts)
-	if msgRespondsToSelector.send(opts, msgSetMathMode.selector()) {
-		msgSetMathMode.send(opts, mathModeSafe)
-		msgSetMathFloatingPointFunctions.send(opts, mathFloatingPointFunctionsPrecise)
-	} else {
-		msgSetFastMathEnabled.send(opts, false)
-	}
-	msgSetLanguageVersion.send(opts, languageVersion3_0)
-
-	src := newString(source)
-	if src == 0 {
-		return 0, &device.Error{Op: "compile", Err: errors.New("kernel source is not valid UTF-8 text")}
-	}
-	defer msgRelease.send(src)
-	var nserr id
-	lib := msgNewLibraryWithSource.send(d.dev, src, opts, &nserr)
-	if lib == 0 {
-		// The compiler's message names the file, line and column of each error.
-		return 0, &device.Error{Op: "compile", Err: fmt.Errorf("Metal library (language version 3.0, needs macOS 13 or later): %s", errorText(nserr))}
-	}
-	return lib, nil
-}
-
-func (d *Device) Name() string           { return d.name }
-func (d *Device) MaxBufferLength() int64 { return d.maxBuffer }
-
-// Facts reads this device's facts now.
-func (d *Device) Facts() Facts {
-	var f Facts
-	withPool(func() {
-		f = Facts{
-			Name:                     d.name,
-			RecommendedMaxWorkingSet: msgRecommendedMaxWorkingSetSize.send(d.dev),
-			CurrentAllocated:         uint64(msgCurrentAllocatedSize.send(d.dev)),
-			UnifiedMemory:            msgHasUnifiedMemory.send(d.dev),
-		}
-	})
-	return f
-}
-
-// Close releases the pipelines, the library, the queue and the device.
-func (d *Device) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil
-	}
-	d.closed = true
-	for _, p := range d.pipelines {
-		msgRelease.send(p.obj)
-	}
-	d.pipelines = nil
-	for _, k := range d.gemms {
-		msgRelease.send(k)
-	}
-	d.gemms = nil
-	for _, o := range []id{d.lib, d.queue, d.dev} {
-		if o != 0 {
-			msgRelease.send(o)
-		}
-	}
-	return nil
-}
-
-type pipeline struct {
-	obj        id
-	name       string
-	maxThreads int
-	simdWidth  int
-}
-
-func (p *pipeline) Name() string    { return p.name }
-func (p *pipeline) MaxThreads() int { return p.maxThreads }
-func (p *pipeline) SIMDWidth() int  { return p.simdWidth }
-
-// Pipeline compiles kernel name specialised with consts, once per name and constants.
-func (d *Device) Pipeline(name string, consts ...device.Constant) (device.Pipeline, error) {
-	key, err := pipelineKey(name, consts)
-	if err != nil {
-		return nil, &device.Error{Op: "pipeline " + name, Err: err}
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p, ok := d.pipelines[key]; ok {
-		return p, nil
-	}
-	if d.closed {
-		return nil, &device.Error{Op: "pipeline " + name, Err: errors.New("device closed")}
-	}
-	withPool(func() {
-		var p *pipeline
-		if p, err = d.newPipeline(name, consts); err == nil {
-			d.pipelines[key] = p
-		}
-	})
-	if err != nil {
-		return nil, &device.Error{Op: "pipeline " + name, Err: err}
-	}
-	return d.pipelines[key], nil
-}
-
-func (d *Device) newPipeline(name string, consts []device.Constant) (*pipeline, error) {
-	values := msgInit.send(msgAlloc.send(classMTLFunctionConstantValues.get()))
-	if values == 0 {
-		return nil, errors.New("could not make MTLFunctionConstantValues")
-	}
-	defer msgRelease.send(values)
-	for _, c := range consts {
-		t, data, err := constantValue(c)
-		if err != nil {
-			return nil, err
-		}
-		// Metal copies the value.
-		msgSetConstantValue.send(values, unsafe.Pointer(&data[0]), t, uint(c.Index))
-		runtime.KeepAlive(data)
-	}
-	fname := newString(name)
-	defer msgRelease.send(fname)
-	var nserr id
-	fn := msgNewFunctionWithNameConstValues.send(d.lib, fname, values, &nserr)
-	if fn == 0 {
-		return nil, fmt.Errorf("function: %s", errorText(nserr))
-	}
-	defer msgRelease.send(fn)
-	nserr = 0
-	obj := msgNewComputePipelineState.send(d.dev, fn, &nserr)
-	if obj == 0 {
-		return nil, fmt.Errorf("compute pipeline: %s", errorText(nserr))
-	}
-	return &pipeline{
-		obj:        obj,
-		name:       name,
-		maxThreads: int(msgMaxTotalThreadsPerThreadgroup.send(obj)),
-		simdWidth:  int(msgThreadExecutionWidth.send(obj)),
-	}, nil
-}
-
-// buffer is an MTLBuffer in shared storage: the host reads and writes its contents in place.
-type buffer struct {
-	dev      *Device
-	obj      id
-	contents []byte // the n bytes the buffer reports, over its storage
-	wrapped  []byte // a no-copy buffer's host memory, kept alive while the buffer lives
-	mu       sync.Mutex
-	released bool
-}
-
-func (b *buffer) Len() int64 { return int64(len(b.contents)) }
-
-func (b *buffer) Write(off int64, src []byte) error {
-	if b.wrapped != nil {
-		return &device.Error{Op: "write", Err: errWrapWrite}
-	}
-	if err := checkRange(off, int64(len(src)), b.Len()); err != nil {
-		return &device.Error{Op: "write", Err: err}
-	}
-	copy(b.contents[off:], src)
-	return nil
-}
-
-func (b *buffer) Read(off int64, dst []byte) error {
-	if err := checkRange(off, int64(len(dst)), b.Len()); err != nil {
-		return &device.Error{Op: "read", Err: err}
-	}
-	copy(dst, b.contents[off:])
-	return nil
-}
-
-func (b *buffer) Release() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.released {
-		return
-	}
-	b.released = true
-	msgRelease.send(b.obj)
-	b.contents, b.wrapped = nil, nil
-}
-
-// NewBuffer allocates size bytes of shared storage; Metal zero-fills new buffers.
-func (d *Device) NewBuffer(size int64) (device.Buffer, error) {
-	if size < 0 || size > d.maxBuffer {
-		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("%d bytes (the device's maxBufferLength is %d): %w", size, d.maxBuffer, device.ErrOutOfMemory)}
-	}
-	// Metal makes no empty buffer; a zero-length one still has a page behind it.
-	obj := msgNewBufferWithLength.send(d.dev, uint(max(size, 1)), resourceStorageModeShared)
-	if obj == 0 {
-		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("%d bytes: %w", size, device.ErrOutOfMemory)}
-	}
-	if got := int64(msgLength.send(obj)); got < max(size, 1) {
-		msgRelease.send(obj)
-		return nil, &device.Error{Op: "new buffer", Err: fmt.Errorf("asked for %d bytes, got a buffer of %d", size, got)}
-	}
-	ptr := msgContents.send(obj)
-	return &buffer{dev: d, obj: obj, contents: unsafe.Slice((*byte)(ptr), max(size, 1))[:size]}, nil
-}
-
-// WrapBuffer binds data in place (newBufferWithBytesNoCopy): data must start on a page
-// boundary (noCopyLength says why, and how its end is rounded).
-func (d *Device) WrapBuffer(data []byte) (device.Buffer, error) {
-	if len(data) == 0 {
-		return nil, &device.Error{Op: "wrap buffer", Err: errors.New("no bytes")}
-	}
-	ptr := unsafe.Pointer(&data[0])
-	n, err := noCopyLength(uintptr(ptr), int64(len(data)), d.page)
-	if err != nil {
-		return nil, &device.Error{Op: "wrap buffer", Err: err}
-	}
-	if n > d.maxBuffer {
-		return nil, &device.Error{Op: "wrap buffer", Err: fmt.Errorf("%d bytes (the device's maxBufferLength is %d): split the mapping: %w", n, d.maxBuffer, device.ErrOutOfMemory)}
-	}
-	// No deallocator: the memory is the caller's (the file mapping) and outlives the buffer.
-	obj := msgNewBufferWithBytesNoCopy.send(d.dev, ptr, uint(n), resourceStorageModeShared, 0)
-	if obj == 0 {
-		return nil, &device.Error{Op: "wrap buffer", Err: fmt.Errorf("%d bytes at %p: %w", n, ptr, device.ErrOutOfMemory)}
-	}
-	return &buffer{dev: d, obj: obj, contents: data, wrapped: data}, nil
-}
-
-// NewCommands starts a pass; see splitAfter for how it is cut into command buffers.
-func (d *Device) NewCommands() device.Commands { return &commands{d: d} }
-
-// commands encodes a pass into a sequence of command buffers, each with one serial compute
-// encoder, committed as they fill (splitAfter) and at Commit.
-type commands struct {
-	d *Device
-
-	cb, enc  id // the command buffer being encoded (0 between buffers) and its open compute encoder (0 between encoders)
-	inBuffer int
-	pipeline id              // the last pipeline set on enc, to skip redundant sets
-	bound    map[int]binding // the buffers bound on enc by index, to skip redundant binds
-	done     []submitted
-	encoded  int // dispatches encoded in the pass
-
-	committed, waited bool
-	err               error // the first encoding error; the pass stops encoding there
-	result            error
-}
-
-type binding struct {
-	obj id
-	off int64
-}
-
-// submitted is a committed command buffer and the dispatches it holds, for naming a failure.
-type submitted struct {
-	cb          id
-	first, last int
-}
-
-func (c *commands) fail(err error) {
-	if c.err == nil {
-		c.err = err
-	}
-}
-
-func (c *commands) Encode(d device.Dispatch) {
-	if c.committed {
-		c.fail(&device.Error{Op: "encode", Kernel: pipelineName(d.Pipeline), Err: errors.New("encoding after Commit")})
-		return
-	}
-	if c.err != nil {
-		return
-	}
-	p, ok := d.Pipeline.(*pipeline)
-	if !ok {
-		c.fail(&device.Error{Op: "encode", Kernel: pipelineName(d.Pipeline), Err: fmt.Errorf("pipeline %T is not a Metal pipeline", d.Pipeline)})
-		return
-	}
-	if err := checkDispatch(d, p.maxThreads); err != nil {
-		c.fail(&device.Error{Op: "encode", Kernel: p.name, Err: err})
-		return
-	}
-	for _, b := range d.Buffers {
-		if mb, ok := b.Buffer.(*buffer); !ok || mb.dev != c.d {
-			c.fail(&device.Error{Op: "encode", Kernel: p.name, Err: fmt.Errorf("buffer %d was not made by this device", b.Index)})
-			return
-		}
-	}
-	// Only starting a command buffer returns autoreleased objects, so only begin runs in an
-	// autorelease pool: the set… and dispatch messages return nothing, and a pool per
-	// dispatch would add three messages to the seven or so a dispatch costs.
-	if c.enc == 0 {
-		ok := false
-		withPool(func() { ok = c.open() })
-		if !ok {
-			return
-		}
-	}
-	if p.obj != c.pipeline {
-		msgSetComputePipelineState.send(c.enc, p.obj)
-		c.pipeline = p.obj
-	}
-	for _, b := range d.Buffers {
-		obj := b.Buffer.(*buffer).obj
-		if c.bound[b.Index] != (binding{obj, b.Offset}) {
-			msgSetBuffer.send(c.enc, obj, uint(b.Offset), uint(b.Index))
-			c.bound[b.Index] = binding{obj, b.Offset}
-		}
-	}
-	for _, b := range d.Bytes {
-		// Metal copies the bytes now.
-		msgSetBytes.send(c.enc, unsafe.Pointer(&b.Data[0]), uint(len(b.Data)), uint(b.Index))
-		delete(c.bound, b.Index) // setBytes replaces a buffer bound at the index
-	}
-	for _, s := range d.Shared {
-		msgSetThreadgroupMemoryLength.send(c.enc, uint(sharedLength(s.Size)), uint(s.Index))
-	}
-	msgDispatchThreadgroups.send(c.enc, sizeOf(d.Groups), sizeOf(d.Threads))
-	runtime.KeepAlive(d.Bytes)
-	c.encoded++
-	c.inBuffer++
-	if c.inBuffer >= splitAfter(len(c.done)) {
-		withPool(c.submit)
-	}
-}
-
-func pipelineName(p device.Pipeline) string {
-	if p == nil {
-		return ""
-	}
-	return p.Name()
-}
-
-// open starts a compute encoder, and a command buffer first when there is none, both
-// retained: they come back autoreleased. A command buffer may hold several encoders in
-// sequence: an MPS product is encoded on the command buffer between two of them (mps.go).
-func (c *commands) open() bool {
-	if !c.newBuffer() {
-		return false
-	}
-	enc := msgComputeCommandEncoder.send(c.cb)
-	if enc == 0 {
-		c.fail(&device.Error{Op: "new compute encoder", Err: errors.New("the command buffer made none")})
-		return false
-	}
-	c.enc = msgRetain.send(enc)
-	c.pipeline, c.bound = 0, map[int]binding{}
-	return true
-}
-
-// newBuffer starts a command buffer (retained) when none is being encoded.
-func (c *commands) newBuffer() bool {
-	if c.cb != 0 {
-		return true
-	}
-	cb := msgCommandBuffer.send(c.d.queue)
-	if cb == 0 {
-		c.fail(&device.Error{Op: "new command buffer", Err: errors.New("the queue made none")})
-		return false
-	}
-	c.cb, c.inBuffer = msgRetain.send(cb), 0
-	return true
-}
-
-// closeEncoder ends the open compute encoder, if any; the command buffer stays.
-func (c *commands) closeEncoder() {
-	if c.enc != 0 {
-		msgEndEncoding.send(c.enc)
-		msgRelease.send(c.enc)
-		c.enc = 0
-	}
-}
-
-// submit ends the current encoder and commits its command buffer.
-func (c *commands) submit() {
-	c.closeEncoder()
-	msgCommit.send(c.cb)
-	c.done = append(c.done, submitted{cb: c.cb, first: c.encoded - c.inBuffer, last: c.encoded - 1})
-	c.cb, c.enc, c.inBuffer = 0, 0, 0
-}
-
-func (c *commands) Commit() {
-	if c.committed {
-		return
-	}
-	c.committed = true
-	if c.cb == 0 {
-		return
-	}
-	withPool(func() {
-		if c.err != nil {
-			// Do not run a buffer that stops in the middle of the pass: end it unrun.
-			c.closeEncoder()
-			msgRelease.send(c.cb)
-			c.cb, c.enc = 0, 0
-			return
-		}
-		c.submit()
-	})
-}
-
-// Wait waits for every committed command buffer, in order, and returns the first failure:
-// an encoding error, or a command buffer's error (out of memory wraps ErrOutOfMemory).
-func (c *commands) Wait() error {
-	if !c.committed {
-		return &device.Error{Op: "wait", Err: errors.New("Wait before Commit")}
-	}
-	if c.waited {
-		return c.result
-	}
-	c.waited = true
-	var failed error
-	withPool(func() {
-		for i, s := range c.done {
-			msgWaitUntilCompleted.send(s.cb)
-			if failed == nil && msgStatus.send(s.cb) == statusError {
-				e := msgError.send(s.cb)
-				op := fmt.Sprintf("command buffer %d of %d (dispatches %d to %d)", i+1, len(c.done), s.first, s.last)
-				var code int64
-				var domain string
-				if e != 0 {
-					code = int64(msgCode.send(e))
-					domain = goString(msgDomain.send(e))
-				}
-				failed = commandBufferError(op, code, domain, errorText(e))
-			}
-			msgRelease.send(s.cb)
-		}
-	})
-	c.done = nil
-	switch {
-	case c.err != nil:
-		c.result = c.err
-	case failed != nil:
-		c.result = failed
-	}
-	return c.result
-}
-
-var _ device.Device = (*Device)(nil)

@@ -27,6 +27,17 @@ func sizeOf(v [3]int) mtlSize {
 	return mtlSize{Width: uint(v[0]), Height: uint(v[1]), Depth: uint(v[2])}
 }
 
+// nsRange is NSRange: location and length, two NSUInteger. At 16 bytes it is passed in two
+// integer registers (AAPCS64: a composite of at most 16 bytes that is not floating-point
+// goes in the next two general registers), so the message layer passes it as two words.
+type nsRange struct {
+	Location, Length uint
+}
+
+// maxBindings is the size of a compute encoder's buffer and threadgroup-memory argument
+// tables (Metal's limit of 31 buffer entries per stage, rounded to what we check).
+const maxBindings = 31
+
 // noCopyLength is the length to give newBufferWithBytesNoCopy:length:options:deallocator:
 // for n bytes at addr: Metal wants a page-aligned pointer and a whole number of pages.
 // The start cannot be moved (the bytes before it may not be ours to bind, and offsets into
@@ -127,17 +138,20 @@ func checkDispatch(d device.Dispatch, maxThreads int) error {
 		if b.Buffer == nil {
 			return fmt.Errorf("buffer %d is nil", b.Index)
 		}
-		if b.Index < 0 || b.Offset < 0 || b.Offset > b.Buffer.Len() {
+		if b.Index < 0 || b.Index >= maxBindings {
+			return fmt.Errorf("buffer index %d: Metal binds buffers at 0 to %d", b.Index, maxBindings-1)
+		}
+		if b.Offset < 0 || b.Offset > b.Buffer.Len() {
 			return fmt.Errorf("buffer %d at offset %d: outside its %d bytes", b.Index, b.Offset, b.Buffer.Len())
 		}
 	}
 	for _, b := range d.Bytes {
-		if b.Index < 0 || len(b.Data) == 0 || len(b.Data) > maxBytesLength {
+		if b.Index < 0 || b.Index >= maxBindings || len(b.Data) == 0 || len(b.Data) > maxBytesLength {
 			return fmt.Errorf("bytes %d: %d bytes (setBytes takes 1 to %d)", b.Index, len(b.Data), maxBytesLength)
 		}
 	}
 	for _, s := range d.Shared {
-		if s.Index < 0 || s.Size < 0 {
+		if s.Index < 0 || s.Index >= maxBindings || s.Size < 0 {
 			return fmt.Errorf("threadgroup memory %d of %d bytes", s.Index, s.Size)
 		}
 	}

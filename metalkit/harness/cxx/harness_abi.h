@@ -36,6 +36,7 @@ typedef void (*__msl_kernel_fn)(const struct __msl_ctx *);
 struct __msl_kernel_desc {
 	const char *name;
 	__msl_kernel_fn fn;
+	uint32_t static_tg; // bytes of threadgroup memory the kernel declares (every declaration, reached or not)
 };
 
 void __msl_barrier(const char *op, const char *file, uint32_t line, uint32_t col);

@@ -387,8 +387,14 @@ template <class V> requires __vecish<V> inline auto abs(const V &v) {
 		for (int i = 0; i < R::N; i++) r.e[i] = name(typename R::T(__comp(a, i)), typename R::T(__comp(b, i))); \
 		return r;                                                                                  \
 	}
-MSL_MAP2(min, b < a ? b : a)
-MSL_MAP2(max, a < b ? b : a)
+// For floating types Metal's min and max are fmin and fmax: a NaN argument gives the other
+// one (NaN only when both are); integers compare.
+template <class T> constexpr bool __msl_nan(const T &x) {
+	if constexpr (std::is_integral_v<T>) return false;
+	else return x != x;
+}
+MSL_MAP2(min, __msl_nan(a) ? b : __msl_nan(b) ? a : b < a ? b : a)
+MSL_MAP2(max, __msl_nan(a) ? b : __msl_nan(b) ? a : a < b ? b : a)
 MSL_MAP2(fmin, __builtin_fminf(float(a), float(b)))
 MSL_MAP2(fmax, __builtin_fmaxf(float(a), float(b)))
 MSL_MAP2(pow, __builtin_powf(float(a), float(b)))

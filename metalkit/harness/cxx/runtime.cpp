@@ -49,7 +49,7 @@ enum { ST_OK = 0, ST_ERR = 1, ST_OOM = 2 };
 
 static const int MAX_THREADS = 1024;          // threads per threadgroup (Apple GPUs)
 static const size_t STACK_SIZE = 256 << 10;   // per fiber; ASan frames are large
-static const size_t MAX_SHARED = 32 << 10;    // threadgroup memory per threadgroup
+static const size_t MAX_SHARED = MSL_MAX_SHARED; // threadgroup memory per threadgroup (device.MaxThreadgroupMemory)
 
 // ---------------------------------------------------------------- fibers
 // Our own context switch: swapcontext makes a sigprocmask syscall per switch.
@@ -292,14 +292,10 @@ extern "C" void __msl_simd_sync(__msl_slot *s, __msl_simd_fn fn, const char *op,
 }
 
 extern "C" void *__msl_tg_alloc(const void *key, size_t size, size_t align) {
+	// The kernel's declarations were counted before its first thread ran (run_group).
 	Worker *w = cur_worker;
 	for (auto &kv : w->tgvars)
 		if (kv.first == key) return kv.second;
-	w->tgbytes += size;
-	if (w->tgbytes > MAX_SHARED) {
-		std::string msg = "threadgroup memory of " + std::to_string(w->tgbytes) + " bytes exceeds " + std::to_string(MAX_SHARED);
-		__msl_fail(msg.c_str());
-	}
 	void *p = align > 16 ? aligned_alloc(align, (size + align - 1) / align * align) : malloc(size ? size : 1);
 	memset(p, 0xFF, size); // uninitialised threadgroup memory reads as NaN
 	w->tgvars.push_back({key, p});
@@ -320,7 +316,7 @@ static bool run_group(Worker *w, const Dispatch &d, const uint32_t g[3]) {
 	const uint32_t T = tx * ty * tz;
 	void *tgp[MSL_MAX_BINDINGS] = {};
 	w->d = &d;
-	w->tgbytes = 0;
+	w->tgbytes = d.k->static_tg;
 	for (int i = 0; i < MSL_MAX_BINDINGS; i++)
 		if (d.shared[i]) {
 			w->tgbytes += d.shared[i];
@@ -329,7 +325,8 @@ static bool run_group(Worker *w, const Dispatch &d, const uint32_t g[3]) {
 		}
 	bool ok = true;
 	if (w->tgbytes > MAX_SHARED) {
-		w->err = "threadgroup memory of " + std::to_string(w->tgbytes) + " bytes exceeds " + std::to_string(MAX_SHARED);
+		w->err = "threadgroup memory of " + std::to_string(w->tgbytes) + " bytes (" + std::to_string(d.k->static_tg) +
+			 " declared by the kernel) exceeds " + std::to_string(MAX_SHARED);
 		ok = false;
 	}
 #ifdef MSL_ASAN
@@ -729,9 +726,11 @@ int main(int argc, char **argv) {
 	static char inbuf[1 << 16], outbuf[1 << 16];
 	setvbuf(stdin, inbuf, _IOFBF, sizeof inbuf);
 	setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
-	// Say hello with the kernel count so the Go side knows the library it talks to.
+	// Say hello with the kernel count so the Go side knows the library it talks to, then each
+	// kernel's static threadgroup memory.
 	wr<uint32_t>(0x4d534c48);
 	wr<uint32_t>((uint32_t)__msl_nkernels);
+	for (int i = 0; i < __msl_nkernels; i++) wr<uint32_t>(__msl_kernels[i].static_tg);
 	fflush(stdout);
 	for (;;) {
 		int op = fgetc(stdin);

@@ -234,3 +234,37 @@ kernel void st_too_much_shared(
 	threadgroup_barrier(mem_flags::mem_threadgroup);
 	out[tid] = big[tid] + more[tid % 4];
 }
+
+// Every thread returns before the declaration: a GPU allocates it all the same (32 KiB, with
+// the 16 bytes the dispatch sets: too much).
+kernel void st_static_unreached(
+		device float * out [[buffer(1)]],
+		threadgroup float * dyn [[threadgroup(0)]],
+		uint tid [[thread_index_in_threadgroup]]) {
+	if (tid < 4096) {
+		out[tid] = 1.0f;
+		return;
+	}
+	threadgroup float big[8192];
+	big[tid % 8192] = dyn[0];
+	out[tid] = big[tid % 8192];
+}
+
+// Metal's min and max on floating types are fmin and fmax: a NaN argument gives the other.
+kernel void st_nan_minmax(
+		device float * out [[buffer(1)]]) {
+	const float n = as_type<float>(0x7fc00000u);
+	const half hn = half(n);
+	out[0] = max(n, 1.0f);
+	out[1] = max(1.0f, n);
+	out[2] = min(n, 1.0f);
+	out[3] = min(1.0f, n);
+	out[4] = float(max(hn, 2.0h));
+	out[5] = float(min(2.0h, hn));
+	const float2 v = max(float2(n, 3.0f), float2(4.0f, n));
+	out[6] = v.x;
+	out[7] = v.y;
+	out[8] = max(n, n);
+	out[9] = clamp(n, 0.0f, 1.0f);
+	out[10] = float(max(3, 5));
+}
