@@ -134,7 +134,7 @@ func (d *Device) compile(source string) (id, error) {
 	lib := msgNewLibraryWithSource.send(d.dev, src, opts, &nserr)
 	if lib == 0 {
 		// The compiler's message names the file, line and column of each error.
-		return 0, &device.Error{Op: "compile", Err: fmt.Errorf("Metal library (language version 3.0, needs macOS 13 or later): %s", errorText(nserr))}
+		return 0, &device.Error{Op: "compile", Err: fmt.Errorf("the Metal library does not compile (language version 3.0, needs macOS 13 or later): %s", errorText(nserr))}
 	}
 	return lib, nil
 }
