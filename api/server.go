@@ -95,7 +95,8 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithTLSFiles(cfg.TLSFiles()), jobs.WithPollInterval(cfg.PollInterval))
+	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithTLSFiles(cfg.TLSFiles()), jobs.WithPollInterval(cfg.PollInterval),
+		jobs.WithWebhookAllow(cfg.WebhookAllow))
 	if err != nil {
 		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
 	}

@@ -47,6 +47,8 @@ type Options struct {
 	// Backend runs the engine; nil means the one REDLITE_BACKEND names (metalkit.Open).
 	// Tests inject a wrapped CPU backend to make an operation fail for one job.
 	Backend ml.Backend
+	// Resolver looks up webhook hosts; nil means the system's. Tests map names with it.
+	Resolver jobs.Resolver
 }
 
 // Daemon is a running redlited.
@@ -62,6 +64,8 @@ type Daemon struct {
 	obs    Observer
 	// backend is Options.Backend.
 	backend ml.Backend
+	// resolver is Options.Resolver.
+	resolver jobs.Resolver
 
 	lm    *loadedModel
 	w     *worker
@@ -103,11 +107,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, configErr(err)
 	}
-	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithTLSFiles(cfg.tlsFiles()))
+	client, err := jobs.NewClient(cfg.RedisURL, jobs.WithTLSFiles(cfg.tlsFiles()), jobs.WithWebhookAllow(cfg.WebhookAllow), jobs.WithResolver(o.Resolver))
 	if err != nil {
 		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
-	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, client: client, obs: o.Observer, backend: o.Backend,
+	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, client: client, obs: o.Observer, backend: o.Backend, resolver: o.Resolver,
 		insp: asynq.NewInspector(ru.AsynqOpt())}
 	if err := reg.Register(asynqmetrics.NewQueueMetricsCollector(d.insp)); err != nil {
 		d.closeClients()
@@ -226,7 +230,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err := d.startCapabilities(name, lm, budget, cal, policy, pool); err != nil {
 		return err
 	}
-	if d.hooks, err = newWebhookSender(d.redis, d.cfg, d.log, d.m); err != nil {
+	if d.hooks, err = newWebhookSender(d.redis, d.cfg, d.resolver, d.log, d.m); err != nil {
 		return err
 	}
 	d.hooks.start()

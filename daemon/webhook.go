@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -26,6 +27,8 @@ const (
 	// webhookClaim is how many due deliveries one sender takes at a time, and how many
 	// POSTs it has in flight.
 	webhookClaim = 8
+	// webhookPerDestination is how many POSTs one sender has in flight to one receiver.
+	webhookPerDestination = 4
 	// webhookMaxDelay caps the back-off between two attempts (a Retry-After may ask more,
 	// within REDLITE_WEBHOOK_RETRY_FOR).
 	webhookMaxDelay = 5 * time.Minute
@@ -44,13 +47,14 @@ type webhookSender struct {
 	secret []byte
 	log    *slog.Logger
 	m      *metrics
+	client *http.Client
 	kickc  chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func newWebhookSender(ru jobs.RedisURL, cfg Config, log *slog.Logger, m *metrics) (*webhookSender, error) {
+func newWebhookSender(ru jobs.RedisURL, cfg Config, r jobs.Resolver, log *slog.Logger, m *metrics) (*webhookSender, error) {
 	secret, err := cfg.webhookSecret()
 	if err != nil {
 		return nil, configErr(err)
@@ -60,7 +64,7 @@ func newWebhookSender(ru jobs.RedisURL, cfg Config, log *slog.Logger, m *metrics
 		return nil, errors.New("webhooks: unexpected redis client type")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &webhookSender{rdb: rdb, cfg: cfg, secret: secret, log: log, m: m, kickc: make(chan struct{}, 1),
+	return &webhookSender{rdb: rdb, cfg: cfg, secret: secret, log: log, m: m, client: webhookClient(cfg.WebhookAllow, r), kickc: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
 }
 
@@ -163,6 +167,18 @@ func (s *webhookSender) deliver(id string) {
 		}
 	}
 	retryAfter, err := s.post(ctx, h["url"], id, attempts, secret, []byte(h["body"]))
+	if errors.Is(err, jobs.ErrWebhookAddress) {
+		// The host is, or now resolves to, an address webhooks may not reach: no retry
+		// would change that but the operator's REDLITE_WEBHOOK_ALLOW.
+		s.m.webhooks.WithLabelValues("refused").Inc()
+		log.Warn("webhook delivery refused; giving up", "err", redactURLError(err))
+		s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, keyWebhooksDue, id)
+			p.Del(ctx, keyWebhook(id))
+			return nil
+		})
+		return
+	}
 	if err == nil {
 		s.m.webhooks.WithLabelValues("ok").Inc()
 		s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -213,7 +229,7 @@ func (s *webhookSender) post(ctx context.Context, url, id string, attempt int, s
 		req.Header.Set(jobs.WebhookHeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 		req.Header.Set(jobs.WebhookHeaderSignature, jobs.SignWebhook(secret, now, body))
 	}
-	resp, err := webhookClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -249,10 +265,20 @@ func (w *worker) postWebhook(ctx context.Context, log *slog.Logger, url, id stri
 	}
 }
 
-// webhookClient does not follow redirects: a result goes where the client said, nowhere else.
-var webhookClient = &http.Client{
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	Transport:     &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second},
+// webhookClient connects only to addresses that allow permits (jobs.WebhookAllow.DialContext),
+// through no proxy (the check must see the receiver's address, not a proxy's), and does not
+// follow redirects: a result goes where the client said, nowhere else.
+func webhookClient(allow jobs.WebhookAllow, r jobs.Resolver) *http.Client {
+	return &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			DialContext:           allow.DialContext(r, net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}),
+			ResponseHeaderTimeout: 30 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			MaxIdleConnsPerHost:   webhookPerDestination,
+			IdleConnTimeout:       90 * time.Second,
+		},
+	}
 }
 
 // redactURLError drops the URL that net/http puts in its errors.

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,10 +76,39 @@ func waitOutboxEmpty(t *testing.T, redisURL string) {
 	})
 }
 
+// allowLoopback lets b.client and the daemons started on b.cfg after it reach receivers on
+// 127.0.0.1, as an operator does with REDLITE_WEBHOOK_ALLOW=127.0.0.1/32.
+func allowLoopback(t *testing.T, b *testBundle) {
+	t.Helper()
+	cfg, err := ConfigFromEnv([]string{"REDLITE_WEBHOOK_ALLOW=127.0.0.1/32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg.WebhookAllow = cfg.WebhookAllow
+	client, err := jobs.NewClient(b.cfg.RedisURL, jobs.WithPollInterval(20*time.Millisecond), jobs.WithWebhookAllow(cfg.WebhookAllow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	b.client = client
+}
+
+// mapResolver answers from a table; a name outside it does not exist.
+type mapResolver map[string]string
+
+func (m mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	a, ok := m[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return []netip.Addr{netip.MustParseAddr(a)}, nil
+}
+
 func TestWebhooks(t *testing.T) {
 	const secret = "hook-secret"
 	t.Run("SignedAndRetried", func(t *testing.T) {
 		b := setup(t)
+		allowLoopback(t, b)
 		b.cfg.WebhookSecret = secret
 		b.cfg.WebhookRetryDelay = 20 * time.Millisecond
 		reg := prometheus.NewRegistry()
@@ -132,6 +163,7 @@ func TestWebhooks(t *testing.T) {
 
 	t.Run("GivesUp", func(t *testing.T) {
 		b := setup(t)
+		allowLoopback(t, b)
 		b.cfg.WebhookRetryDelay = 10 * time.Millisecond
 		b.cfg.WebhookRetryFor = 100 * time.Millisecond
 		startDaemon(t, b.cfg, Observer{})
@@ -149,6 +181,7 @@ func TestWebhooks(t *testing.T) {
 		// The first attempt fails and asks for 2 s; the daemon stops; the next daemon makes
 		// the delivery.
 		b := setup(t)
+		allowLoopback(t, b)
 		d := startDaemon(t, b.cfg, Observer{})
 		srv, calls := hookReceiver(t, status(503, "2"))
 		enqueue(t, b.client, &jobs.Generate{Prompt: "hook", MaxTokens: ptr(2), Common: jobs.Common{IdempotencyKey: "hook-restart", WebhookURL: srv.URL}})
@@ -162,6 +195,43 @@ func TestWebhooks(t *testing.T) {
 		}
 		waitOutboxEmpty(t, b.cfg.RedisURL)
 	})
+}
+
+// TestWebhookRebinding: a name that resolved to a public address at submit and resolves to
+// loopback at delivery is refused when the worker connects, and never retried; the
+// receiver on loopback, which would take the POST, gets none.
+func TestWebhookRebinding(t *testing.T) {
+	b := setup(t)
+	srv, calls := hookReceiver(t)
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	atSubmit, err := jobs.NewClient(b.cfg.RedisURL, jobs.WithResolver(mapResolver{"hooks.example.com": "93.184.215.14"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atSubmit.Close()
+	d, err := New(b.cfg, Options{Logger: testlog.New(t, 0), Registry: prometheus.NewRegistry(), Resolver: mapResolver{"hooks.example.com": "127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		d.Shutdown()
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Shutdown)
+	job := enqueue(t, atSubmit, &jobs.Generate{Prompt: "hook", MaxTokens: ptr(2), Common: jobs.Common{WebhookURL: "http://hooks.example.com:" + port + "/hook"}})
+	if _, err := b.client.Wait(context.Background(), job.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the delivery is refused", func() bool {
+		return counterValue(d.m.webhooks.WithLabelValues("refused")) == 1
+	})
+	waitOutboxEmpty(t, b.cfg.RedisURL)
+	if c := nextCallOrNone(calls); c != nil {
+		t.Errorf("the receiver on loopback got a POST (attempt %d)", c.attempt)
+	}
+	if n := counterValue(d.m.webhooks.WithLabelValues("ok")) + counterValue(d.m.webhooks.WithLabelValues("error")); n != 0 {
+		t.Errorf("%v attempts beside the refusal", n)
+	}
 }
 
 func nextCallOrNone(calls chan hookCall) *hookCall {

@@ -30,6 +30,8 @@ type jobsEnv struct {
 	KeyFile   string        `env:"REDLITE_REDIS_KEY_FILE"`
 	Retention time.Duration `env:"REDLITE_RESULT_RETENTION" envDefault:"24h"`
 	MaxRetry  int           `env:"REDLITE_MAX_RETRY" envDefault:"3"`
+	// WebhookAllow is the workers' REDLITE_WEBHOOK_ALLOW (jobs.WithWebhookAllow).
+	WebhookAllow jobs.WebhookAllow `env:"REDLITE_WEBHOOK_ALLOW"`
 }
 
 // jobsFlags are the connection flags every job command takes.
@@ -68,7 +70,8 @@ func (jf *jobsFlags) open(pollEvery time.Duration) (*jobs.Client, error) {
 	if jf.envErr != nil {
 		return nil, fmt.Errorf("environment: %w", jf.envErr)
 	}
-	opts := []jobs.ClientOption{jobs.WithRetention(jf.env.Retention), jobs.WithMaxRetry(jf.env.MaxRetry), jobs.WithTLSFiles(jf.tlsFiles())}
+	opts := []jobs.ClientOption{jobs.WithRetention(jf.env.Retention), jobs.WithMaxRetry(jf.env.MaxRetry), jobs.WithTLSFiles(jf.tlsFiles()),
+		jobs.WithWebhookAllow(jf.env.WebhookAllow)}
 	if pollEvery > 0 {
 		opts = append(opts, jobs.WithPollInterval(pollEvery))
 	}
@@ -261,9 +264,14 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		eopts = append(eopts, jobs.EnqueueAnyway())
 	}
 	job, err := c.Enqueue(ctx, p, eopts...)
-	if errors.Is(err, jobs.ErrDuplicate) {
+	switch {
+	case errors.Is(err, jobs.ErrDuplicate):
 		fmt.Fprintf(stderr, "redlite enqueue: %v; following the existing job\n", err)
-	} else if err != nil {
+	case errors.Is(err, jobs.ErrBadPayload):
+		// What only Enqueue can check (a webhook's address, a deadline passed meanwhile) is
+		// a payload error like the others: exit 2.
+		return usageErr("%v", err)
+	case err != nil:
 		return err
 	}
 	if !*wait {
