@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,11 +26,17 @@ import (
 // and recording it leaves the delivery to be made again after its lease.
 const (
 	keyWebhooksDue = "redlite:webhooks:due"
-	// webhookClaim is how many due deliveries one sender takes at a time, and how many
-	// POSTs it has in flight.
-	webhookClaim = 8
-	// webhookPerDestination is how many POSTs one sender has in flight to one receiver.
+	// webhookInFlight is how many POSTs one sender has in flight at most. Deliveries are
+	// independent: a slot is taken back as soon as its POST ends, and a POST waits on the
+	// network, not on a core, so the limit is high; it bounds memory (each holds a result).
+	webhookInFlight = 512
+	// webhookPerDestination is how many POSTs one sender has in flight to one receiver
+	// (scheme, host and port): a hanging receiver holds that many slots and delays only its
+	// own deliveries, however many it has due.
 	webhookPerDestination = 4
+	// webhookScan is how many due deliveries one claim looks through at most for ones
+	// whose receiver has a free slot.
+	webhookScan = 16384
 	// webhookMaxDelay caps the back-off between two attempts (a Retry-After may ask more,
 	// within REDLITE_WEBHOOK_RETRY_FOR).
 	webhookMaxDelay = 5 * time.Minute
@@ -49,9 +57,15 @@ type webhookSender struct {
 	m      *metrics
 	client *http.Client
 	kickc  chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	// mu guards busy, the POSTs in flight by destination, and inFlight, their sum;
+	// wg counts them.
+	mu       sync.Mutex
+	busy     map[string]int
+	inFlight int
+	wg       sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 func newWebhookSender(ru jobs.RedisURL, cfg Config, r jobs.Resolver, log *slog.Logger, m *metrics) (*webhookSender, error) {
@@ -65,7 +79,8 @@ func newWebhookSender(ru jobs.RedisURL, cfg Config, r jobs.Resolver, log *slog.L
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &webhookSender{rdb: rdb, cfg: cfg, secret: secret, log: log, m: m, client: webhookClient(cfg.WebhookAllow, r), kickc: make(chan struct{}, 1),
-		ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
+		busy: map[string]int{},
+		ctx:  ctx, cancel: cancel, done: make(chan struct{})}, nil
 }
 
 // add queues the delivery of a finished job's result envelope and wakes the sender.
@@ -79,11 +94,16 @@ func (s *webhookSender) add(ctx context.Context, url, id string, env []byte) err
 	if err != nil {
 		return fmt.Errorf("queue webhook of job %s: %w", id, err)
 	}
+	s.kick()
+	return nil
+}
+
+// kick wakes the sender's loop.
+func (s *webhookSender) kick() {
 	select {
 	case s.kickc <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 func (s *webhookSender) start() {
@@ -92,8 +112,7 @@ func (s *webhookSender) start() {
 		tick := time.NewTicker(webhookTick)
 		defer tick.Stop()
 		for {
-			for s.round() == webhookClaim && s.ctx.Err() == nil {
-			}
+			s.claim()
 			select {
 			case <-s.ctx.Done():
 				return
@@ -109,37 +128,122 @@ func (s *webhookSender) start() {
 func (s *webhookSender) terminate() {
 	s.cancel()
 	<-s.done
+	s.wg.Wait()
 	s.rdb.Close()
 }
 
-// claimScript takes up to ARGV[3] deliveries due by ARGV[1] (ms) and leases them until
-// ARGV[2]: another sender sees them again only if this one dies before it records them.
+// claimScript leases, until ARGV[2], those of the deliveries ARGV[3:] still due by ARGV[1]
+// (ms), and returns them: another sender sees them again only if this one dies before it
+// records them, and of two senders that chose the same delivery one gets it.
 var claimScript = redis.NewScript(`
-local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", ARGV[1], "LIMIT", 0, tonumber(ARGV[3]))
-for _, id in ipairs(ids) do redis.call("ZADD", KEYS[1], ARGV[2], id) end
-return ids`)
+local out = {}
+for i = 3, #ARGV do
+  local due = redis.call("ZSCORE", KEYS[1], ARGV[i])
+  if due and tonumber(due) <= tonumber(ARGV[1]) then
+    redis.call("ZADD", KEYS[1], ARGV[2], ARGV[i])
+    out[#out + 1] = ARGV[i]
+  end
+end
+return out`)
 
-// round makes one claim's deliveries and returns how many it claimed.
-func (s *webhookSender) round() int {
+// claim starts the due deliveries whose receivers have a free slot, in due order, while
+// the sender has slots free. It does not wait for them: each POST ends on its own and
+// kicks the loop to fill its slot (a pool, not a batch that waits for its slowest).
+func (s *webhookSender) claim() {
 	now := time.Now()
-	lease := now.Add(s.cfg.WebhookTimeout + 10*time.Second)
-	ids, err := claimScript.Run(s.ctx, s.rdb, []string{keyWebhooksDue}, now.UnixMilli(), lease.UnixMilli(), webhookClaim).StringSlice()
-	if err != nil {
+	s.mu.Lock()
+	free := webhookInFlight - s.inFlight
+	s.mu.Unlock()
+	if free <= 0 {
+		return
+	}
+	due, err := s.rdb.ZRangeByScore(s.ctx, keyWebhooksDue, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: webhookScan}).Result()
+	if err != nil || len(due) == 0 {
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Warn("claim webhook deliveries", "err", err)
+		}
+		return
+	}
+	urls := make([]*redis.StringCmd, len(due))
+	if _, err := s.rdb.Pipelined(s.ctx, func(p redis.Pipeliner) error {
+		for i, id := range due {
+			urls[i] = p.HGet(s.ctx, keyWebhook(id), "url")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
 		if s.ctx.Err() == nil {
 			s.log.Warn("claim webhook deliveries", "err", err)
 		}
-		return 0
+		return
 	}
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
+	// Choose, reserving slots as we go; a delivery without its hash is one deliver drops.
+	dest := map[string]string{}
+	var chosen []any
+	s.mu.Lock()
+	for i, id := range due {
+		if len(chosen) == free {
+			break
+		}
+		d := webhookDestination(urls[i].Val())
+		if s.busy[d] >= webhookPerDestination {
+			continue
+		}
+		s.busy[d]++
+		s.inFlight++
+		dest[id] = d
+		chosen = append(chosen, id)
+	}
+	s.mu.Unlock()
+	if len(chosen) == 0 {
+		return
+	}
+	lease := now.Add(s.cfg.WebhookTimeout + 10*time.Second)
+	args := append([]any{now.UnixMilli(), lease.UnixMilli()}, chosen...)
+	got, err := claimScript.Run(s.ctx, s.rdb, []string{keyWebhooksDue}, args...).StringSlice()
+	if err != nil && s.ctx.Err() == nil {
+		s.log.Warn("claim webhook deliveries", "err", err)
+	}
+	for _, id := range got {
+		d := dest[id]
+		delete(dest, id)
+		s.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer s.release(d)
 			s.deliver(id)
 		}()
 	}
-	wg.Wait()
-	return len(ids)
+	// What another sender took meanwhile, or the claim failed on, frees its slot.
+	s.mu.Lock()
+	for _, d := range dest {
+		s.releaseLocked(d)
+	}
+	s.mu.Unlock()
+}
+
+// release frees a delivery's slot and wakes the loop to fill it.
+func (s *webhookSender) release(d string) {
+	s.mu.Lock()
+	s.releaseLocked(d)
+	s.mu.Unlock()
+	s.wg.Done()
+	s.kick()
+}
+
+func (s *webhookSender) releaseLocked(d string) {
+	s.inFlight--
+	if s.busy[d]--; s.busy[d] <= 0 {
+		delete(s.busy, d)
+	}
+}
+
+// webhookDestination is the receiver a URL names, as the per-destination limit counts
+// them: scheme, host and port, in lower case.
+func webhookDestination(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host)
 }
 
 // deliver makes one attempt and records its outcome. It uses a context apart from the

@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -241,4 +243,106 @@ func nextCallOrNone(calls chan hookCall) *hookCall {
 	default:
 		return nil
 	}
+}
+
+// TestWebhookIsolation: deliveries are independent. 64 receivers that never answer, and a
+// fifth delivery to one of them queued behind four, hold their own slots only: another
+// tenant's delivery, due after all of them, arrives while every hanging POST is still in
+// flight (a sender that waited for its slowest POST would hold it for
+// REDLITE_WEBHOOK_TIMEOUT, here 10 minutes). It logs that delivery's latency, alone and
+// beside the hanging ones.
+func TestWebhookIsolation(t *testing.T) {
+	const hanging, queuedOnOne = 64, 8
+	b := setup(t)
+	allowLoopback(t, b)
+	cfg := b.cfg
+	cfg.WebhookTimeout = 10 * time.Minute
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru, err := jobs.ParseRedisURL(cfg.RedisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newWebhookSender(ru, cfg, nil, testlog.New(t, slog.LevelWarn), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.start()
+
+	// The hanging receivers report each POST as it arrives and hold it until the test ends.
+	release := make(chan struct{})
+	arrived := make(chan string, hanging+queuedOnOne)
+	var mu sync.Mutex
+	inFirst, maxInFirst := 0, 0
+	var urls []string
+	for i := range hanging {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if i == 0 {
+				mu.Lock()
+				inFirst++
+				maxInFirst = max(maxInFirst, inFirst)
+				mu.Unlock()
+				defer func() { mu.Lock(); inFirst--; mu.Unlock() }()
+			}
+			arrived <- r.Header.Get(jobs.WebhookHeaderJobID)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL+"/hook")
+	}
+	// Cleanups run last first: release the hanging POSTs, then stop the sender, then the
+	// receivers.
+	t.Cleanup(s.terminate)
+	t.Cleanup(func() { close(release) })
+
+	good, calls := hookReceiver(t)
+	deliver := func(id string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		if err := s.add(context.Background(), good.URL+"/hook", id, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		c := nextCall(t, calls)
+		return c.at.Sub(start)
+	}
+	alone := deliver("alone")
+
+	for i, u := range urls {
+		if err := s.add(context.Background(), u, "hang-"+strconv.Itoa(i), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range queuedOnOne - 1 {
+		if err := s.add(context.Background(), urls[0], "queued-"+strconv.Itoa(i), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every hanging receiver has a POST in flight, the first webhookPerDestination.
+	want := hanging - 1 + webhookPerDestination
+	for range want {
+		select {
+		case <-arrived:
+		case <-time.After(waitLimit):
+			t.Fatalf("fewer than %d hanging POSTs in flight", want)
+		}
+	}
+	beside := deliver("beside")
+	if n := len(arrived); n != 0 {
+		t.Errorf("%d more POSTs reached the hanging receivers than their slots", n)
+	}
+	mu.Lock()
+	if maxInFirst != webhookPerDestination {
+		t.Errorf("the receiver with %d deliveries had %d POSTs in flight at once, want %d", queuedOnOne, maxInFirst, webhookPerDestination)
+	}
+	mu.Unlock()
+	waitUntil(t, "the second delivery is recorded", func() bool { return counterValue(m.webhooks.WithLabelValues("ok")) == 2 })
+	if n := len(arrived); n != 0 {
+		t.Errorf("a hanging receiver got %d more POSTs", n)
+	}
+	t.Logf("another tenant's delivery: %v alone, %v beside %d hanging receivers", alone, beside, hanging)
 }
