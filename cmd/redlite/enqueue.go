@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caarlos0/env/v11"
-
+	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -43,11 +42,19 @@ type jobsFlags struct {
 
 func addJobsFlags(fs *flag.FlagSet) *jobsFlags {
 	jf := &jobsFlags{}
-	jf.env, jf.envErr = env.ParseAs[jobsEnv]()
+	jf.env, jf.envErr = envconf.Parse[jobsEnv](os.Environ()) // errors name the variable
 	// The flag's default stays empty: the flag package would print the URL, password and
 	// all, in the help text.
 	jf.redis = fs.String("redis", "", "Redis `URL` (default $REDLITE_REDIS_URL, else "+defaultRedisURL+")")
 	return jf
+}
+
+// envError is a bad REDLITE_* variable: a bad setting, as a bad flag is (exit 2).
+func (jf *jobsFlags) envError() error {
+	if jf.envErr != nil {
+		return usageErr("environment: %v", jf.envErr)
+	}
+	return nil
 }
 
 const defaultRedisURL = "redis://127.0.0.1:6379/0"
@@ -67,8 +74,8 @@ func (jf *jobsFlags) redisURL() string {
 
 // open connects to Redis; the caller closes the client.
 func (jf *jobsFlags) open(pollEvery time.Duration) (*jobs.Client, error) {
-	if jf.envErr != nil {
-		return nil, fmt.Errorf("environment: %w", jf.envErr)
+	if err := jf.envError(); err != nil {
+		return nil, err
 	}
 	opts := []jobs.ClientOption{jobs.WithRetention(jf.env.Retention), jobs.WithMaxRetry(jf.env.MaxRetry), jobs.WithTLSFiles(jf.tlsFiles()),
 		jobs.WithWebhookAllow(jf.env.WebhookAllow)}

@@ -25,3 +25,14 @@ func TestEnqueueWebhookRefused(t *testing.T) {
 		t.Errorf("allowlisted: exit %d, %s", code, errs)
 	}
 }
+
+// TestBadWebhookAllow: a REDLITE_WEBHOOK_ALLOW that does not parse is a bad setting: exit 2
+// naming it, before anything is enqueued.
+func TestBadWebhookAllow(t *testing.T) {
+	url := jobsSetup(t, false)
+	t.Setenv("REDLITE_WEBHOOK_ALLOW", "10.0.0.0/40")
+	code, _, errs := runCmd(t, "enqueue", "generate", "--redis", url, "--prompt", "x", "--anyway")
+	if code != 2 || !strings.Contains(errs, `REDLITE_WEBHOOK_ALLOW`) || !strings.Contains(errs, `"10.0.0.0/40" is not a CIDR`) {
+		t.Errorf("exit %d, stderr %q; want exit 2 naming REDLITE_WEBHOOK_ALLOW", code, errs)
+	}
+}
