@@ -63,9 +63,13 @@ type webhookSender struct {
 	busy     map[string]int
 	inFlight int
 	wg       sync.WaitGroup
-	ctx      context.Context
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// dests remembers the destination of the due deliveries seen, so that a claim reads
+	// from Redis only the URLs of new ones: while receivers hang, deliveries wait due and
+	// every claim looks through them. Only the loop's goroutine uses it.
+	dests  map[string]string
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func newWebhookSender(ru jobs.RedisURL, cfg Config, r jobs.Resolver, log *slog.Logger, m *metrics) (*webhookSender, error) {
@@ -79,8 +83,8 @@ func newWebhookSender(ru jobs.RedisURL, cfg Config, r jobs.Resolver, log *slog.L
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &webhookSender{rdb: rdb, cfg: cfg, secret: secret, log: log, m: m, client: webhookClient(cfg.WebhookAllow, r), kickc: make(chan struct{}, 1),
-		busy: map[string]int{},
-		ctx:  ctx, cancel: cancel, done: make(chan struct{})}, nil
+		busy: map[string]int{}, dests: map[string]string{},
+		ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
 }
 
 // add queues the delivery of a finished job's result envelope and wakes the sender.
@@ -164,27 +168,21 @@ func (s *webhookSender) claim() {
 		}
 		return
 	}
-	urls := make([]*redis.StringCmd, len(due))
-	if _, err := s.rdb.Pipelined(s.ctx, func(p redis.Pipeliner) error {
-		for i, id := range due {
-			urls[i] = p.HGet(s.ctx, keyWebhook(id), "url")
-		}
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
+	if err := s.learnDestinations(due); err != nil {
 		if s.ctx.Err() == nil {
 			s.log.Warn("claim webhook deliveries", "err", err)
 		}
 		return
 	}
-	// Choose, reserving slots as we go; a delivery without its hash is one deliver drops.
+	// Choose, reserving slots as we go.
 	dest := map[string]string{}
 	var chosen []any
 	s.mu.Lock()
-	for i, id := range due {
+	for _, id := range due {
 		if len(chosen) == free {
 			break
 		}
-		d := webhookDestination(urls[i].Val())
+		d := s.dests[id] // "" for a delivery without its hash: deliver drops it
 		if s.busy[d] >= webhookPerDestination {
 			continue
 		}
@@ -206,6 +204,7 @@ func (s *webhookSender) claim() {
 	for _, id := range got {
 		d := dest[id]
 		delete(dest, id)
+		delete(s.dests, id) // done with, or due again later under the same URL
 		s.wg.Add(1)
 		go func() {
 			defer s.release(d)
@@ -218,6 +217,34 @@ func (s *webhookSender) claim() {
 		s.releaseLocked(d)
 	}
 	s.mu.Unlock()
+}
+
+// learnDestinations reads the URLs of the due deliveries that s.dests does not know yet.
+func (s *webhookSender) learnDestinations(due []string) error {
+	if len(s.dests) > 2*webhookScan {
+		clear(s.dests) // ids delivered by other senders; read again what is still due
+	}
+	var unknown []string
+	for _, id := range due {
+		if _, ok := s.dests[id]; !ok {
+			unknown = append(unknown, id)
+		}
+	}
+	urls := make([]*redis.StringCmd, len(unknown))
+	if _, err := s.rdb.Pipelined(s.ctx, func(p redis.Pipeliner) error {
+		for i, id := range unknown {
+			urls[i] = p.HGet(s.ctx, keyWebhook(id), "url")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, id := range unknown {
+		if u := urls[i].Val(); u != "" {
+			s.dests[id] = webhookDestination(u)
+		}
+	}
+	return nil
 }
 
 // release frees a delivery's slot and wakes the loop to fill it.
