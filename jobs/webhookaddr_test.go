@@ -282,3 +282,24 @@ func FuzzWebhookURL(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseWebhookAllow: REDLITE_WEBHOOK_ALLOW never panics the parser, and what it accepts
+// reads back the same from its String.
+func FuzzParseWebhookAllow(f *testing.F) {
+	for _, s := range []string{"10.0.0.0/8", " 127.0.0.1 ,hooks.internal.", "::1,fd00::/8", "10.0.0.0/40", "a..b", ",,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseWebhookAllow(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "REDLITE_WEBHOOK_ALLOW: ") {
+				t.Fatalf("error does not name the variable: %v", err)
+			}
+			return
+		}
+		b, err := ParseWebhookAllow(a.String())
+		if err != nil || b.String() != a.String() {
+			t.Fatalf("%q read as %q, which reads back as %q, %v", s, a, b, err)
+		}
+	})
+}
