@@ -90,6 +90,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		"REDLITE_API_POLL_INTERVAL=20ms",
 		"REDLITE_API_RATE_LIMIT=0",
 		"REDLITE_LOG_LEVEL=debug",
+		"REDLITE_WEBHOOK_ALLOW=127.0.0.1/32", // the tests' receivers
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +119,7 @@ func (b *bundle) startDaemon(t *testing.T, webhookSecret string) {
 	cfg.RetryDelay = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.WebhookSecret = webhookSecret
+	cfg.WebhookAllow = testWebhookAllow(t)
 	d, err := daemon.New(cfg, daemon.Options{Logger: testlog.New(t, slog.LevelInfo), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

@@ -59,6 +59,9 @@ type Config struct {
 	// GET /v1/webhook_secret tells each token the secret its jobs' webhooks are signed with.
 	WebhookSecret     string `env:"REDLITE_WEBHOOK_SECRET"`
 	WebhookSecretFile string `env:"REDLITE_WEBHOOK_SECRET_FILE"`
+	// WebhookAllow is the workers' REDLITE_WEBHOOK_ALLOW: the internal receivers a job's
+	// webhook_url may name. Empty (the default): public addresses only, others get a 400.
+	WebhookAllow jobs.WebhookAllow `env:"REDLITE_WEBHOOK_ALLOW"`
 
 	// LogFormat is text or json; LogLevel is debug, info, warn or error.
 	LogFormat string `env:"REDLITE_LOG_FORMAT" envDefault:"text"`

@@ -93,7 +93,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := jobs.NewClientFromRedis(rdb, u, jobs.WithPollInterval(cfg.PollInterval))
+	client, err := jobs.NewClientFromRedis(rdb, u, jobs.WithPollInterval(cfg.PollInterval), jobs.WithWebhookAllow(cfg.WebhookAllow))
 	if err != nil {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)

@@ -113,6 +113,10 @@ type Config struct {
 	WebhookRetryDelay time.Duration `env:"REDLITE_WEBHOOK_RETRY_DELAY" envDefault:"2s"`
 	// WebhookRetryFor is how long after the first attempt a delivery is retried.
 	WebhookRetryFor time.Duration `env:"REDLITE_WEBHOOK_RETRY_FOR" envDefault:"1h"`
+	// WebhookAllow lists the receivers on internal addresses (loopback, private, link-local,
+	// …) that webhooks may reach: CIDRs, addresses and host names, comma-separated. Empty
+	// (the default) allows public addresses only. The API and clients need the same list.
+	WebhookAllow jobs.WebhookAllow `env:"REDLITE_WEBHOOK_ALLOW"`
 	// WorkerName is what results report as "worker"; empty means the host name.
 	WorkerName string `env:"REDLITE_WORKER_NAME"`
 	// CapabilityTTL is how long the worker's capability document outlives its last refresh

@@ -30,12 +30,12 @@ func TestConfigFromEnv(t *testing.T) {
 	})
 	t.Run("Values", func(t *testing.T) {
 		cfg, err := ConfigFromEnv([]string{"REDLITE_QUEUES=gpu=5,default=1", "REDLITE_KV=f16", "REDLITE_SHUTDOWN_TIMEOUT=2m",
-			"REDLITE_GPU_LIMIT_MIB=21741", "REDLITE_LOG_FORMAT=json", "REDLITE_LOG_LEVEL=warn"})
+			"REDLITE_GPU_LIMIT_MIB=21741", "REDLITE_LOG_FORMAT=json", "REDLITE_LOG_LEVEL=warn", "REDLITE_WEBHOOK_ALLOW=10.0.0.0/8,hooks.lan"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if cfg.Queues["gpu"] != 5 || cfg.Queues["default"] != 1 || len(cfg.Queues) != 2 || cfg.KV != "f16" ||
-			cfg.ShutdownTimeout != 2*time.Minute || cfg.GPULimitMiB != 21741 {
+			cfg.ShutdownTimeout != 2*time.Minute || cfg.GPULimitMiB != 21741 || cfg.WebhookAllow.String() != "10.0.0.0/8,hooks.lan" {
 			t.Errorf("parsed: %+v", cfg)
 		}
 		p, err := cfg.policy()
@@ -56,6 +56,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{"REDLITE_HTTP_ADDR=9464", "REDLITE_HTTP_ADDR: want host:port"},
 		{"REDLITE_LOG_LEVEL=loud", "REDLITE_LOG_LEVEL"},
 		{"REDLITE_MAX_CHUNK=100", "REDLITE_MAX_CHUNK: 100 is below the smallest chunk 512"},
+		{"REDLITE_WEBHOOK_ALLOW=10.0.0.0/40", `REDLITE_WEBHOOK_ALLOW: "10.0.0.0/40" is not a CIDR`},
 		{"REDLITE_CHAT_TEMPLATE=llama3", `REDLITE_CHAT_TEMPLATE: want one of chatml, qwen3, got "llama3"`},
 	} {
 		_, err := ConfigFromEnv([]string{tc.env})

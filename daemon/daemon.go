@@ -49,6 +49,8 @@ type Options struct {
 	// Backend runs the engine; nil means the one REDLITE_BACKEND names (metalkit.Open).
 	// Tests inject a wrapped CPU backend to make an operation fail for one job.
 	Backend ml.Backend
+	// Resolver looks up webhook hosts; nil means the system's. Tests map names with it.
+	Resolver jobs.Resolver
 }
 
 // Daemon is a running redlited.
@@ -65,6 +67,8 @@ type Daemon struct {
 	obs    Observer
 	// backend is Options.Backend.
 	backend ml.Backend
+	// resolver is Options.Resolver.
+	resolver jobs.Resolver
 
 	lm    *loadedModel
 	w     *worker
@@ -110,12 +114,12 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := jobs.NewClientFromRedis(rdb, ru)
+	client, err := jobs.NewClientFromRedis(rdb, ru, jobs.WithWebhookAllow(cfg.WebhookAllow), jobs.WithResolver(o.Resolver))
 	if err != nil {
 		_ = rdb.Close()
 		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
-	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, rdb: rdb, client: client, obs: o.Observer, backend: o.Backend,
+	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, rdb: rdb, client: client, obs: o.Observer, backend: o.Backend, resolver: o.Resolver,
 		insp: asynq.NewInspectorFromRedisClient(rdb)}
 	if err := reg.Register(asynqmetrics.NewQueueMetricsCollector(d.insp)); err != nil {
 		d.closeClients()
@@ -231,7 +235,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err := d.startCapabilities(name, lm, budget, cal, policy, pool); err != nil {
 		return err
 	}
-	if d.hooks, err = newWebhookSender(d.rdb, d.cfg, d.log, d.m); err != nil {
+	if d.hooks, err = newWebhookSender(d.rdb, d.cfg, d.resolver, d.log, d.m); err != nil {
 		return err
 	}
 	d.hooks.start()

@@ -108,7 +108,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "redlite_plan_need_bytes", Help: "Memory need of each chosen plan.", Buckets: prometheus.ExponentialBuckets(64<<20, 2, 12), // 64 MiB … 128 GiB
 		}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redlite_webhook_deliveries_total", Help: "Attempts to POST a result to webhook_url, by outcome (ok, error: retried, expired: given up after REDLITE_WEBHOOK_RETRY_FOR).",
+			Name: "redlite_webhook_deliveries_total", Help: "Attempts to POST a result to webhook_url, by outcome (ok, error: retried, expired: given up after REDLITE_WEBHOOK_RETRY_FOR, refused: an address webhooks may not reach, see REDLITE_WEBHOOK_ALLOW).",
 		}, []string{"outcome"}),
 		progressWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlite_progress_writes_total", Help: "Progress envelopes written to Redis, by outcome (ok, error).",

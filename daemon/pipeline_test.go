@@ -69,6 +69,7 @@ func checkResult(t *testing.T, res jobs.Result, maxTokens int, wantMeta string) 
 
 func TestJobs(t *testing.T) {
 	b := setup(t)
+	allowLoopback(t, b) // the Webhook subtest's receiver
 	startDaemon(t, b.cfg, Observer{})
 
 	t.Run("Summarize", func(t *testing.T) {

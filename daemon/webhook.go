@@ -3,10 +3,14 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +26,17 @@ import (
 // and recording it leaves the delivery to be made again after its lease.
 const (
 	keyWebhooksDue = "redlite:webhooks:due"
-	// webhookClaim is how many due deliveries one sender takes at a time, and how many
-	// POSTs it has in flight.
-	webhookClaim = 8
+	// webhookInFlight is how many POSTs one sender has in flight at most. Deliveries are
+	// independent: a slot is taken back as soon as its POST ends, and a POST waits on the
+	// network, not on a core, so the limit is high; it bounds memory (each holds a result).
+	webhookInFlight = 512
+	// webhookPerDestination is how many POSTs one sender has in flight to one receiver
+	// (scheme, host and port): a hanging receiver holds that many slots and delays only its
+	// own deliveries, however many it has due.
+	webhookPerDestination = 4
+	// webhookScan is how many due deliveries one claim looks through at most for ones
+	// whose receiver has a free slot.
+	webhookScan = 16384
 	// webhookMaxDelay caps the back-off between two attempts (a Retry-After may ask more,
 	// within REDLITE_WEBHOOK_RETRY_FOR).
 	webhookMaxDelay = 5 * time.Minute
@@ -43,19 +55,31 @@ type webhookSender struct {
 	secret []byte
 	log    *slog.Logger
 	m      *metrics
+	client *http.Client
 	kickc  chan struct{}
+	// mu guards busy, the POSTs in flight by destination, and inFlight, their sum;
+	// wg counts them.
+	mu       sync.Mutex
+	busy     map[string]int
+	inFlight int
+	wg       sync.WaitGroup
+	// dests remembers the destination of the due deliveries seen, so that a claim reads
+	// from Redis only the URLs of new ones: while receivers hang, deliveries wait due and
+	// every claim looks through them. Only the loop's goroutine uses it.
+	dests  map[string]string
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func newWebhookSender(rdb redis.UniversalClient, cfg Config, log *slog.Logger, m *metrics) (*webhookSender, error) {
+func newWebhookSender(rdb redis.UniversalClient, cfg Config, r jobs.Resolver, log *slog.Logger, m *metrics) (*webhookSender, error) {
 	secret, err := cfg.webhookSecret()
 	if err != nil {
 		return nil, configErr(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &webhookSender{rdb: rdb, cfg: cfg, secret: secret, log: log, m: m, kickc: make(chan struct{}, 1),
+	return &webhookSender{rdb: rdb, cfg: cfg, secret: secret, log: log, m: m, client: webhookClient(cfg.WebhookAllow, r), kickc: make(chan struct{}, 1),
+		busy: map[string]int{}, dests: map[string]string{},
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
 }
 
@@ -70,11 +94,16 @@ func (s *webhookSender) add(ctx context.Context, url, id string, env []byte) err
 	if err != nil {
 		return fmt.Errorf("queue webhook of job %s: %w", id, err)
 	}
+	s.kick()
+	return nil
+}
+
+// kick wakes the sender's loop.
+func (s *webhookSender) kick() {
 	select {
 	case s.kickc <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 func (s *webhookSender) start() {
@@ -83,8 +112,7 @@ func (s *webhookSender) start() {
 		tick := time.NewTicker(webhookTick)
 		defer tick.Stop()
 		for {
-			for s.round() == webhookClaim && s.ctx.Err() == nil {
-			}
+			s.claim()
 			select {
 			case <-s.ctx.Done():
 				return
@@ -100,36 +128,144 @@ func (s *webhookSender) start() {
 func (s *webhookSender) terminate() {
 	s.cancel()
 	<-s.done
+	s.wg.Wait()
 }
 
-// claimScript takes up to ARGV[3] deliveries due by ARGV[1] (ms) and leases them until
-// ARGV[2]: another sender sees them again only if this one dies before it records them.
+// claimScript leases, until ARGV[2], those of the deliveries ARGV[3:] still due by ARGV[1]
+// (ms), and returns them: another sender sees them again only if this one dies before it
+// records them, and of two senders that chose the same delivery one gets it.
 var claimScript = redis.NewScript(`
-local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", ARGV[1], "LIMIT", 0, tonumber(ARGV[3]))
-for _, id in ipairs(ids) do redis.call("ZADD", KEYS[1], ARGV[2], id) end
-return ids`)
+local out = {}
+for i = 3, #ARGV do
+  local due = redis.call("ZSCORE", KEYS[1], ARGV[i])
+  if due and tonumber(due) <= tonumber(ARGV[1]) then
+    redis.call("ZADD", KEYS[1], ARGV[2], ARGV[i])
+    out[#out + 1] = ARGV[i]
+  end
+end
+return out`)
 
-// round makes one claim's deliveries and returns how many it claimed.
-func (s *webhookSender) round() int {
+// claim starts the due deliveries whose receivers have a free slot, in due order, while
+// the sender has slots free. It does not wait for them: each POST ends on its own and
+// kicks the loop to fill its slot (a pool, not a batch that waits for its slowest).
+func (s *webhookSender) claim() {
 	now := time.Now()
-	lease := now.Add(s.cfg.WebhookTimeout + 10*time.Second)
-	ids, err := claimScript.Run(s.ctx, s.rdb, []string{keyWebhooksDue}, now.UnixMilli(), lease.UnixMilli(), webhookClaim).StringSlice()
-	if err != nil {
+	s.mu.Lock()
+	free := webhookInFlight - s.inFlight
+	s.mu.Unlock()
+	if free <= 0 {
+		return
+	}
+	due, err := s.rdb.ZRangeByScore(s.ctx, keyWebhooksDue, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: webhookScan}).Result()
+	if err != nil || len(due) == 0 {
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Warn("claim webhook deliveries", "err", err)
+		}
+		return
+	}
+	if err := s.learnDestinations(due); err != nil {
 		if s.ctx.Err() == nil {
 			s.log.Warn("claim webhook deliveries", "err", err)
 		}
-		return 0
+		return
 	}
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
+	// Choose, reserving slots as we go.
+	dest := map[string]string{}
+	var chosen []any
+	s.mu.Lock()
+	for _, id := range due {
+		if len(chosen) == free {
+			break
+		}
+		d := s.dests[id] // "" for a delivery without its hash: deliver drops it
+		if s.busy[d] >= webhookPerDestination {
+			continue
+		}
+		s.busy[d]++
+		s.inFlight++
+		dest[id] = d
+		chosen = append(chosen, id)
+	}
+	s.mu.Unlock()
+	if len(chosen) == 0 {
+		return
+	}
+	lease := now.Add(s.cfg.WebhookTimeout + 10*time.Second)
+	args := append([]any{now.UnixMilli(), lease.UnixMilli()}, chosen...)
+	got, err := claimScript.Run(s.ctx, s.rdb, []string{keyWebhooksDue}, args...).StringSlice()
+	if err != nil && s.ctx.Err() == nil {
+		s.log.Warn("claim webhook deliveries", "err", err)
+	}
+	for _, id := range got {
+		d := dest[id]
+		delete(dest, id)
+		delete(s.dests, id) // done with, or due again later under the same URL
+		s.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer s.release(d)
 			s.deliver(id)
 		}()
 	}
-	wg.Wait()
-	return len(ids)
+	// What another sender took meanwhile, or the claim failed on, frees its slot.
+	s.mu.Lock()
+	for _, d := range dest {
+		s.releaseLocked(d)
+	}
+	s.mu.Unlock()
+}
+
+// learnDestinations reads the URLs of the due deliveries that s.dests does not know yet.
+func (s *webhookSender) learnDestinations(due []string) error {
+	if len(s.dests) > 2*webhookScan {
+		clear(s.dests) // ids delivered by other senders; read again what is still due
+	}
+	var unknown []string
+	for _, id := range due {
+		if _, ok := s.dests[id]; !ok {
+			unknown = append(unknown, id)
+		}
+	}
+	urls := make([]*redis.StringCmd, len(unknown))
+	if _, err := s.rdb.Pipelined(s.ctx, func(p redis.Pipeliner) error {
+		for i, id := range unknown {
+			urls[i] = p.HGet(s.ctx, keyWebhook(id), "url")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, id := range unknown {
+		if u := urls[i].Val(); u != "" {
+			s.dests[id] = webhookDestination(u)
+		}
+	}
+	return nil
+}
+
+// release frees a delivery's slot and wakes the loop to fill it.
+func (s *webhookSender) release(d string) {
+	s.mu.Lock()
+	s.releaseLocked(d)
+	s.mu.Unlock()
+	s.wg.Done()
+	s.kick()
+}
+
+func (s *webhookSender) releaseLocked(d string) {
+	s.inFlight--
+	if s.busy[d]--; s.busy[d] <= 0 {
+		delete(s.busy, d)
+	}
+}
+
+// webhookDestination is the receiver a URL names, as the per-destination limit counts
+// them: scheme, host and port, in lower case.
+func webhookDestination(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host)
 }
 
 // deliver makes one attempt and records its outcome. It uses a context apart from the
@@ -157,6 +293,18 @@ func (s *webhookSender) deliver(id string) {
 		}
 	}
 	retryAfter, err := s.post(ctx, h["url"], id, attempts, secret, []byte(h["body"]))
+	if errors.Is(err, jobs.ErrWebhookAddress) {
+		// The host is, or now resolves to, an address webhooks may not reach: no retry
+		// would change that but the operator's REDLITE_WEBHOOK_ALLOW.
+		s.m.webhooks.WithLabelValues("refused").Inc()
+		log.Warn("webhook delivery refused; giving up", "err", redactURLError(err))
+		s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, keyWebhooksDue, id)
+			p.Del(ctx, keyWebhook(id))
+			return nil
+		})
+		return
+	}
 	if err == nil {
 		s.m.webhooks.WithLabelValues("ok").Inc()
 		s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -207,7 +355,7 @@ func (s *webhookSender) post(ctx context.Context, url, id string, attempt int, s
 		req.Header.Set(jobs.WebhookHeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 		req.Header.Set(jobs.WebhookHeaderSignature, jobs.SignWebhook(secret, now, body))
 	}
-	resp, err := webhookClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -243,10 +391,20 @@ func (w *worker) postWebhook(ctx context.Context, log *slog.Logger, url, id stri
 	}
 }
 
-// webhookClient does not follow redirects: a result goes where the client said, nowhere else.
-var webhookClient = &http.Client{
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	Transport:     &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second},
+// webhookClient connects only to addresses that allow permits (jobs.WebhookAllow.DialContext),
+// through no proxy (the check must see the receiver's address, not a proxy's), and does not
+// follow redirects: a result goes where the client said, nowhere else.
+func webhookClient(allow jobs.WebhookAllow, r jobs.Resolver) *http.Client {
+	return &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			DialContext:           allow.DialContext(r, net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}),
+			ResponseHeaderTimeout: 30 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			MaxIdleConnsPerHost:   webhookPerDestination,
+			IdleConnTimeout:       90 * time.Second,
+		},
+	}
 }
 
 // redactURLError drops the URL that net/http puts in its errors.

@@ -35,6 +35,8 @@ type clientConfig struct {
 	retention time.Duration
 	maxRetry  int
 	anyway    bool // EnqueueAnyway
+	hookAllow WebhookAllow
+	resolver  Resolver
 }
 
 // ClientOption configures NewClient.
@@ -59,6 +61,15 @@ func WithRetention(d time.Duration) ClientOption { return func(c *clientConfig) 
 
 // WithMaxRetry sets how often a failed job is retried (default DefaultMaxRetry).
 func WithMaxRetry(n int) ClientOption { return func(c *clientConfig) { c.maxRetry = n } }
+
+// WithWebhookAllow sets the internal receivers that a job's webhook_url may name (the
+// operator's REDLITE_WEBHOOK_ALLOW, which the workers must allow too); by default, webhooks
+// reach public addresses only.
+func WithWebhookAllow(a WebhookAllow) ClientOption { return func(c *clientConfig) { c.hookAllow = a } }
+
+// WithResolver sets how Enqueue looks up a webhook_url's host (default: the system's
+// resolver).
+func WithResolver(r Resolver) ClientOption { return func(c *clientConfig) { c.resolver = r } }
 
 // EnqueueOption overrides a client default for one job.
 type EnqueueOption func(*clientConfig)
@@ -190,7 +201,8 @@ type Job struct {
 	Type  string
 }
 
-// Enqueue validates p and puts it on the queue of its priority. The job id is p's
+// Enqueue validates p and puts it on the queue of its priority. A webhook_url whose host
+// is, or resolves to, an internal address is refused (CheckWebhookURL). The job id is p's
 // idempotency key when set; when a job with that key already exists in any of our queues,
 // Enqueue returns that job and an error matching ErrDuplicate.
 func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) (Job, error) {
@@ -206,6 +218,11 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 		return Job{}, err
 	}
 	o := p.Options()
+	if o.WebhookURL != "" {
+		if err := CheckWebhookURL(ctx, o.WebhookURL, cfg.hookAllow, cfg.resolver); err != nil {
+			return Job{}, err
+		}
+	}
 	caps, err := c.Capabilities(ctx)
 	if err != nil {
 		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), err)

@@ -340,6 +340,12 @@ func (c *Common) validate() error {
 		if p.Host == "" {
 			return invalid("webhook_url", "must have a host")
 		}
+		if p.User != nil {
+			return invalid("webhook_url", "must not carry credentials (user:password@): verify deliveries by their signature (REDLITE_WEBHOOK_SECRET), or put a token in the path")
+		}
+		if msg := hostSpellingProblem(p.Hostname()); msg != "" {
+			return invalid("webhook_url", "host %q %s", clip(p.Hostname()), msg)
+		}
 	}
 	return nil
 }

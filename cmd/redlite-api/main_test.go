@@ -17,6 +17,7 @@ func TestRun(t *testing.T) {
 		{nil, nil, 2, "invalid configuration: REDLITE_API_TOKENS, REDLITE_API_TOKENS_FILE: no tokens"},
 		{nil, []string{"REDLITE_API_TOKENS=t", "REDLITE_API_MAX_BODY_BYTES=lots"}, 2, "REDLITE_API_MAX_BODY_BYTES"},
 		{nil, []string{"REDLITE_API_TOKENS=t", "REDLITE_LOG_LEVEL=loud"}, 2, "REDLITE_LOG_LEVEL"},
+		{nil, []string{"REDLITE_API_TOKENS=t", "REDLITE_WEBHOOK_ALLOW=localhost,10.0.0.0/40"}, 2, "REDLITE_WEBHOOK_ALLOW"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(c.args, c.env, &out, &errb)

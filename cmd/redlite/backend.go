@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"strings"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/metalkit"
 )
@@ -43,5 +46,11 @@ func loadModelDot(path, kind string, threads int, dot string) (*engine.Model, er
 	if err != nil {
 		return nil, err
 	}
-	return engine.Load(path, engine.Options{Backend: b, Threads: threads, CPUDot: dot})
+	m, err := engine.Load(path, engine.Options{Backend: b, Threads: threads, CPUDot: dot})
+	if errors.Is(err, gguf.ErrFormat) || errors.Is(err, model.ErrModel) {
+		// A file that is not a usable model is a bad argument, as the daemon's bad
+		// REDLITE_MODEL is a bad setting: exit 2.
+		return nil, usageErr("--model: %v", err)
+	}
+	return m, err
 }

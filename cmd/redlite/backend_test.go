@@ -31,3 +31,13 @@ func TestBackendFlag(t *testing.T) {
 		t.Errorf("generate --backend metal on %s: exit %d, %s", runtime.GOOS, code, errs)
 	}
 }
+
+// TestHostileModel: a model whose header asks for 2^30 blocks is a bad --model (exit 2)
+// that names the key, not an out-of-memory crash.
+func TestHostileModel(t *testing.T) {
+	hostile := fixtures.Edit(t, fixtures.Path(t, "models", "tiny-qwen3-Q4_K_M.gguf"), nil, map[string]any{"qwen3.block_count": uint32(1 << 30)})
+	code, _, errs := redlite(t, "generate", "--model", hostile, "--backend", "cpu", "--prompt", "Hi", "--max-tokens", "2")
+	if code != 2 || !strings.Contains(errs, "block_count = 1073741824 exceeds") {
+		t.Errorf("exit %d, %s; want exit 2 naming block_count", code, errs)
+	}
+}

@@ -24,8 +24,8 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if jf.envErr != nil {
-		return fmt.Errorf("environment: %w", jf.envErr)
+	if err := jf.envError(); err != nil {
+		return err
 	}
 	d, err := dashboard.New(jf.redisURL(), jf.tlsFiles(), "", *readOnly)
 	if err != nil {

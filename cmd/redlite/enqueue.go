@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caarlos0/env/v11"
-
+	"github.com/redlite/batch/internal/envconf"
 	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 )
@@ -28,6 +27,8 @@ type jobsEnv struct {
 	redisx.Env
 	Retention time.Duration `env:"REDLITE_RESULT_RETENTION" envDefault:"24h"`
 	MaxRetry  int           `env:"REDLITE_MAX_RETRY" envDefault:"3"`
+	// WebhookAllow is the workers' REDLITE_WEBHOOK_ALLOW (jobs.WithWebhookAllow).
+	WebhookAllow jobs.WebhookAllow `env:"REDLITE_WEBHOOK_ALLOW"`
 }
 
 // jobsFlags are the connection flags every job command takes.
@@ -39,11 +40,19 @@ type jobsFlags struct {
 
 func addJobsFlags(fs *flag.FlagSet) *jobsFlags {
 	jf := &jobsFlags{}
-	jf.env, jf.envErr = env.ParseAs[jobsEnv]()
+	jf.env, jf.envErr = envconf.Parse[jobsEnv](os.Environ()) // errors name the variable
 	// The flag's default stays empty: the flag package would print the URL, password and
 	// all, in the help text.
 	jf.redis = fs.String("redis", "", "Redis `URL` (default $REDLITE_REDIS_URL, else "+redisx.DefaultURL+")")
 	return jf
+}
+
+// envError is a bad REDLITE_* variable: a bad setting, as a bad flag is (exit 2).
+func (jf *jobsFlags) envError() error {
+	if jf.envErr != nil {
+		return usageErr("environment: %v", jf.envErr)
+	}
+	return nil
 }
 
 // tlsFiles are $REDLITE_REDIS_CA_FILE, _CERT_FILE and _KEY_FILE.
@@ -59,10 +68,11 @@ func (jf *jobsFlags) redisURL() string {
 
 // open connects to Redis; the caller closes the client.
 func (jf *jobsFlags) open(pollEvery time.Duration) (*jobs.Client, error) {
-	if jf.envErr != nil {
-		return nil, fmt.Errorf("environment: %w", jf.envErr)
+	if err := jf.envError(); err != nil {
+		return nil, err
 	}
-	opts := []jobs.ClientOption{jobs.WithRetention(jf.env.Retention), jobs.WithMaxRetry(jf.env.MaxRetry), jobs.WithTLSFiles(jf.tlsFiles())}
+	opts := []jobs.ClientOption{jobs.WithRetention(jf.env.Retention), jobs.WithMaxRetry(jf.env.MaxRetry), jobs.WithTLSFiles(jf.tlsFiles()),
+		jobs.WithWebhookAllow(jf.env.WebhookAllow)}
 	if pollEvery > 0 {
 		opts = append(opts, jobs.WithPollInterval(pollEvery))
 	}
@@ -255,9 +265,14 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		eopts = append(eopts, jobs.EnqueueAnyway())
 	}
 	job, err := c.Enqueue(ctx, p, eopts...)
-	if errors.Is(err, jobs.ErrDuplicate) {
+	switch {
+	case errors.Is(err, jobs.ErrDuplicate):
 		fmt.Fprintf(stderr, "redlite enqueue: %v; following the existing job\n", err)
-	} else if err != nil {
+	case errors.Is(err, jobs.ErrBadPayload):
+		// What only Enqueue can check (a webhook's address, a deadline passed meanwhile) is
+		// a payload error like the others: exit 2.
+		return usageErr("%v", err)
+	case err != nil:
 		return err
 	}
 	if !*wait {

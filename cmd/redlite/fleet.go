@@ -23,8 +23,8 @@ func readFleet[T any](name string, args []string, stdout, stderr io.Writer, load
 	if err := parseFlags(fs, args); err != nil {
 		return v, false, err
 	}
-	if jf.envErr != nil {
-		return v, false, fmt.Errorf("environment: %w", jf.envErr)
+	if err := jf.envError(); err != nil {
+		return v, false, err
 	}
 	if v, err = load(jf.redisURL(), jf.tlsFiles()); err != nil || !*asJSON {
 		return v, false, err

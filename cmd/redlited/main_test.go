@@ -58,6 +58,9 @@ func TestExitStatus(t *testing.T) {
 		{"BadValue", []string{"REDLITE_CONCURRENCY=many"}, "REDLITE_CONCURRENCY"},
 		{"MissingModel", []string{"REDLITE_MODEL=" + filepath.Join(t.TempDir(), "absent.gguf")}, "REDLITE_MODEL"},
 		{"UnloadableModel", []string{"REDLITE_MODEL=" + garbage}, "REDLITE_MODEL"},
+		{"BadWebhookAllow", []string{"REDLITE_WEBHOOK_ALLOW=10.0.0.0/40"}, `REDLITE_WEBHOOK_ALLOW: "10.0.0.0/40" is not a CIDR`},
+		{"HostileModel", []string{"REDLITE_MODEL=" + fixtures.Edit(t, fixtures.Path(t, "models", "tiny-qwen3-Q4_K_M.gguf"), nil, map[string]any{"qwen3.block_count": uint32(1 << 30)})},
+			"block_count = 1073741824 exceeds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := redlited(t, tc.env)

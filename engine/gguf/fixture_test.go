@@ -10,9 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/redlite/batch/engine/gguf"
+	"github.com/redlite/batch/engine/modelinfo"
 	"github.com/redlite/batch/engine/quant"
 	"github.com/redlite/batch/internal/fixtures"
 )
@@ -81,6 +84,18 @@ func TestFixtureModels(t *testing.T) {
 	}
 }
 
+// FuzzParse: every input is parsed, and what parses is summarized (modelinfo.Inspect, what
+// the planner reads), without a panic, in under fuzzRunLimit and fuzzAllocLimit, or is an
+// error wrapping gguf.ErrFormat. The corpus starts from valid files and from headers with
+// huge counts (hostileHeaders).
+// A run of FuzzParse may take fuzzRunLimit and allocate fuzzAllocLimit: an input of a few
+// bytes that asks for gigabytes (a count of 2^62, say) must be refused, not honoured. The
+// time bound is generous (a parse takes microseconds); it catches loops as long as a count.
+const (
+	fuzzRunLimit   = time.Second
+	fuzzAllocLimit = 256 << 20
+)
+
 func FuzzParse(f *testing.F) {
 	w := gguf.NewWriter()
 	w.Set("general.architecture", "qwen3")
@@ -95,7 +110,23 @@ func FuzzParse(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	for _, b := range hostileHeaders() {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		defer func() {
+			took := time.Since(start)
+			runtime.ReadMemStats(&after)
+			if n := after.TotalAlloc - before.TotalAlloc; n > fuzzAllocLimit {
+				t.Errorf("allocated %d MiB for a %d-byte input", n>>20, len(data))
+			}
+			if took > fuzzRunLimit {
+				t.Errorf("took %v for a %d-byte input", took, len(data))
+			}
+		}()
 		file, err := gguf.Parse(data)
 		if err != nil {
 			if !errors.Is(err, gguf.ErrFormat) {
@@ -109,5 +140,6 @@ func FuzzParse(f *testing.F) {
 		for _, kv := range file.KV {
 			_ = kv.Value.String()
 		}
+		_, _ = modelinfo.Inspect(file)
 	})
 }

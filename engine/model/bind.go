@@ -6,6 +6,7 @@ import (
 
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/modelinfo"
 )
 
 // Binder looks weights up by GGUF tensor name, checks their shapes and binds them on a
@@ -16,16 +17,37 @@ type Binder struct {
 	File *gguf.File
 	B    ml.Backend
 	errs []error
+	// more counts the problems beyond maxBindErrors, which are not formatted: a hostile
+	// file can name thousands of blocks without tensors.
+	more int
+	// blocks and largest are the file's bounds on block_count and on size
+	// hyperparameters (modelinfo.TensorBlocks, LargestDim), computed when first needed.
+	blocks, largest int64
 	// mapping is the file's tensor section wrapped by the backend once: every weight is an
 	// offset into it.
 	mapping ml.Mapping
+}
+
+// ErrModel matches every error of a model file whose hyperparameters or tensors do not
+// make a model of its architecture (gguf.ErrFormat is the file's own format).
+var ErrModel = errors.New("invalid model")
+
+// maxBindErrors is how many problems Err spells out.
+const maxBindErrors = 20
+
+func (b *Binder) fail(err error) {
+	if len(b.errs) >= maxBindErrors {
+		b.more++
+		return
+	}
+	b.errs = append(b.errs, err)
 }
 
 // Weight binds tensor name with GGUF dims want (ne0 first). A nil want skips the shape check.
 func (b *Binder) Weight(name string, want ...int) ml.Weight {
 	t, ok := b.File.Tensor(name)
 	if !ok {
-		b.errs = append(b.errs, fmt.Errorf("%s: missing tensor %s", b.Arch, name))
+		b.fail(fmt.Errorf("%s: missing tensor %s", b.Arch, name))
 		return nil
 	}
 	dims := make([]int, len(t.Dims))
@@ -33,20 +55,20 @@ func (b *Binder) Weight(name string, want ...int) ml.Weight {
 		dims[i] = int(d)
 	}
 	if want != nil && !sameDims(dims, want) {
-		b.errs = append(b.errs, fmt.Errorf("%s: tensor %s has shape %v, want %v", b.Arch, name, dims, want))
+		b.fail(fmt.Errorf("%s: tensor %s has shape %v, want %v", b.Arch, name, dims, want))
 		return nil
 	}
 	if b.mapping == nil {
 		m, err := b.B.Map(b.File.TensorSection())
 		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s: map the tensor data: %w", b.Arch, err))
+			b.fail(fmt.Errorf("%s: map the tensor data: %w", b.Arch, err))
 			return nil
 		}
 		b.mapping = m
 	}
 	w, err := b.B.Weight(b.mapping, name, t.Type, dims, int64(t.Offset))
 	if err != nil {
-		b.errs = append(b.errs, err)
+		b.fail(err)
 		return nil
 	}
 	return w
@@ -65,11 +87,100 @@ func (b *Binder) Layer(layer int, suffix string, want ...int) ml.Weight {
 	return b.Weight(fmt.Sprintf("blk.%d.%s", layer, suffix), want...)
 }
 
-// Int reads the hyperparameter "<arch>.<key>".
+// Every hyperparameter is bounded before anything is sized by it: a count of blocks by the
+// blocks the file's tensors name, a size by the largest tensor dimension, the context by
+// modelinfo.MaxContextLength. An out-of-bounds value is an error and reads as 0.
+
+// Blocks reads "<arch>.<key>", a number of blocks (block_count), at most the number of
+// blocks that the file's tensors belong to.
+func (b *Binder) Blocks(key string) int {
+	n, err := b.File.Int(b.Arch + "." + key)
+	if err != nil {
+		b.fail(err)
+		return 0
+	}
+	if b.blocks == 0 {
+		b.blocks = int64(modelinfo.TensorBlocks(b.File))
+	}
+	return b.bounded(key, n, b.blocks, "the number of blocks the file's tensors belong to")
+}
+
+// Dim reads "<arch>.<key>", a size (a length, a count of heads or experts), at most the
+// largest tensor dimension of the file.
+func (b *Binder) Dim(key string) int {
+	n, err := b.File.Int(b.Arch + "." + key)
+	if err != nil {
+		b.fail(err)
+		return 0
+	}
+	return b.bounded(key, n, b.largestDim(), "the largest tensor dimension of the file")
+}
+
+// DimOr is Dim, or def when the key is absent.
+func (b *Binder) DimOr(key string, def int) int {
+	n, err := b.File.IntOr(b.Arch+"."+key, int64(def))
+	if err != nil {
+		b.fail(err)
+		return 0
+	}
+	return b.bounded(key, n, max(b.largestDim(), int64(def)), "the largest tensor dimension of the file")
+}
+
+// ContextLength reads "<arch>.context_length" (def when absent), at most
+// modelinfo.MaxContextLength.
+func (b *Binder) ContextLength(def int) int {
+	n, err := b.File.IntOr(b.Arch+".context_length", int64(def))
+	if err != nil {
+		b.fail(err)
+		return 0
+	}
+	return b.bounded("context_length", n, modelinfo.MaxContextLength, "the limit")
+}
+
+func (b *Binder) largestDim() int64 {
+	if b.largest == 0 {
+		b.largest = modelinfo.LargestDim(b.File)
+	}
+	return b.largest
+}
+
+// bounded returns n if it is within [0, limit], else records why not and returns 0.
+func (b *Binder) bounded(key string, n, limit int64, what string) int {
+	switch {
+	case n < 0:
+		b.fail(fmt.Errorf("%s: %s = %d is negative", b.Arch, key, n))
+		return 0
+	case n > limit:
+		b.fail(fmt.Errorf("%s: %s = %d exceeds %s (%d)", b.Arch, key, n, what, limit))
+		return 0
+	}
+	return int(n)
+}
+
+// Product is the product of sizes read with Dim, which a tensor dimension holds (heads ×
+// head dim, say): it must not exceed the largest tensor dimension, and so cannot overflow.
+// what names it in the error; it reads as 0 when out of bounds.
+func (b *Binder) Product(what string, factors ...int) int {
+	p := int64(1)
+	for _, f := range factors {
+		if f <= 0 {
+			return 0 // a factor already reported
+		}
+		if p > b.largestDim()/int64(f) {
+			b.fail(fmt.Errorf("%s: %s = %v exceeds the largest tensor dimension of the file (%d)", b.Arch, what, factors, b.largestDim()))
+			return 0
+		}
+		p *= int64(f)
+	}
+	return int(p)
+}
+
+// Int reads the hyperparameter "<arch>.<key>". Use Blocks, Dim or ContextLength for values
+// that size anything.
 func (b *Binder) Int(key string) int {
 	n, err := b.File.Int(b.Arch + "." + key)
 	if err != nil {
-		b.errs = append(b.errs, err)
+		b.fail(err)
 	}
 	return int(n)
 }
@@ -78,7 +189,7 @@ func (b *Binder) Int(key string) int {
 func (b *Binder) IntOr(key string, def int) int {
 	n, err := b.File.IntOr(b.Arch+"."+key, int64(def))
 	if err != nil {
-		b.errs = append(b.errs, err)
+		b.fail(err)
 	}
 	return int(n)
 }
@@ -87,7 +198,7 @@ func (b *Binder) IntOr(key string, def int) int {
 func (b *Binder) FloatOr(key string, def float64) float32 {
 	x, err := b.File.FloatOr(b.Arch+"."+key, def)
 	if err != nil {
-		b.errs = append(b.errs, err)
+		b.fail(err)
 	}
 	return float32(x)
 }
@@ -95,12 +206,27 @@ func (b *Binder) FloatOr(key string, def float64) float32 {
 // Check records a failed condition on the hyperparameters.
 func (b *Binder) Check(ok bool, format string, args ...any) {
 	if !ok {
-		b.errs = append(b.errs, fmt.Errorf("%s: %s", b.Arch, fmt.Sprintf(format, args...)))
+		b.fail(fmt.Errorf("%s: %s", b.Arch, fmt.Sprintf(format, args...)))
 	}
 }
 
-// Err returns every problem found, or nil.
-func (b *Binder) Err() error { return errors.Join(b.errs...) }
+// Err returns every problem found (the first maxBindErrors spelled out), or nil. It
+// matches ErrModel.
+func (b *Binder) Err() error {
+	if len(b.errs) == 0 {
+		return nil
+	}
+	errs := b.errs
+	if b.more > 0 {
+		errs = append(errs[:len(errs):len(errs)], fmt.Errorf("and %d more problems", b.more))
+	}
+	return &modelError{errors.Join(errs...)}
+}
+
+type modelError struct{ err error }
+
+func (e *modelError) Error() string   { return e.err.Error() }
+func (e *modelError) Unwrap() []error { return []error{e.err, ErrModel} }
 
 func sameDims(a, b []int) bool {
 	if len(a) != len(b) {

@@ -7,6 +7,7 @@ package modelinfo
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +53,37 @@ func SplitLayer(name string) (int, string) {
 		return -1, name
 	}
 	return il, base
+}
+
+// MaxContextLength bounds a file's context_length: far above any model's trained context
+// (the longest claim is 10M positions), far below what would overflow a plan's sums.
+const MaxContextLength = 1 << 24
+
+// TensorBlocks is how many distinct blocks f's tensors belong to ("blk.<i>.…"). Every block
+// has tensors, so a block_count above it names blocks the file does not hold; it is bounded
+// by the tensor count, which the file's size bounds, where the highest index is not (one
+// tensor named blk.1073741823 would do).
+func TensorBlocks(f *gguf.File) int {
+	seen := map[int]bool{}
+	for _, t := range f.Tensors {
+		if il, _ := SplitLayer(t.Name); il >= 0 {
+			seen[il] = true
+		}
+	}
+	return len(seen)
+}
+
+// LargestDim is the largest dimension of any tensor in f. Every size hyperparameter (the
+// embedding length, a head count, a head or feed-forward dimension, the expert count) is
+// the dimension of some tensor or a factor of one, so none can exceed it.
+func LargestDim(f *gguf.File) int64 {
+	var m uint64
+	for _, t := range f.Tensors {
+		for _, d := range t.Dims {
+			m = max(m, d)
+		}
+	}
+	return int64(min(m, math.MaxInt64))
 }
 
 // Classify returns the class of the tensor with the given name. recurrentLayer says whether
@@ -410,6 +442,9 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 	if err != nil {
 		return fmt.Errorf("modelinfo: %w", err)
 	}
+	// Sizes are bounded by the tensors before they are multiplied: no product of two can
+	// overflow for a file that fits in memory.
+	largest := LargestDim(f)
 	var kvF32, kvF16, recBytes int64
 	for _, l := range info.Layers {
 		switch l.Kind {
@@ -434,7 +469,7 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 			if err != nil {
 				return fmt.Errorf("modelinfo: %w", err)
 			}
-			if err := nonNegative(p, map[string]int64{"attention.head_count_kv": kvHeads,
+			if err := sizes(p, largest, map[string]int64{"attention.head_count_kv": kvHeads,
 				"attention.key_length": kLen, "attention.value_length": vLen}); err != nil {
 				return err
 			}
@@ -448,7 +483,7 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 				}
 			}
 			kernel, inner, groups, state := ssm[0], ssm[1], ssm[2], ssm[3]
-			if err := nonNegative(p, map[string]int64{"ssm.conv_kernel": kernel, "ssm.inner_size": inner,
+			if err := sizes(p, largest, map[string]int64{"ssm.conv_kernel": kernel, "ssm.inner_size": inner,
 				"ssm.group_count": groups, "ssm.state_size": state}); err != nil {
 				return err
 			}
@@ -462,11 +497,15 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 	return nil
 }
 
-// nonNegative rejects a negative size hyperparameter by name (first in key order).
-func nonNegative(prefix string, vals map[string]int64) error {
+// sizes rejects a size hyperparameter that is negative or above the largest tensor
+// dimension, by name (first in key order).
+func sizes(prefix string, largest int64, vals map[string]int64) error {
 	for _, k := range slices.Sorted(maps.Keys(vals)) {
-		if vals[k] < 0 {
-			return fmt.Errorf("modelinfo: %s%s = %d is negative", prefix, k, vals[k])
+		switch v := vals[k]; {
+		case v < 0:
+			return fmt.Errorf("modelinfo: %s%s = %d is negative", prefix, k, v)
+		case v > largest:
+			return fmt.Errorf("modelinfo: %s%s = %d exceeds the largest tensor dimension of the file (%d)", prefix, k, v, largest)
 		}
 	}
 	return nil

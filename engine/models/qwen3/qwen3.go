@@ -47,22 +47,23 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	m := &Model{}
 	c := &m.cfg
 	c.Arch = "qwen3"
-	c.Layers = bd.Int("block_count")
-	c.Embedding = bd.Int("embedding_length")
-	c.Heads = bd.Int("attention.head_count")
-	c.KVHeads = bd.Int("attention.head_count_kv")
-	c.ContextLength = bd.IntOr("context_length", 0)
-	m.ffn = bd.Int("feed_forward_length")
-	c.HeadDim = bd.IntOr("attention.key_length", 0)
+	c.Layers = bd.Blocks("block_count")
+	c.Embedding = bd.Dim("embedding_length")
+	c.Heads = bd.Dim("attention.head_count")
+	c.KVHeads = bd.Dim("attention.head_count_kv")
+	c.ContextLength = bd.ContextLength(0)
+	m.ffn = bd.Dim("feed_forward_length")
+	c.HeadDim = bd.DimOr("attention.key_length", 0)
 	if c.HeadDim == 0 && c.Heads > 0 {
 		c.HeadDim = c.Embedding / c.Heads
 	}
-	vdim := bd.IntOr("attention.value_length", c.HeadDim)
+	vdim := bd.DimOr("attention.value_length", c.HeadDim)
 	m.eps = bd.FloatOr("attention.layer_norm_rms_epsilon", 1e-6)
-	m.rope = ml.RoPE{Dims: bd.IntOr("rope.dimension_count", c.HeadDim), Base: bd.FloatOr("rope.freq_base", 1e6), NeoX: true}
+	m.rope = ml.RoPE{Dims: bd.DimOr("rope.dimension_count", c.HeadDim), Base: bd.FloatOr("rope.freq_base", 1e6), NeoX: true}
 	if err := bd.Err(); err != nil {
 		return nil, err
 	}
+	bd.Product("head_count × key_length", c.Heads, c.HeadDim)
 	bd.Check(c.Layers > 0 && c.Embedding > 0 && c.Heads > 0 && c.HeadDim > 0 && m.ffn > 0,
 		"block_count, embedding_length, head_count, key_length and feed_forward_length must be positive")
 	bd.Check(c.KVHeads > 0 && c.Heads%c.KVHeads == 0, "head_count %d is not a multiple of head_count_kv %d", c.Heads, c.KVHeads)
