@@ -107,19 +107,3 @@ func F32ToF16Slice(dst []uint16, src []float32) {
 		dst[i] = F32ToF16(f)
 	}
 }
-
-// BF16ToF32Slice widens len(dst) bfloat16 values; src must be at least as long.
-func BF16ToF32Slice(dst []float32, src []uint16) {
-	src = src[:len(dst)]
-	for i, h := range src {
-		dst[i] = BF16ToF32(h)
-	}
-}
-
-// F32ToBF16Slice narrows len(dst) floats to bfloat16; src must be at least as long.
-func F32ToBF16Slice(dst []uint16, src []float32) {
-	src = src[:len(dst)]
-	for i, f := range src {
-		dst[i] = F32ToBF16(f)
-	}
-}
