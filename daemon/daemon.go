@@ -62,8 +62,8 @@ type Daemon struct {
 	redis  jobs.RedisURL
 	rdb    redis.UniversalClient // the process's one Redis client (redisx.NewClient)
 	client *jobs.Client
-	insp   *asynq.Inspector
-	http   *httpServer // nil with REDLITE_HTTP_ADDR=off
+	insp   *asynq.Inspector // over rdb: closing rdb closes it
+	http   *httpServer      // nil with REDLITE_HTTP_ADDR=off
 	obs    Observer
 	// backend is Options.Backend.
 	backend ml.Backend
@@ -382,9 +382,6 @@ func (d *Daemon) shutdown() {
 }
 
 func (d *Daemon) closeClients() {
-	if err := d.insp.Close(); err != nil {
-		d.log.Debug("close inspector", "err", err)
-	}
 	if err := d.client.Close(); err != nil {
 		d.log.Debug("close jobs client", "err", err)
 	}

@@ -307,7 +307,8 @@ return 1`
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Usage.CompletionTokens != 6 {
+		// Six tokens, unless the random-weight model sampled its end-of-text token first.
+		if res.Usage.CompletionTokens < 1 || res.Usage.CompletionTokens != 6 && res.FinishReason != jobs.FinishStop {
 			t.Errorf("python job result %+v", res)
 		}
 	})
