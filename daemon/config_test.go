@@ -12,6 +12,7 @@ import (
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/chat"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/engine/tokenizer"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/jobs"
@@ -134,7 +135,7 @@ var encodeSpecial = tokenizer.EncodeOpts{ParseSpecial: true}
 
 func TestDefaultModel(t *testing.T) {
 	dir := t.TempDir()
-	path, err := DefaultModel(dir)
+	path, err := synth.DefaultModel(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestDefaultModel(t *testing.T) {
 		t.Errorf("default model: template %v (%v), architecture %q", lm.tmpl, lm.tmplErr, lm.profile.Architecture)
 	}
 	st, _ := os.Stat(path)
-	again, err := DefaultModel(dir)
+	again, err := synth.DefaultModel(dir)
 	if st2, _ := os.Stat(again); err != nil || again != path || !st2.ModTime().Equal(st.ModTime()) {
 		t.Errorf("second call: %q, %v; want the same file, not rewritten", again, err)
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
@@ -177,8 +178,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 
 	path := d.cfg.Model
 	if path == "" {
-		var err error
-		if path, err = DefaultModel(d.cfg.CacheDir); err != nil {
+		dir, err := d.cacheDir()
+		if err != nil {
+			return configErr(err)
+		}
+		if path, err = synth.DefaultModel(dir); err != nil {
 			return configErr(err)
 		}
 		d.log.Warn("REDLITE_MODEL is not set: serving the built-in default model, whose random weights write meaningless text; set REDLITE_MODEL to a GGUF file for real output", "path", path)
@@ -413,4 +417,12 @@ func DefaultCacheDir() (string, error) {
 		return "", fmt.Errorf("find a cache directory for the default model (set REDLITE_CACHE_DIR or REDLITE_MODEL): %w", err)
 	}
 	return filepath.Join(dir, "redlite"), nil
+}
+
+// cacheDir is REDLITE_CACHE_DIR, else DefaultCacheDir.
+func (d *Daemon) cacheDir() (string, error) {
+	if d.cfg.CacheDir != "" {
+		return d.cfg.CacheDir, nil
+	}
+	return DefaultCacheDir()
 }

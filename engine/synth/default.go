@@ -1,12 +1,10 @@
-package daemon
+package synth
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"github.com/redlite/batch/engine/synth"
 )
 
 // The built-in default model: the tiny-qwen3 shape (2 layers, 512-token vocabulary, ChatML
@@ -18,16 +16,10 @@ const (
 	defaultModelSeed  = 1
 )
 
-// DefaultModel returns the path of the built-in default model, writing it to cacheDir
-// (DefaultCacheDir when empty) on first use. The file depends only on the shape, type and
-// seed, so a copy written by another version is the same model.
+// DefaultModel returns the path of the built-in default model, writing it to cacheDir on
+// first use. The file depends only on the shape, type and seed, so a copy written by another
+// version is the same model.
 func DefaultModel(cacheDir string) (string, error) {
-	if cacheDir == "" {
-		var err error
-		if cacheDir, err = DefaultCacheDir(); err != nil {
-			return "", err
-		}
-	}
 	path := filepath.Join(cacheDir, defaultModelFile)
 	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
 		return path, nil
@@ -37,7 +29,7 @@ func DefaultModel(cacheDir string) (string, error) {
 	}
 	// WriteFile renames a finished temporary file into place: two daemons starting at once
 	// both write the same bytes, and neither sees a partial file.
-	if _, err := synth.WriteFile(context.Background(), path, defaultModelShape, synth.Options{Type: synth.Q8_0, Seed: defaultModelSeed}); err != nil {
+	if _, err := WriteFile(context.Background(), path, defaultModelShape, Options{Type: Q8_0, Seed: defaultModelSeed}); err != nil {
 		return "", fmt.Errorf("default model: %w", err)
 	}
 	return path, nil
