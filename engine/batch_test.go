@@ -37,6 +37,9 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 // every fixture model and both KV precisions.
 func TestBatchParity(t *testing.T) {
 	files := append([]string{"tiny-qwen3-F32", "tiny-qwen3-Q8_0", "tiny-qwen3-Q4_K_M"}, qwen3nextFiles...)
+	if testing.Short() {
+		files = []string{"tiny-qwen3-Q8_0", "tiny-qwen3next-Q8_0"}
+	}
 	for _, name := range files {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name+".gguf")

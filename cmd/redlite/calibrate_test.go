@@ -19,7 +19,11 @@ import (
 // chunks and both KV precisions, fits the planner's constants, and requires every prediction
 // to cover the allocation and to be within 5 % of it.
 func TestCalibrate(t *testing.T) {
-	for _, name := range []string{"tiny-qwen3-Q8_0", "tiny-qwen3next-IQ2_XXS"} {
+	names := []string{"tiny-qwen3-Q8_0", "tiny-qwen3next-IQ2_XXS"}
+	if testing.Short() {
+		names = names[:1]
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "cal.json")
 			// One thread: with more, how many of the pool's per-worker buffers are held at once

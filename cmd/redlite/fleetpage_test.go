@@ -38,6 +38,9 @@ func chromium(t *testing.T) string {
 // progress off the fleet page as a headless Chromium renders it: the worker with its class,
 // and the job's phase and token counts moving while it runs.
 func TestFleetPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a headless browser (-short skips it)")
+	}
 	browser := chromium(t)
 	url := jobsSetup(t, true)
 	client, err := jobs.NewClient(url)
