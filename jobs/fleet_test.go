@@ -271,10 +271,11 @@ func FuzzRouteCapabilities(f *testing.F) {
 	})
 }
 
-// BenchmarkEnqueueRouted measures Enqueue against a fleet of 8 published workers (routing
-// reads the capabilities on every call) and against an empty fleet.
+// BenchmarkEnqueueRouted measures Enqueue against fleets of 8 and 64 published workers
+// (routing reads the capabilities on every call) and against an empty fleet. The documents
+// are as large as a worker's (profile, calibration, policy, queues).
 func BenchmarkEnqueueRouted(b *testing.B) {
-	for _, workers := range []int{0, 8} {
+	for _, workers := range []int{0, 8, 64} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			srv := redistest.Start(b)
 			c, err := NewClient(srv.URL(0))
@@ -284,7 +285,7 @@ func BenchmarkEnqueueRouted(b *testing.B) {
 			defer c.Close()
 			ctx := context.Background()
 			for i := range workers {
-				cp := capability(fmt.Sprintf("w%d", i), "A", int64(600*(1+i%2)), 1000*(1+i%2))
+				cp := benchCapability(i)
 				data, _ := json.Marshal(cp)
 				c.rdb.Set(ctx, CapabilityKey(cp.ID), data, time.Hour)
 				c.rdb.ZAdd(ctx, CapabilitiesIndex, redisZ(time.Now().Add(time.Hour), cp.ID))
@@ -298,4 +299,24 @@ func BenchmarkEnqueueRouted(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchCapability is worker i of a fleet of two sizes, with a document as a daemon writes it.
+func benchCapability(i int) Capability {
+	cp := capability(fmt.Sprintf("w%d", i), "A", int64(600*(1+i%2)), 20000*(1+i%2))
+	cp.Calibration = json.RawMessage(`{"name":"cpu-placeholder","backend":"cpu","model":"any","status":"placeholder","source":"not measured: Red Lite's Metal constants stand in until the CPU engine reports its allocations","base_mib":580,"scratch_mib_per_chunk_token":0.3723958333333333,"min_chunk":512,"alignment_bytes":4096,"mtp_max_context":8192}`)
+	cp.Profile = json.RawMessage(`{"architecture":"qwen3","name":"tiny-qwen3","source":"/root/.cache/redlite/fixtures/a90e0db493bbb7fa/tiny-qwen3-Q8_0.gguf","context_length":40960,"expert_count":0,"expert_used_count":0,"expert_layer_count":0,"expert_bytes":0,"expert_cache_bytes":0,"dense_bytes":1816576,"kv_bytes_per_position":{"f32":2048,"f16":1024},"recurrent_state_bytes":0,"mtp_bytes":0}`)
+	cp.Policy = json.RawMessage(`{"max_chunk":512,"expert_cache":"auto","preference":["kv","mtp","chunk"]}`)
+	cp.ModelFile, cp.ModelFingerprint, cp.Architecture, cp.Backend, cp.Device = "a.gguf", `1830176 bytes, general.name "A"`, "qwen3", "cpu", "linux/amd64, 2 CPUs"
+	for _, kv := range []string{"f32", "f16"} {
+		for _, mt := range []int{1024, 4096} {
+			cp.Largest = append(cp.Largest, LargestPrompt{KV: kv, MaxTokens: mt, PromptTokens: cp.MaxContext - mt})
+		}
+	}
+	cp.Queues = benchQueues(cp)
+	return cp
+}
+
+func benchQueues(cp Capability) map[string]int {
+	return WorkerQueues(QueueWeights(), cp.ModelKey, cp.Class, ClassesBelow(cp.Class))
 }
