@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,31 +21,69 @@ import (
 )
 
 func capability(worker, model string, limitMiB int64, maxContext int) Capability {
-	return Capability{Version: 1, ID: worker + ":1", Worker: worker, Model: model, ModelKey: ModelKey(model), GPULimitMiB: limitMiB,
-		Class: ClassOf(limitMiB), MaxContext: maxContext, Slots: 1,
-		Tokens: TokenStats{BytesPerToken: 4, MaxTokenBytes: 16, TemplateTokens: 10}}
+	return Capability{Version: CapabilityVersion, ID: worker + ":1", Worker: worker, Model: model, ModelKey: ModelKey(model), GPULimitMiB: limitMiB,
+		MaxContext: maxContext, Slots: 1, Tokens: TokenStats{BytesPerToken: 4, MaxTokenBytes: 16, TemplateTokens: 10}}
 }
 
-func TestClasses(t *testing.T) {
+func TestBuckets(t *testing.T) {
 	for _, tc := range []struct {
-		mib  int64
-		want string
-	}{{100, "0m"}, {300, "256m"}, {600, "512m"}, {21741, "20g"}, {36864, "32g"}, {1 << 30, "512g"}} {
-		if got := ClassOf(tc.mib); got != tc.want {
-			t.Errorf("ClassOf(%d) = %s, want %s", tc.mib, got, tc.want)
+		maxContext int
+		want       []int
+	}{
+		{0, nil}, {100, []int{100}}, {256, []int{256}}, {300, []int{256, 300}},
+		{1024, []int{256, 384, 512, 768, 1024}}, {1100, []int{256, 384, 512, 768, 1024, 1100}},
+		{24576, []int{256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576}},
+	} {
+		if got := CapacityBuckets(tc.maxContext); !slices.Equal(got, tc.want) {
+			t.Errorf("CapacityBuckets(%d) = %v, want %v", tc.maxContext, got, tc.want)
+		}
+		for _, b := range tc.want {
+			if !ServesBucket(tc.maxContext, b) || !ServesBucket(tc.maxContext, b) {
+				t.Errorf("ServesBucket(%d, %d) = false", tc.maxContext, b)
+			}
 		}
 	}
-	if got := strings.Join(ClassesBelow("2g"), ","); got != "1g,512m,256m" {
-		t.Errorf("ClassesBelow(2g) = %s", got)
+	for _, tc := range []struct{ maxContext, need, want int }{
+		{24576, 1, 256}, {24576, 16047, 16384}, {24576, 16384, 16384}, {24576, 16385, 24576}, {24576, 24576, 24576},
+		{15000, 14000, 15000}, {15000, 12000, 12288}, {100, 50, 100}, {100, 101, 0}, {0, 1, 0},
+	} {
+		got, ok := BucketFor(tc.maxContext, tc.need)
+		if got != tc.want || ok != (tc.want > 0) {
+			t.Errorf("BucketFor(%d, %d) = %d %v, want %d", tc.maxContext, tc.need, got, ok, tc.want)
+		}
+	}
+	if ServesBucket(24576, 20000) || ServesBucket(15000, 16384) || ServesBucket(15000, 14999) {
+		t.Error("a worker serves a bucket that is neither a grid step below its context nor its context")
+	}
+	if b, ok := BucketFor(math.MaxInt, math.MaxInt-1); !ok || b != math.MaxInt {
+		t.Errorf("BucketFor at the largest int: %d %v", b, ok)
 	}
 	if got := ModelKey("Qwen3 Next 80B/A3B (IQ2_XXS)"); got != "qwen3-next-80b-a3b-iq2_xxs" {
 		t.Errorf("ModelKey = %q", got)
 	}
-	if got := BaseQueue(ClassQueue("critical", "m", "20g")); got != "critical" {
-		t.Errorf("BaseQueue = %q", got)
+	q := BucketQueue("critical", "m", 16384)
+	if q != "critical@m@ctx16384" || BaseQueue(q) != "critical" {
+		t.Errorf("BucketQueue = %q, BaseQueue = %q", q, BaseQueue(q))
 	}
-	want := map[string]int{"default": 3, "default@m": 3, "default@m@1g": 12, "default@m@512m": 3, "low": 1, "low@m": 1, "low@m@1g": 4, "low@m@512m": 1}
-	if got := WorkerQueues(map[string]int{"default": 3, "low": 1}, "m", "1g", []string{"512m"}); !maps.Equal(got, want) {
+	for queue, want := range map[string]struct {
+		q  RoutedQueue
+		ok bool
+	}{
+		"default":            {},
+		"default@m":          {RoutedQueue{Base: "default", ModelKey: "m"}, true},
+		"default@m@ctx16384": {RoutedQueue{Base: "default", ModelKey: "m", Bucket: 16384, Routed: true}, true},
+		"default@m@512m":     {RoutedQueue{Base: "default", ModelKey: "m", Routed: true}, true},
+		"default@m@ctx-3":    {RoutedQueue{Base: "default", ModelKey: "m", Routed: true}, true},
+		"default@@ctx1":      {},
+		"a@b@c@d":            {},
+	} {
+		if q, ok := ParseQueue(queue); q != want.q || ok != want.ok {
+			t.Errorf("ParseQueue(%q) = %+v %v, want %+v %v", queue, q, ok, want.q, want.ok)
+		}
+	}
+	want := map[string]int{"default": 3, "default@m": 3, "default@m@ctx256": 3, "default@m@ctx384": 12, "default@m@ctx512": 12, "default@m@ctx600": 12,
+		"low": 1, "low@m": 1, "low@m@ctx256": 1, "low@m@ctx384": 4, "low@m@ctx512": 4, "low@m@ctx600": 4}
+	if got := WorkerQueues(map[string]int{"default": 3, "low": 1}, "m", 600); !maps.Equal(got, want) {
 		t.Errorf("WorkerQueues = %v, want %v", got, want)
 	}
 }
@@ -55,20 +95,24 @@ func TestRouteJob(t *testing.T) {
 	gen := func(model string, promptBytes, maxTokens int) *Generate {
 		return &Generate{Prompt: strings.Repeat("x", promptBytes), MaxTokens: &maxTokens, Common: Common{Model: model}}
 	}
-	t.Run("SmallestClassThatFits", func(t *testing.T) {
-		r, err := RouteJob(fleet, gen("A", 400, 100), false) // ≈100 tokens + 100
-		if err != nil || r.Queue != "default@a@512m" || !r.Routed {
+	t.Run("SmallestBucketThatFits", func(t *testing.T) {
+		r, err := RouteJob(fleet, gen("A", 400, 100), false) // ≈100 tokens + 100: the smallest bucket, both serve it
+		if err != nil || r.Queue != "default@a@ctx256" || !r.Routed || r.Bucket != 256 {
+			t.Errorf("%+v %v", r, err)
+		}
+		r, err = RouteJob(fleet, gen("A", 400, 800), false) // ≈900: the small worker's top bucket
+		if err != nil || r.Queue != "default@a@ctx1000" {
 			t.Errorf("%+v %v", r, err)
 		}
 		r, err = RouteJob(fleet, gen("a", 4000, 2000), false) // ≈1000 + 2000: only big
-		if err != nil || r.Queue != "default@a@1g" {
+		if err != nil || r.Queue != "default@a@ctx3072" {
 			t.Errorf("%+v %v", r, err)
 		}
 	})
 	t.Run("EstimateTooLongButMightFit", func(t *testing.T) {
-		// ≈ 12,500 tokens estimated, at least 3,125: the biggest class tokenizes and decides.
+		// ≈ 12,500 tokens estimated, at least 3,125: the largest worker tokenizes and decides.
 		r, err := RouteJob(fleet, gen("A", 50000, 100), false)
-		if err != nil || r.Queue != "default@a@1g" {
+		if err != nil || r.Queue != "default@a@ctx5000" {
 			t.Errorf("%+v %v", r, err)
 		}
 	})
@@ -84,7 +128,7 @@ func TestRouteJob(t *testing.T) {
 			}
 		}
 		r, err := RouteJob(fleet, gen("A", 10, 8000), true)
-		if err != nil || r.Queue != "default@a@1g" || r.Routed {
+		if err != nil || r.Queue != "default@a@ctx5000" || r.Routed {
 			t.Errorf("anyway: %+v %v", r, err)
 		}
 	})
@@ -93,22 +137,22 @@ func TestRouteJob(t *testing.T) {
 			mt := 100
 			return &Summarize{Version: 1, Input: strings.Repeat("word ", bytes/5), MaxTokens: &mt, Strategy: st, Common: Common{Model: "A"}}
 		}
-		// Too long for every worker: single is refused, auto goes to the largest class,
-		// whose worker summarizes it hierarchically; hierarchical always starts in the
-		// smallest class, which every worker serves.
+		// Too long for every worker: single is refused, auto goes to the largest worker,
+		// which summarizes it hierarchically; hierarchical always starts in the smallest
+		// bucket, which every worker serves.
 		if _, err := RouteJob(fleet, sum(200000, StrategySingle), false); !errors.Is(err, ErrNoCapacity) {
 			t.Errorf("single: %v, want ErrNoCapacity", err)
 		}
-		if r, err := RouteJob(fleet, sum(200000, ""), false); err != nil || r.Queue != "default@a@1g" {
+		if r, err := RouteJob(fleet, sum(200000, ""), false); err != nil || r.Queue != "default@a@ctx5000" {
 			t.Errorf("auto: %+v %v", r, err)
 		}
-		if r, err := RouteJob(fleet, sum(200000, StrategyHierarchical), false); err != nil || r.Queue != "default@a@512m" {
+		if r, err := RouteJob(fleet, sum(200000, StrategyHierarchical), false); err != nil || r.Queue != "default@a@ctx256" {
 			t.Errorf("hierarchical: %+v %v", r, err)
 		}
 		// A child goes where it fits, as any job.
 		child := sum(400, StrategySingle)
 		child.Part = &Part{Parent: "p", Pieces: 1}
-		if r, err := RouteJob(fleet, child, false); err != nil || r.Queue != "default@a@512m" {
+		if r, err := RouteJob(fleet, child, false); err != nil || r.Queue != "default@a@ctx512" {
 			t.Errorf("child: %+v %v", r, err)
 		}
 	})
@@ -140,7 +184,88 @@ func TestRouteJob(t *testing.T) {
 			t.Errorf("%v", err)
 		}
 	})
+	t.Run("OlderWorkersAreNotRouted", func(t *testing.T) {
+		// A worker of the version before buckets serves other queues: with only such
+		// workers, jobs go to the plain queue, which every worker serves.
+		old := big
+		old.Version = 1
+		r, err := RouteJob([]Capability{old}, gen("A", 10, 2000), false)
+		if err != nil || r.Queue != QueueDefault {
+			t.Errorf("%+v %v", r, err)
+		}
+	})
 }
+
+// TestRouteMixes routes jobs of every length against fleets of one model whose workers
+// differ in what they hold but not by much (slots, KV precision, limits a few MiB apart: one
+// memory class): a job goes to a queue that at least one worker serves, and every worker
+// that serves it holds the job, exactly when some worker holds it; it is refused with the
+// largest worker's numbers otherwise. The daemon's TestFleetMixes runs the same with
+// capabilities from the planner.
+func TestRouteMixes(t *testing.T) {
+	fleets := map[string][]int{
+		"issue 27 (590 and 606 MiB)": {15360, 24576},
+		"equal":                      {8192, 8192},
+		"one grid step apart":        {8192, 12288},
+		"a few tokens apart":         {16000, 16010, 16020},
+		"slots and precisions":       {4096, 6000, 12000, 23000, 24576},
+		"tiny":                       {100, 300},
+	}
+	for name, contexts := range fleets {
+		t.Run(name, func(t *testing.T) {
+			var caps []Capability
+			for i, m := range contexts {
+				caps = append(caps, capability(fmt.Sprintf("w%d", i), "A", 600, m))
+			}
+			largest := slices.Max(contexts)
+			for need := 2; need <= largest+50; need += 7 {
+				checkRoute(t, caps, need)
+			}
+			for _, m := range contexts { // the edges
+				checkRoute(t, caps, m)
+				checkRoute(t, caps, m+1)
+			}
+		})
+	}
+}
+
+// checkRoute routes a job needing need tokens of context (a raw prompt of one byte, one
+// token, and max_tokens) against caps and checks where it goes.
+func checkRoute(t *testing.T, caps []Capability, need int) {
+	t.Helper()
+	p := &Generate{Prompt: "x", MaxTokens: ptrTo(need - 1)}
+	holders := 0
+	for _, c := range caps {
+		if need <= c.MaxContext {
+			holders++
+		}
+	}
+	r, err := RouteJob(caps, p, false)
+	if holders == 0 {
+		var re *RouteError
+		if !errors.As(err, &re) || !errors.Is(err, ErrNoCapacity) || re.Largest.MaxContext != LargestWorker(caps).MaxContext || re.NeedContext != need {
+			t.Fatalf("need %d, held by none: %+v %v, want refused naming the largest worker", need, r, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("need %d, held by %d workers: refused: %v", need, holders, err)
+	}
+	servers := 0
+	for _, c := range caps {
+		if WorkerQueues(QueueWeights(), c.ModelKey, c.MaxContext)[r.Queue] > 0 {
+			servers++
+			if need > c.MaxContext {
+				t.Fatalf("need %d: queue %s is served by %s, which holds %d", need, r.Queue, c.Worker, c.MaxContext)
+			}
+		}
+	}
+	if servers == 0 {
+		t.Fatalf("need %d: queue %s is served by no worker", need, r.Queue)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // TestCapabilitiesAndRouting publishes capabilities as a worker does and checks that Enqueue
 // routes by them, refuses what nobody holds, and that ids are found in routed queues.
@@ -163,7 +288,7 @@ func TestCapabilitiesAndRouting(t *testing.T) {
 	}
 	max := 2000
 	job, err := c.Enqueue(ctx, &Generate{Prompt: "hello", MaxTokens: &max, Common: Common{IdempotencyKey: "k1"}})
-	if err != nil || job.Queue != "default@a@1g" {
+	if err != nil || job.Queue != "default@a@ctx2048" {
 		t.Fatalf("%+v %v", job, err)
 	}
 	if st, err := c.Status(ctx, "k1"); err != nil || st.Queue != job.Queue || st.State != StatePending {
@@ -176,7 +301,7 @@ func TestCapabilitiesAndRouting(t *testing.T) {
 	if _, err := c.Enqueue(ctx, &Generate{Prompt: "hello", MaxTokens: &max}); !errors.Is(err, ErrNoCapacity) {
 		t.Errorf("too big: %v", err)
 	}
-	if job, err := c.Enqueue(ctx, &Generate{Prompt: "hello", MaxTokens: &max}, EnqueueAnyway()); err != nil || job.Queue != "default@a@1g" {
+	if job, err := c.Enqueue(ctx, &Generate{Prompt: "hello", MaxTokens: &max}, EnqueueAnyway()); err != nil || job.Queue != "default@a@ctx5000" {
 		t.Errorf("anyway: %+v %v", job, err)
 	}
 }
@@ -318,5 +443,5 @@ func benchCapability(i int) Capability {
 }
 
 func benchQueues(cp Capability) map[string]int {
-	return WorkerQueues(QueueWeights(), cp.ModelKey, cp.Class, ClassesBelow(cp.Class))
+	return WorkerQueues(QueueWeights(), cp.ModelKey, cp.MaxContext)
 }
