@@ -218,7 +218,8 @@ func ParseQueue(queue string) (q RoutedQueue, ok bool) {
 	q = RoutedQueue{Base: parts[0], ModelKey: parts[1]}
 	if len(parts) == 3 {
 		q.Routed = true
-		if n, err := strconv.Atoi(strings.TrimPrefix(parts[2], bucketPrefix)); err == nil && n > 0 && strings.HasPrefix(parts[2], bucketPrefix) {
+		digits, isBucket := strings.CutPrefix(parts[2], bucketPrefix)
+		if n, err := strconv.Atoi(digits); isBucket && err == nil && n > 0 && BucketName(n) == parts[2] {
 			q.Bucket = n
 		}
 	}

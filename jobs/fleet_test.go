@@ -364,6 +364,20 @@ func TestMoveActive(t *testing.T) {
 	}
 }
 
+// FuzzParseQueue takes apart queue names as Redis lists them (any client may name one):
+// no panic, and a bucket queue's name is the one BucketQueue gives.
+func FuzzParseQueue(f *testing.F) {
+	for _, q := range []string{"default", "default@m", "default@m@ctx16384", "low@m@512m", "@@", "a@b@ctx0", "a@b@ctx+7", "a@b@ctx007", "a@b@ctx99999999999999999999"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, queue string) {
+		q, ok := ParseQueue(queue)
+		if ok && q.Bucket > 0 && BucketQueue(q.Base, q.ModelKey, q.Bucket) != queue {
+			t.Fatalf("%q parses as %+v, which names %q", queue, q, BucketQueue(q.Base, q.ModelKey, q.Bucket))
+		}
+	})
+}
+
 func redisZ(expiry time.Time, id string) redis.Z {
 	return redis.Z{Score: float64(expiry.Unix()), Member: id}
 }
