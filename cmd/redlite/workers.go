@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register(command{name: "workers", summary: "the fleet's workers: model, backend, limit, class, slots, running jobs with their progress", run: runWorkers})
+	register(command{name: "workers", summary: "the fleet's workers: model, backend, limit, longest job, slots, running jobs with their progress", run: runWorkers})
 }
 
 func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
