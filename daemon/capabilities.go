@@ -145,7 +145,7 @@ func (c *capabilities) publish() error {
 	ctx, cancel := context.WithTimeout(context.Background(), max(c.ttl/6, time.Second))
 	defer cancel()
 	_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, jobs.CapabilitiesIndex, redis.Z{Score: float64(time.Now().Add(c.ttl).Unix() + 1), Member: doc.ID})
+		p.ZAdd(ctx, jobs.CapabilitiesIndex, redis.Z{Score: jobs.CapabilityScore(time.Now().Add(c.ttl)), Member: doc.ID})
 		p.Set(ctx, jobs.CapabilityKey(doc.ID), b, c.ttl)
 		return nil
 	})

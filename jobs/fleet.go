@@ -265,64 +265,93 @@ func (c *Client) Capabilities(ctx context.Context) ([]Capability, error) {
 	return c.caps.list(ctx, c.rdb)
 }
 
-// capabilityCache keeps the documents it decoded by worker id, with the text they came from:
-// a document changes only when its worker refreshes it (every TTL/6), and decoding 64 of them
-// on every enqueue would cost more than the rest of it.
+// CapabilityScore is a document's score in CapabilitiesIndex when its key expires at expiry:
+// a second later, so that an entry outlives its key and a reader that finds the entry
+// without the key knows the worker is gone, and to the microsecond, so that every write of
+// a document (each refresh, draining) changes its score and readers know to read it again.
+func CapabilityScore(expiry time.Time) float64 { return float64(expiry.UnixMicro())/1e6 + 1 }
+
+// capabilityCache keeps the documents it decoded by worker id, with their scores in the
+// index: a document changes only with its score (CapabilityScore), so a reader lists the
+// index (ZRANGE) and reads and decodes only the documents whose score changed, or whose key
+// should have expired by the reader's clock (only Redis knows whether it has). Reading and
+// decoding 64 documents of a few KB on every enqueue would cost more than the rest of it.
+// A document whose key vanished early (evicted by a maxmemory policy) is taken for live until
+// its score says it expired: at most REDLITE_CAPABILITY_TTL.
 type capabilityCache struct {
 	mu   sync.Mutex
-	docs map[string]cachedCapability
+	docs map[string]cachedCapability // replaced, never modified: readers share it
 }
 
 type cachedCapability struct {
-	raw string
-	cap Capability
-	ok  bool // the text decoded
+	score float64
+	cap   Capability
+	ok    bool // the document decoded
 }
 
 func (cc *capabilityCache) list(ctx context.Context, rdb redis.UniversalClient) ([]Capability, error) {
-	ids, err := rdb.ZRange(ctx, CapabilitiesIndex, 0, -1).Result()
+	index, err := rdb.ZRangeWithScores(ctx, CapabilitiesIndex, 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list worker capabilities: %w", redisx.Classify(err))
 	}
-	if len(ids) == 0 {
+	if len(index) == 0 {
 		return nil, nil
 	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = CapabilityKey(id)
-	}
-	vals, err := rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read worker capabilities: %w", redisx.Classify(err))
-	}
-	var out []Capability
-	var dead []any
 	cc.mu.Lock()
 	old := cc.docs
-	cc.docs = make(map[string]cachedCapability, len(ids))
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			dead = append(dead, ids[i])
-			continue
+	cc.mu.Unlock()
+	now := time.Now()
+	var read []int // positions in index of the documents to read
+	var keys []string
+	for i, z := range index {
+		id, _ := z.Member.(string)
+		d, seen := old[id]
+		if !seen || d.score != z.Score || z.Score <= CapabilityScore(now) {
+			read = append(read, i)
+			keys = append(keys, CapabilityKey(id))
 		}
-		d, seen := old[ids[i]]
-		if !seen || d.raw != s {
-			d = cachedCapability{raw: s}
+	}
+	docs := make(map[string]cachedCapability, len(index))
+	for _, z := range index {
+		id, _ := z.Member.(string)
+		if d, seen := old[id]; seen && d.score == z.Score {
+			docs[id] = d
+		}
+	}
+	dead := false
+	if len(keys) > 0 {
+		vals, err := rdb.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read worker capabilities: %w", redisx.Classify(err))
+		}
+		for j, v := range vals {
+			z := index[read[j]]
+			id, _ := z.Member.(string)
+			s, ok := v.(string)
+			if !ok {
+				delete(docs, id)
+				dead = true
+				continue
+			}
+			d := cachedCapability{score: z.Score}
 			// A newer or broken writer's document is not ours to route on.
 			d.ok = json.Unmarshal([]byte(s), &d.cap) == nil
+			docs[id] = d
 		}
-		cc.docs[ids[i]] = d
+	}
+	cc.mu.Lock()
+	cc.docs = docs
+	cc.mu.Unlock()
+	if dead {
+		// Entries past their expiry belong to workers that stopped refreshing them; a worker
+		// that is starting has a fresh entry whose key follows at once.
+		_ = rdb.ZRemRangeByScore(ctx, CapabilitiesIndex, "-inf", "("+strconv.FormatInt(now.Unix(), 10)).Err()
+	}
+	out := make([]Capability, 0, len(docs))
+	for _, d := range docs {
 		if d.ok {
 			out = append(out, d.cap)
 		}
-	}
-	cc.mu.Unlock()
-	if len(dead) > 0 {
-		// Entries past their expiry belong to workers that stopped refreshing them; a worker
-		// that is starting has a fresh entry whose key follows at once.
-		now := strconv.FormatInt(time.Now().Unix(), 10)
-		_ = rdb.ZRemRangeByScore(ctx, CapabilitiesIndex, "-inf", "("+now).Err()
 	}
 	slices.SortFunc(out, func(a, b Capability) int {
 		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.ID, b.ID))
@@ -482,25 +511,24 @@ func EstimatePrompt(p Payload, t TokenStats) (estimate, least int) {
 func RouteJob(caps []Capability, p Payload, anyway bool) (Route, error) {
 	o := p.Options()
 	base := QueueFor(o.Priority)
-	var live []Capability
-	for _, c := range caps {
-		if c.Routable() {
-			live = append(live, c)
-		}
-	}
-	if len(live) == 0 {
-		if o.Model != "" && anyway {
-			return Route{Queue: ModelQueue(base, ModelKey(o.Model))}, nil
-		}
-		return Route{Queue: base}, nil
-	}
-	var mine []Capability
+	live := false
 	served := map[string]bool{}
-	for _, c := range live {
+	mine := make([]Capability, 0, len(caps)) // one allocation: documents are large
+	for _, c := range caps {
+		if !c.Routable() {
+			continue
+		}
+		live = true
 		served[c.Model] = true
 		if c.Serves(o.Model) {
 			mine = append(mine, c)
 		}
+	}
+	if !live {
+		if o.Model != "" && anyway {
+			return Route{Queue: ModelQueue(base, ModelKey(o.Model))}, nil
+		}
+		return Route{Queue: base}, nil
 	}
 	keys := map[string]bool{}
 	for _, c := range mine {

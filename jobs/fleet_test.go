@@ -306,6 +306,57 @@ func TestCapabilitiesAndRouting(t *testing.T) {
 	}
 }
 
+// TestCapabilitiesReadOnChange checks when a client reads a document again: when its score
+// changes (every write), and when its key should have expired; not otherwise.
+func TestCapabilitiesReadOnChange(t *testing.T) {
+	c, _ := setup(t)
+	ctx := context.Background()
+	cp := capability("w", "A", 600, 1000)
+	publish := func(doc []byte, expiry time.Time) {
+		t.Helper()
+		if err := c.rdb.Set(ctx, CapabilityKey(cp.ID), doc, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.rdb.ZAdd(ctx, CapabilitiesIndex, redisZ(expiry, cp.ID)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() []Capability {
+		t.Helper()
+		caps, err := c.Capabilities(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return caps
+	}
+	expiry := time.Now().Add(time.Minute)
+	doc, _ := json.Marshal(cp)
+	publish(doc, expiry)
+	if caps := list(); len(caps) != 1 || caps[0].Draining {
+		t.Fatalf("first read: %+v", caps)
+	}
+	cp.Draining = true
+	doc, _ = json.Marshal(cp)
+	publish(doc, expiry.Add(time.Microsecond))
+	if caps := list(); len(caps) != 1 || !caps[0].Draining {
+		t.Fatalf("after a write with a new score: %+v, want draining", caps)
+	}
+	// Same score: the client does not read the document again (this one would not decode).
+	publish([]byte("{broken"), expiry.Add(time.Microsecond))
+	if caps := list(); len(caps) != 1 || !caps[0].Draining {
+		t.Fatalf("same score: %+v, want the cached document", caps)
+	}
+	// Its score says the key has expired: read again, found gone, pruned.
+	c.rdb.Del(ctx, CapabilityKey(cp.ID))
+	c.rdb.ZAdd(ctx, CapabilitiesIndex, redisZ(time.Now().Add(-2*time.Second), cp.ID))
+	if caps := list(); len(caps) != 0 {
+		t.Fatalf("after its expiry: %+v, want none", caps)
+	}
+	if n, _ := c.rdb.ZCard(ctx, CapabilitiesIndex).Result(); n != 0 {
+		t.Errorf("index has %d entries, want the expired one pruned", n)
+	}
+}
+
 // TestMoveActive moves a job its worker holds to another queue, as a worker that cannot fit
 // it does, and checks that it keeps its id, payload, retention and retry count, exists in one
 // queue only, and that asynq reads the rewritten message.
@@ -379,7 +430,7 @@ func FuzzParseQueue(f *testing.F) {
 }
 
 func redisZ(expiry time.Time, id string) redis.Z {
-	return redis.Z{Score: float64(expiry.Unix()), Member: id}
+	return redis.Z{Score: CapabilityScore(expiry), Member: id}
 }
 
 // FuzzRouteCapabilities routes jobs against capability documents as read from Redis (any
