@@ -462,8 +462,9 @@ func FuzzRouteCapabilities(f *testing.F) {
 }
 
 // BenchmarkEnqueueRouted measures Enqueue against fleets of 8 and 64 published workers
-// (routing reads the capabilities on every call) and against an empty fleet. The documents
-// are as large as a worker's (profile, calibration, policy, queues).
+// (routing lists the capabilities on every call) and against an empty fleet. The documents
+// are as large as a worker's (profile, calibration, policy, queues) and do not change while
+// it runs: the steady state between refreshes, which come every TTL/6 per worker.
 func BenchmarkEnqueueRouted(b *testing.B) {
 	for _, workers := range []int{0, 8, 64} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
