@@ -17,8 +17,8 @@ import (
 // client put it on a plain priority queue, the client's token estimate was short, or the job
 // names another model. Instead of archiving it, the worker moves it (jobs.Client.MoveActive:
 // same id, payload, retention and retry count, in one Redis step, so that it runs once) to
-// the queue of the smallest capacity bucket that a live worker which holds it serves
-// (jobs.SmallestBucket, as clients route), and archives it only when no live worker can,
+// the queue of the capacity bucket that the other live workers which hold it serve
+// (jobs.HoldersBucket, as clients route), and archives it only when no live worker can,
 // with the planner's explanation for the fleet's largest worker.
 
 const outcomeRerouted = "rerouted" // moved to a queue whose workers can run it
@@ -53,7 +53,7 @@ func (r *run) reroute(ctx context.Context, p jobs.Payload, promptTokens, maxToke
 		// not landed): the list cannot be trusted to say that nobody holds the job.
 		return &EngineFault{Err: fmt.Errorf("does not fit here, and the fleet's capabilities are incomplete (this worker's is missing): %w", fit)}
 	}
-	if b, ok := jobs.SmallestBucket(others, func(jobs.Capability) int { return need }); ok {
+	if b, ok := jobs.HoldersBucket(others, func(jobs.Capability) int { return need }); ok {
 		to := jobs.BucketQueue(jobs.BaseQueue(r.queue), key, b)
 		if to == r.queue {
 			// The other workers of this queue hold it; this one serves it by a document that

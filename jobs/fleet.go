@@ -423,17 +423,45 @@ type Route struct {
 // only such workers live, jobs go to the plain priority queues, which every worker serves).
 func (c Capability) Routable() bool { return !c.Draining && c.Version >= CapabilityVersion }
 
-// SmallestBucket is where a job goes among workers (all of one model): the smallest bucket
-// that some worker which holds the job serves, need(c) being the context the job needs on
-// worker c; ok is false when none holds it. Every worker that serves the bucket holds the job,
-// and the smallest workers that do serve it with their top weight.
-func SmallestBucket(workers []Capability, need func(Capability) int) (bucket int, ok bool) {
+// HoldersBucket is where a job goes among workers (all of one model), need(c) being the
+// context the job needs on worker c; ok is false when no worker holds it. It is the largest
+// bucket that every worker which holds the job serves: the top of the smallest holder's
+// grid (or its MaxContext when all holders hold the same), so that all holders take the job
+// and the smallest of them with their top weight, and so that a fleet uses few queues: one
+// per priority when its workers all hold the same, where a worker takes jobs in the order
+// they came. When the job needs more than that grid step, it is the smallest holder's
+// MaxContext, which the workers holding exactly that serve.
+func HoldersBucket(workers []Capability, need func(Capability) int) (bucket int, ok bool) {
+	least, most, same := 0, 0, true // the smallest holder's MaxContext, the largest need
 	for _, c := range workers {
-		if b, fits := BucketFor(c.MaxContext, need(c)); fits && (!ok || b < bucket) {
-			bucket, ok = b, true
+		n := need(c)
+		if c.MaxContext < 1 || n > c.MaxContext {
+			continue
 		}
+		if ok && c.MaxContext != least {
+			same = false
+		}
+		if !ok || c.MaxContext < least {
+			least = c.MaxContext
+		}
+		most, ok = max(most, n), true
 	}
-	return bucket, ok
+	if !ok {
+		return 0, false
+	}
+	if step := gridBelow(least); !same && step >= most {
+		return step, true
+	}
+	return least, true
+}
+
+// gridBelow is the largest grid step at or below n (0 for none).
+func gridBelow(n int) int {
+	below := 0
+	for s := minBucket; s <= n && s < math.MaxInt; s = nextBucket(s) {
+		below = s
+	}
+	return below
 }
 
 // LargestWorker is the worker of workers that holds the longest job (nil for none).
@@ -497,9 +525,10 @@ func EstimatePrompt(p Payload, t TokenStats) (estimate, least int) {
 	return max(estimate, least), least
 }
 
-// RouteJob chooses the queue of p among the live workers in caps (Capabilities): the
-// smallest bucket that a worker of p's model which holds the job's estimated context serves
-// (SmallestBucket), so that big workers keep their memory for big jobs. When the estimate
+// RouteJob chooses the queue of p among the live workers in caps (Capabilities): the bucket
+// that every worker of p's model which holds the job's estimated context serves, the
+// smallest of them with their top weight (HoldersBucket), so that big workers keep their
+// memory for big jobs. When the estimate
 // fits no worker but the fewest tokens the prompt can have would, the job goes to the top
 // bucket of the worker that holds the most, which tokenizes it and moves it on if it does not
 // fit. A job that no live worker can hold is refused with a *RouteError (ErrUnknownModel,
@@ -546,19 +575,19 @@ func RouteJob(caps []Capability, p Payload, anyway bool) (Route, error) {
 		return Route{Queue: BucketQueue(base, key, bucket), Bucket: bucket, Routed: routed}
 	}
 	if splitsItself(p, StrategyHierarchical) {
-		// The parent only splits and waits: the smallest bucket, which every worker serves.
-		if b, ok := SmallestBucket(mine, func(Capability) int { return 1 }); ok {
+		// The parent only splits and waits: a bucket every worker serves.
+		if b, ok := HoldersBucket(mine, func(Capability) int { return 1 }); ok {
 			return to(b, true), nil
 		}
 	}
 	maxTokens := maxTokensOf(p)
 	estimate := func(c Capability) int { e, _ := EstimatePrompt(p, c.Tokens); return e + maxTokens }
 	least := func(c Capability) int { _, l := EstimatePrompt(p, c.Tokens); return l + maxTokens }
-	if b, ok := SmallestBucket(mine, estimate); ok {
+	if b, ok := HoldersBucket(mine, estimate); ok {
 		return to(b, true), nil
 	}
 	largest := LargestWorker(mine)
-	if _, ok := SmallestBucket(mine, least); ok {
+	if _, ok := HoldersBucket(mine, least); ok {
 		return to(largest.MaxContext, true), nil
 	}
 	if largest.MaxContext > 0 && (anyway || splitsItself(p, StrategyAuto)) {

@@ -95,9 +95,11 @@ func TestRouteJob(t *testing.T) {
 	gen := func(model string, promptBytes, maxTokens int) *Generate {
 		return &Generate{Prompt: strings.Repeat("x", promptBytes), MaxTokens: &maxTokens, Common: Common{Model: model}}
 	}
-	t.Run("SmallestBucketThatFits", func(t *testing.T) {
-		r, err := RouteJob(fleet, gen("A", 400, 100), false) // ≈100 tokens + 100: the smallest bucket, both serve it
-		if err != nil || r.Queue != "default@a@ctx256" || !r.Routed || r.Bucket != 256 {
+	t.Run("EveryHolderServesIt", func(t *testing.T) {
+		// ≈100 tokens + 100: the top of the small worker's grid, which both serve (the small
+		// one with its top weight).
+		r, err := RouteJob(fleet, gen("A", 400, 100), false)
+		if err != nil || r.Queue != "default@a@ctx768" || !r.Routed || r.Bucket != 768 {
 			t.Errorf("%+v %v", r, err)
 		}
 		r, err = RouteJob(fleet, gen("A", 400, 800), false) // ≈900: the small worker's top bucket
@@ -105,8 +107,18 @@ func TestRouteJob(t *testing.T) {
 			t.Errorf("%+v %v", r, err)
 		}
 		r, err = RouteJob(fleet, gen("a", 4000, 2000), false) // ≈1000 + 2000: only big
-		if err != nil || r.Queue != "default@a@ctx3072" {
+		if err != nil || r.Queue != "default@a@ctx5000" {
 			t.Errorf("%+v %v", r, err)
+		}
+	})
+	t.Run("OneQueueForEqualWorkers", func(t *testing.T) {
+		// Workers that hold the same take every job from one queue per priority, in the
+		// order the jobs came, whatever their length.
+		equal := []Capability{capability("m1", "A", 600, 5000), capability("m2", "A", 600, 5000)}
+		for _, mt := range []int{1, 100, 1000, 4000, 4990} {
+			if r, err := RouteJob(equal, gen("A", 4, mt), false); err != nil || r.Queue != "default@a@ctx5000" {
+				t.Errorf("max_tokens %d: %+v %v, want default@a@ctx5000", mt, r, err)
+			}
 		}
 	})
 	t.Run("EstimateTooLongButMightFit", func(t *testing.T) {
@@ -138,21 +150,21 @@ func TestRouteJob(t *testing.T) {
 			return &Summarize{Version: 1, Input: strings.Repeat("word ", bytes/5), MaxTokens: &mt, Strategy: st, Common: Common{Model: "A"}}
 		}
 		// Too long for every worker: single is refused, auto goes to the largest worker,
-		// which summarizes it hierarchically; hierarchical always starts in the smallest
-		// bucket, which every worker serves.
+		// which summarizes it hierarchically; hierarchical always starts in a bucket every
+		// worker serves.
 		if _, err := RouteJob(fleet, sum(200000, StrategySingle), false); !errors.Is(err, ErrNoCapacity) {
 			t.Errorf("single: %v, want ErrNoCapacity", err)
 		}
 		if r, err := RouteJob(fleet, sum(200000, ""), false); err != nil || r.Queue != "default@a@ctx5000" {
 			t.Errorf("auto: %+v %v", r, err)
 		}
-		if r, err := RouteJob(fleet, sum(200000, StrategyHierarchical), false); err != nil || r.Queue != "default@a@ctx256" {
+		if r, err := RouteJob(fleet, sum(200000, StrategyHierarchical), false); err != nil || r.Queue != "default@a@ctx768" {
 			t.Errorf("hierarchical: %+v %v", r, err)
 		}
 		// A child goes where it fits, as any job.
 		child := sum(400, StrategySingle)
 		child.Part = &Part{Parent: "p", Pieces: 1}
-		if r, err := RouteJob(fleet, child, false); err != nil || r.Queue != "default@a@ctx512" {
+		if r, err := RouteJob(fleet, child, false); err != nil || r.Queue != "default@a@ctx768" {
 			t.Errorf("child: %+v %v", r, err)
 		}
 	})
@@ -198,8 +210,8 @@ func TestRouteJob(t *testing.T) {
 
 // TestRouteMixes routes jobs of every length against fleets of one model whose workers
 // differ in what they hold but not by much (slots, KV precision, limits a few MiB apart: one
-// memory class): a job goes to a queue that at least one worker serves, and every worker
-// that serves it holds the job, exactly when some worker holds it; it is refused with the
+// memory class): a job goes to a queue that the smallest worker which holds it serves, and
+// every worker that serves it holds the job, exactly when some worker holds it; it is refused with the
 // largest worker's numbers otherwise. The daemon's TestFleetMixes runs the same with
 // capabilities from the planner.
 func TestRouteMixes(t *testing.T) {
@@ -234,10 +246,13 @@ func TestRouteMixes(t *testing.T) {
 func checkRoute(t *testing.T, caps []Capability, need int) {
 	t.Helper()
 	p := &Generate{Prompt: "x", MaxTokens: ptrTo(need - 1)}
-	holders := 0
+	holders, smallest := 0, 0 // smallest: the MaxContext of the smallest holder
 	for _, c := range caps {
 		if need <= c.MaxContext {
 			holders++
+			if smallest == 0 || c.MaxContext < smallest {
+				smallest = c.MaxContext
+			}
 		}
 	}
 	r, err := RouteJob(caps, p, false)
@@ -260,8 +275,8 @@ func checkRoute(t *testing.T, caps []Capability, need int) {
 			}
 		}
 	}
-	if servers == 0 {
-		t.Fatalf("need %d: queue %s is served by no worker", need, r.Queue)
+	if servers == 0 || !ServesBucket(smallest, r.Bucket) {
+		t.Fatalf("need %d: queue %s is served by %d workers, not by the smallest holder (%d tokens)", need, r.Queue, servers, smallest)
 	}
 }
 
@@ -288,7 +303,7 @@ func TestCapabilitiesAndRouting(t *testing.T) {
 	}
 	max := 2000
 	job, err := c.Enqueue(ctx, &Generate{Prompt: "hello", MaxTokens: &max, Common: Common{IdempotencyKey: "k1"}})
-	if err != nil || job.Queue != "default@a@ctx2048" {
+	if err != nil || job.Queue != "default@a@ctx5000" {
 		t.Fatalf("%+v %v", job, err)
 	}
 	if st, err := c.Status(ctx, "k1"); err != nil || st.Queue != job.Queue || st.State != StatePending {
