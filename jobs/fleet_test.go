@@ -38,7 +38,7 @@ func TestBuckets(t *testing.T) {
 			t.Errorf("CapacityBuckets(%d) = %v, want %v", tc.maxContext, got, tc.want)
 		}
 		for _, b := range tc.want {
-			if !ServesBucket(tc.maxContext, b) || !ServesBucket(tc.maxContext, b) {
+			if !ServesBucket(tc.maxContext, b) {
 				t.Errorf("ServesBucket(%d, %d) = false", tc.maxContext, b)
 			}
 		}
