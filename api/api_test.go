@@ -299,7 +299,7 @@ func TestNativeJobs(t *testing.T) {
 
 	t.Run("SubmitWaitResult", func(t *testing.T) {
 		v := b.submit(t, tokenA, generate(4, "metadata", map[string]string{"req": "r1"}), http.StatusCreated)
-		// The fleet routes it to its model and capacity class: default@<model>@<class>.
+		// The fleet routes it to its model and capacity bucket: default@<model>@ctx<tokens>.
 		if v.ID == "" || jobs.BaseQueue(v.Queue) != jobs.QueueDefault || v.Type != jobs.TypeGenerate {
 			t.Fatalf("POST /v1/jobs: %+v", v)
 		}
@@ -324,7 +324,7 @@ func TestNativeJobs(t *testing.T) {
 	t.Run("Summarize", func(t *testing.T) {
 		v := b.submit(t, tokenA, map[string]any{"type": "summarize", "version": 1, "input": "The cat sat on the mat. It was warm.", "max_tokens": 3, "priority": "high"}, http.StatusCreated)
 		if jobs.BaseQueue(v.Queue) != jobs.QueueCritical {
-			t.Errorf("queue %q, want %q routed to the worker's class", v.Queue, jobs.QueueCritical)
+			t.Errorf("queue %q, want %q routed to a bucket of the worker", v.Queue, jobs.QueueCritical)
 		}
 		code, data := b.call(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/result?wait=60", nil)
 		if code != http.StatusOK {

@@ -23,8 +23,8 @@ import (
 )
 
 // The worker's capability document (jobs.Capability) tells clients what it serves and how
-// long a job it holds, so that they route jobs to the smallest class that fits (jobs.RouteJob)
-// and refuse what no live worker holds. It is refreshed every REDLITE_CAPABILITY_TTL/6 and
+// long a job it holds, so that they route jobs to the smallest capacity bucket that a worker
+// holding them serves (jobs.RouteJob) and refuse what no live worker holds. It is refreshed every REDLITE_CAPABILITY_TTL/6 and
 // expires REDLITE_CAPABILITY_TTL after the last refresh: a worker killed without a word
 // disappears from routing within the TTL; one that shuts down marks itself draining and
 // deletes it.
@@ -51,14 +51,14 @@ func capabilityOf(name string, lm *loadedModel, budget planner.Budget, cal plann
 		return jobs.Capability{}, fmt.Errorf("capabilities: %w", err)
 	}
 	c := jobs.Capability{
-		Version: 1, ID: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8]), Worker: name, Host: host, PID: os.Getpid(),
+		Version: jobs.CapabilityVersion, ID: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8]), Worker: name, Host: host, PID: os.Getpid(),
 		Build: buildinfo.Get().Version,
 		Model: lm.name, ModelKey: jobs.ModelKey(lm.name), ModelFile: filepath.Base(lm.path),
 		ModelFingerprint: fmt.Sprintf("%d bytes, general.name %q", lm.m.File.Size(), lm.profile.Name),
 		Architecture:     lm.profile.Architecture, Backend: lm.m.Backend.Name(),
 		Device:      deviceName(),
 		GPULimitMiB: budget.LimitMiB, MarginMiB: budget.MarginMiB, BudgetSource: string(budget.Source),
-		Class: jobs.ClassOf(budget.UsableMiB()), Slots: slots, MaxContext: capped(largest.Context),
+		Slots: slots, MaxContext: capped(largest.Context),
 		Tokens: lm.tokenStats(),
 	}
 	for _, kv := range []ml.DType{ml.F32, ml.F16} {
@@ -93,19 +93,6 @@ func deviceName() string {
 		return dev.Name
 	}
 	return fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
-}
-
-// smallerClasses lists the classes below the worker's own in which a worker with this model,
-// calibration, policy and slots could hold the model at all: the routed queues worth serving.
-func smallerClasses(class string, lm *loadedModel, budget planner.Budget, cal planner.Calibration, policy planner.Policy, slots int) []string {
-	var out []string
-	for _, c := range jobs.ClassesBelow(class) {
-		b := planner.Budget{LimitMiB: jobs.ClassMiB(c) + budget.MarginMiB, MarginMiB: budget.MarginMiB, Source: planner.SourceOverride}
-		if l, err := planner.Largest(policy, slots, lm.profile, cal, b); err == nil && l.Context > 0 {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // tokenStats measures what a client needs to estimate prompt lengths (jobs.TokenStats).
@@ -158,7 +145,7 @@ func (c *capabilities) publish() error {
 	ctx, cancel := context.WithTimeout(context.Background(), max(c.ttl/6, time.Second))
 	defer cancel()
 	_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, jobs.CapabilitiesIndex, redis.Z{Score: float64(time.Now().Add(c.ttl).Unix() + 1), Member: doc.ID})
+		p.ZAdd(ctx, jobs.CapabilitiesIndex, redis.Z{Score: jobs.CapabilityScore(time.Now().Add(c.ttl)), Member: doc.ID})
 		p.Set(ctx, jobs.CapabilityKey(doc.ID), b, c.ttl)
 		return nil
 	})
@@ -207,20 +194,20 @@ func (c *capabilities) terminate() {
 }
 
 // startCapabilities describes the worker, derives the routed queues it serves from
-// REDLITE_QUEUES (jobs.WorkerQueues) and starts publishing; it runs before the asynq server
-// starts, so that the queues are in its configuration.
+// REDLITE_QUEUES and the longest job it holds (jobs.WorkerQueues) and starts publishing; it
+// runs before the asynq server starts, so that the queues are in its configuration.
 func (d *Daemon) startCapabilities(name string, lm *loadedModel, budget planner.Budget, cal planner.Calibration, policy planner.Policy, pool *planner.Pool) error {
 	doc, err := capabilityOf(name, lm, budget, cal, policy, d.cfg.Concurrency, pool)
 	if err != nil {
 		return err
 	}
-	d.cfg.Queues = jobs.WorkerQueues(d.cfg.Queues, doc.ModelKey, doc.Class, smallerClasses(doc.Class, lm, budget, cal, policy, d.cfg.Concurrency))
+	d.cfg.Queues = jobs.WorkerQueues(d.cfg.Queues, doc.ModelKey, doc.MaxContext)
 	doc.Queues = d.cfg.Queues
-	d.m.maxContext.WithLabelValues(doc.Model, doc.Class).Set(float64(doc.MaxContext))
+	d.m.maxContext.WithLabelValues(doc.Model).Set(float64(doc.MaxContext))
 	if d.cp, err = newCapabilities(d.rdb, doc, d.cfg.CapabilityTTL, d.log); err != nil {
 		return err
 	}
 	d.cp.start()
-	d.log.Info("capabilities published", "class", doc.Class, "max_context", doc.MaxContext, "model_key", doc.ModelKey, "queues", len(doc.Queues))
+	d.log.Info("capabilities published", "max_context", doc.MaxContext, "model_key", doc.ModelKey, "queues", len(doc.Queues))
 	return nil
 }

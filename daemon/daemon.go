@@ -73,10 +73,11 @@ type Daemon struct {
 
 	lm    *loadedModel
 	w     *worker
-	hb    *heartbeat     // the worker's name beside asynq's heartbeat (heartbeat.go)
-	cp    *capabilities  // what the worker serves and holds, for routing (capabilities.go)
-	hooks *webhookSender // webhook deliveries (webhook.go)
-	of    *orphanFinder  // jobs of dead workers (orphans.go)
+	hb    *heartbeat       // the worker's name beside asynq's heartbeat (heartbeat.go)
+	cp    *capabilities    // what the worker serves and holds, for routing (capabilities.go)
+	hooks *webhookSender   // webhook deliveries (webhook.go)
+	of    *orphanFinder    // jobs of dead workers (orphans.go)
+	sw    *strandedSweeper // jobs in queues no live worker serves (stranded.go)
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -258,6 +259,8 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.w = nil
 		return err
 	}
+	d.sw = newStrandedSweeper(d.client, d.insp, name, d.cfg.CapabilityTTL, d.log, d.m)
+	d.sw.start()
 	d.m.buildInfo.WithLabelValues(build.Version, build.Commit, build.Go, backendName).Set(1)
 	d.hb.start()
 	d.log.Info("redlited started", "version", build.Version, "commit", build.Commit, "backend", backendName, "model", lm.name, "architecture", lm.profile.Architecture, "path", path,
@@ -353,6 +356,9 @@ func (d *Daemon) shutdown() {
 	}
 	if d.cp != nil {
 		d.cp.drain() // before the worker stops: clients route elsewhere at once
+	}
+	if d.sw != nil {
+		d.sw.terminate() // a draining worker moves nobody's jobs
 	}
 	if d.w != nil {
 		d.log.Info("shutting down: no new jobs; waiting for running jobs", "timeout", d.cfg.ShutdownTimeout)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,8 +96,8 @@ func (f *fleetWatch) decodedBy(id string) []string {
 }
 
 // fleetSetup is setup with a calibration that makes the tiny model's context expensive
-// (256 KiB per position, a 200 MiB base), so that workers with limits a class apart take
-// jobs of a few hundred and a few thousand tokens, which run in a second.
+// (256 KiB per position, a 200 MiB base), so that workers with limits a few hundred MiB
+// apart take jobs of a few hundred and a few thousand tokens, which run in a second.
 func fleetSetup(t *testing.T) *testBundle {
 	t.Helper()
 	b := setup(t)
@@ -159,8 +160,8 @@ func rawEnqueue(t *testing.T, b *testBundle, queue, id string, p jobs.Payload) {
 	}
 }
 
-// TestFleetRouting runs two workers of one model with different GPU limits: jobs go to the
-// smallest class that holds them, small jobs run on both, a job too big for both is refused
+// TestFleetRouting runs two workers of one model with different GPU limits: jobs go to a
+// capacity bucket that every worker which holds them serves, small jobs run on both, a job too big for both is refused
 // (and archived naming the largest worker when enqueued anyway), and a job a raw client puts
 // on the plain queue that the small worker takes is moved to the big one and run once.
 func TestFleetRouting(t *testing.T) {
@@ -169,12 +170,13 @@ func TestFleetRouting(t *testing.T) {
 	small := fleetMember(t, b, "small", 300, "", watch.observer("small"))
 	fleetMember(t, b, "big", 600, "", watch.observer("big"))
 	cs, cb := capabilityOfWorker(t, b.client, "small"), capabilityOfWorker(t, b.client, "big")
-	if cs.Class == cb.Class || cb.MaxContext <= cs.MaxContext+64 {
-		t.Fatalf("classes %s (%d tokens) and %s (%d tokens): the limits do not separate the workers", cs.Class, cs.MaxContext, cb.Class, cb.MaxContext)
+	if cb.MaxContext <= cs.MaxContext+64 {
+		t.Fatalf("%d and %d tokens: the limits do not separate the workers", cs.MaxContext, cb.MaxContext)
 	}
-	t.Logf("small: class %s, %d tokens; big: class %s, %d tokens", cs.Class, cs.MaxContext, cb.Class, cb.MaxContext)
-	smallQueue := jobs.ClassQueue(jobs.QueueDefault, cs.ModelKey, cs.Class)
-	bigQueue := jobs.ClassQueue(jobs.QueueDefault, cb.ModelKey, cb.Class)
+	t.Logf("small: %d tokens; big: %d tokens", cs.MaxContext, cb.MaxContext)
+	// A small job goes to a queue both serve, the small worker with more weight than the big
+	// one: the big one keeps its memory for the jobs only it holds.
+	toBoth := func(queue string) bool { return cs.Queues[queue] > cb.Queues[queue] && cb.Queues[queue] > 0 }
 	// onlyBig's context is beyond the small worker and within the big one.
 	onlyBig := func(key string) *jobs.Generate {
 		return &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(cs.MaxContext), Temperature: ptr(0.0), Common: jobs.Common{IdempotencyKey: key}}
@@ -185,8 +187,8 @@ func TestFleetRouting(t *testing.T) {
 
 	t.Run("FitsOnlyBig", func(t *testing.T) {
 		job := enqueue(t, b.client, onlyBig("only-big"))
-		if job.Queue != bigQueue {
-			t.Errorf("queue %s, want %s", job.Queue, bigQueue)
+		if !onlyServedBy(job.Queue, cb, cs) {
+			t.Errorf("queue %s, want one of big's buckets beyond small", job.Queue)
 		}
 		res, err := waitResult(t, b.client, job.ID, nil)
 		if err != nil {
@@ -205,8 +207,8 @@ func TestFleetRouting(t *testing.T) {
 		defer r1()
 		defer r2()
 		j1, j2 := enqueue(t, b.client, smallJob("small-1")), enqueue(t, b.client, smallJob("small-2"))
-		if j1.Queue != smallQueue || j2.Queue != smallQueue {
-			t.Errorf("queues %s, %s, want %s", j1.Queue, j2.Queue, smallQueue)
+		if !toBoth(j1.Queue) || j2.Queue != j1.Queue {
+			t.Errorf("queues %s, %s, want one both workers serve, the small one first (small %v, big %v)", j1.Queue, j2.Queue, cs.Queues, cb.Queues)
 		}
 		got := []string{watch.waitHeld(t, "small-1"), watch.waitHeld(t, "small-2")}
 		slices.Sort(got)
@@ -252,7 +254,7 @@ func TestFleetRouting(t *testing.T) {
 		}
 		before := counterValue(small.m.rerouted.WithLabelValues("does_not_fit"))
 		rawEnqueue(t, b, jobs.QueueDefault, "raw-big", onlyBig(""))
-		st := waitFor(t, b.client, "raw-big", "the move", func(st jobs.Status) bool { return st.Queue == bigQueue })
+		st := waitFor(t, b.client, "raw-big", "the move", func(st jobs.Status) bool { return onlyServedBy(st.Queue, cb, cs) })
 		if st.State != jobs.StatePending || st.Retried != 0 || st.Retention != time.Hour || st.MaxRetry != 3 {
 			t.Errorf("moved job: %+v", st)
 		}
@@ -291,12 +293,10 @@ func TestFleetShortEstimate(t *testing.T) {
 	prompt := strings.Repeat("ж", cs.MaxContext*2/3) // 2 bytes and about 2 tokens each
 	est, _ := jobs.EstimatePrompt(&jobs.Generate{Prompt: prompt}, cs.Tokens)
 	job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(8), Common: jobs.Common{IdempotencyKey: "short-estimate"}})
-	if want := jobs.ClassQueue(jobs.QueueDefault, cs.ModelKey, cs.Class); job.Queue != want {
-		t.Fatalf("routed to %s with an estimate of %d tokens, want %s", job.Queue, est, want)
+	if q, _ := jobs.ParseQueue(job.Queue); !jobs.ServesBucket(cs.MaxContext, q.Bucket) {
+		t.Fatalf("routed to %s with an estimate of %d tokens, want a bucket the small worker serves", job.Queue, est)
 	}
-	waitFor(t, b.client, job.ID, "the move", func(st jobs.Status) bool {
-		return st.Queue == jobs.ClassQueue(jobs.QueueDefault, cb.ModelKey, cb.Class)
-	})
+	waitFor(t, b.client, job.ID, "the move", func(st jobs.Status) bool { return onlyServedBy(st.Queue, cb, cs) })
 	release()
 	res, err := waitResult(t, b.client, job.ID, nil)
 	if err != nil {
@@ -371,7 +371,8 @@ func TestFleetTwoModels(t *testing.T) {
 // and the job it was running when stopped runs when it returns.
 func TestFleetWorkerStops(t *testing.T) {
 	b := fleetSetup(t)
-	b.cfg.CapabilityTTL = 2 * time.Second
+	// Long enough for the big worker's restart, short enough to wait for its expiry.
+	b.cfg.CapabilityTTL = 5 * time.Second
 	fleetMember(t, b, "small", 300, "", Observer{})
 	bigCfg := b.cfg
 	bigCfg.WorkerName, bigCfg.GPULimitMiB = "big", 600
@@ -388,7 +389,8 @@ func TestFleetWorkerStops(t *testing.T) {
 	}
 
 	// SIGTERM while the big worker runs a job longer than its shutdown timeout: the job goes
-	// back to the big class's queue, and runs when the worker returns.
+	// back to its queue, which only the big worker serves, and runs when the worker returns
+	// (within the TTL, before the small worker would archive it as stranded: stranded.go).
 	longer := &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(cb.MaxContext - 32), Temperature: ptr(0.0)}
 	requeued := enqueue(t, b.client, longer)
 	waitFor(t, b.client, requeued.ID, "decoding", decoding)
@@ -443,10 +445,235 @@ func TestFleetWorkerStops(t *testing.T) {
 	}
 }
 
+// onlyServedBy reports whether queue is a bucket queue that the worker of in serves and the
+// worker of out does not.
+func onlyServedBy(queue string, in, out jobs.Capability) bool {
+	q, ok := jobs.ParseQueue(queue)
+	return ok && q.Bucket > 0 && jobs.ServesBucket(in.MaxContext, q.Bucket) && !jobs.ServesBucket(out.MaxContext, q.Bucket)
+}
+
 func counterValue(c prometheus.Counter) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestFleetIssue27 is issue 27's fleet: two workers of one model, GPU limits 590 and 606 MiB
+// (one memory class), one thread each. A job needing about 16,047 tokens of context, which
+// only the big worker holds, used to be refused at submit with a message naming the big
+// worker; it runs there.
+func TestFleetIssue27(t *testing.T) {
+	b := setup(t)
+	b.cfg.Threads = 1
+	watch := newFleetWatch()
+	fleetMember(t, b, "small", 590, "", watch.observer("small"))
+	fleetMember(t, b, "big", 606, "", watch.observer("big"))
+	cs, cb := capabilityOfWorker(t, b.client, "small"), capabilityOfWorker(t, b.client, "big")
+	t.Logf("small: %d tokens; big: %d tokens", cs.MaxContext, cb.MaxContext)
+	// A prompt of 750 bytes is at least 47 tokens (16-byte tokens at most): with max_tokens
+	// 16,000 the job needs at least 16,047.
+	p := &jobs.Generate{Prompt: strings.Repeat("Once upon a time, ", 42)[:750], MaxTokens: ptr(16000), Temperature: ptr(0.0),
+		Common: jobs.Common{IdempotencyKey: "issue-27"}}
+	if _, least := jobs.EstimatePrompt(p, cb.Tokens); least+16000 != 16047 || cs.MaxContext >= 16047 || cb.MaxContext < 16047 {
+		t.Fatalf("the fleet is not issue 27's: at least %d tokens, small holds %d, big %d", least+16000, cs.MaxContext, cb.MaxContext)
+	}
+	job, err := b.client.Enqueue(context.Background(), p)
+	if err != nil {
+		t.Fatalf("refused at submit: %v", err)
+	}
+	if !onlyServedBy(job.Queue, cb, cs) {
+		t.Errorf("queue %s, want one only big serves", job.Queue)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // 16,000 tokens on one thread of a loaded VM
+	defer cancel()
+	res, err := b.client.Wait(ctx, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Worker != "big" || !slices.Equal(watch.decodedBy(job.ID), []string{"big"}) || res.Usage.PromptTokens+16000 < 16047 {
+		t.Errorf("ran on %q (decoded by %v) with %d prompt tokens", res.Worker, watch.decodedBy(job.ID), res.Usage.PromptTokens)
+	}
+	t.Logf("%d prompt tokens + %d generated on %s", res.Usage.PromptTokens, res.Usage.CompletionTokens, res.Worker)
+}
+
+// TestFleetMixes runs workers of one model and one memory class (GPU limits 590–606 MiB)
+// that differ in what they hold: slots (a batching pool), KV precision, limit. For mixes of
+// them it routes jobs of every length against their published capabilities and checks the
+// decision against each worker's planner and the queues its asynq server serves: a job goes
+// to a queue that some worker serves and every worker serving it holds, exactly when some
+// worker holds it. Then jobs at each worker's edge run on the whole fleet: each completes,
+// once, on a worker that holds it.
+func TestFleetMixes(t *testing.T) {
+	b := fleetSetup(t)
+	b.cfg.Threads = 1
+	watch := newFleetWatch()
+	type member struct {
+		limit int64
+		slots int
+		kv    string
+	}
+	members := map[string]member{
+		"590": {590, 1, "auto"}, "606": {606, 1, "auto"}, "600-f32": {600, 1, "f32"}, "600-f16": {600, 1, "f16"},
+		"606-2slots": {606, 2, "auto"}, "598-4slots-f16": {598, 4, "f16"},
+	}
+	daemons := map[string]*Daemon{}
+	caps := map[string]jobs.Capability{}
+	for name, m := range members {
+		cfg := b.cfg
+		cfg.WorkerName, cfg.GPULimitMiB, cfg.Concurrency, cfg.KV = name, m.limit, m.slots, m.kv
+		daemons[name] = startDaemon(t, cfg, watch.observer(name))
+	}
+	for name := range members {
+		caps[name] = capabilityOfWorker(t, b.client, name)
+		t.Logf("%s: %d tokens, %d queues", name, caps[name].MaxContext, len(caps[name].Queues))
+	}
+	holds := func(name string, prompt, maxTokens int) bool {
+		_, err := daemons[name].w.planFor(prompt, maxTokens)
+		return err == nil
+	}
+
+	for _, mix := range [][]string{
+		{"590", "606"}, {"600-f32", "600-f16"}, {"606-2slots", "590"}, {"598-4slots-f16", "600-f32", "606"},
+		{"590", "606", "600-f32", "600-f16", "606-2slots", "598-4slots-f16"},
+	} {
+		t.Run("Route/"+strings.Join(mix, "+"), func(t *testing.T) {
+			var fleet []jobs.Capability
+			needs := map[int]bool{}
+			largest := 0
+			for _, name := range mix {
+				fleet = append(fleet, caps[name])
+				needs[caps[name].MaxContext], needs[caps[name].MaxContext+1] = true, true
+				largest = max(largest, caps[name].MaxContext)
+			}
+			for need := 2; need <= largest+64; need += 13 {
+				needs[need] = true
+			}
+			for need := range needs {
+				var holders []string
+				for _, name := range mix {
+					if holds(name, 1, need-1) {
+						holders = append(holders, name)
+					}
+				}
+				// A raw prompt of one byte is one token to the client's estimate.
+				r, err := jobs.RouteJob(fleet, &jobs.Generate{Prompt: "x", MaxTokens: ptr(need - 1)}, false)
+				if len(holders) == 0 {
+					if !errors.Is(err, jobs.ErrNoCapacity) {
+						t.Fatalf("need %d, held by none: %+v %v, want ErrNoCapacity", need, r, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("need %d, held by %v: refused: %v", need, holders, err)
+				}
+				var servers []string
+				for _, name := range mix {
+					if daemons[name].cfg.Queues[r.Queue] > 0 {
+						servers = append(servers, name)
+						if !holds(name, 1, need-1) {
+							t.Fatalf("need %d: queue %s is served by %s, which does not hold it", need, r.Queue, name)
+						}
+					}
+				}
+				if len(servers) == 0 {
+					t.Fatalf("need %d, held by %v: queue %s is served by none of them", need, holders, r.Queue)
+				}
+			}
+		})
+	}
+
+	t.Run("RunAtEachEdge", func(t *testing.T) {
+		const prompt = "Once upon a time"
+		probe := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(1)})
+		pr, err := waitResult(t, b.client, probe.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for name, c := range caps {
+			id := "edge-" + name
+			enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(c.MaxContext - pr.Usage.PromptTokens), Temperature: ptr(0.0),
+				Common: jobs.Common{IdempotencyKey: id}})
+			ids = append(ids, id)
+		}
+		for _, id := range ids {
+			res, err := waitResult(t, b.client, id, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			st, _ := b.client.Status(context.Background(), id)
+			by := watch.decodedBy(id)
+			if len(by) != 1 || by[0] != res.Worker || !holds(res.Worker, res.Usage.PromptTokens, res.Usage.CompletionTokens) {
+				t.Errorf("%s: ran on %s (decoded by %v), %d + %d tokens", id, res.Worker, by, res.Usage.PromptTokens, res.Usage.CompletionTokens)
+			}
+			t.Logf("%s: %d + %d tokens on %s, queue %s", id, res.Usage.PromptTokens, res.Usage.CompletionTokens, res.Worker, st.Queue)
+		}
+	})
+}
+
+// TestFleetModelSwitch kills a worker and brings one of another model up in its place, as a
+// model switch does: a job enqueued without a model while the old worker's capability is
+// still live goes to a queue that no live worker serves. Within REDLITE_CAPABILITY_TTL + 10 s
+// of its enqueue it is moved to the new worker and runs; one that names the old model is
+// archived with the reason within the same bound.
+func TestFleetModelSwitch(t *testing.T) {
+	b := setup(t)
+	b.cfg.CapabilityTTL = 2 * time.Second
+	oldCfg := b.cfg
+	oldCfg.WorkerName = "old"
+	p := startDaemonProcess(t, oldCfg)
+	old := capabilityOfWorker(t, b.client, "old")
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	// Its document lives on for up to the TTL: clients still route to it.
+	gen := func(key, model string) *jobs.Generate {
+		return &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(8), Common: jobs.Common{IdempotencyKey: key, Model: model}}
+	}
+	enqueued := time.Now()
+	stranded, named := enqueue(t, b.client, gen("stranded", "")), enqueue(t, b.client, gen("named", old.Model))
+	for _, j := range []jobs.Job{stranded, named} {
+		if q, ok := jobs.ParseQueue(j.Queue); !ok || q.ModelKey != old.ModelKey || q.Bucket == 0 {
+			t.Fatalf("job %s went to %s, want a bucket of the old worker's model", j.ID, j.Queue)
+		}
+	}
+	watch := newFleetWatch()
+	d := fleetMember(t, b, "new", 4096, fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf"), watch.observer("new"))
+	fresh := capabilityOfWorker(t, b.client, "new")
+
+	limit := b.cfg.CapabilityTTL + 10*time.Second
+	ctx, cancel := context.WithDeadline(context.Background(), enqueued.Add(limit))
+	defer cancel()
+	res, err := b.client.Wait(ctx, stranded.ID, nil)
+	if err != nil {
+		t.Fatalf("the stranded job, %v after its enqueue (TTL %v): %v", time.Since(enqueued).Round(time.Millisecond), b.cfg.CapabilityTTL, err)
+	}
+	ran := time.Since(enqueued)
+	if res.Worker != "new" || res.Model != fresh.Model || !slices.Equal(watch.decodedBy(stranded.ID), []string{"new"}) {
+		t.Errorf("ran on %s (%s), decoded by %v", res.Worker, res.Model, watch.decodedBy(stranded.ID))
+	}
+	// The named one is archived within the same bound.
+	var st jobs.Status
+	for st.State != jobs.StateArchived {
+		if st, err = b.client.Status(ctx, named.ID); err != nil {
+			t.Fatalf("the named job, %v after its enqueue (TTL %v): %v; last %+v", time.Since(enqueued).Round(time.Millisecond), b.cfg.CapabilityTTL, err, st)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the named job is not archived %v after its enqueue (TTL %v): %+v", limit, b.cfg.CapabilityTTL, st)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	for _, want := range []string{"in queue " + named.Queue + ", which no live worker serves", fmt.Sprintf("no live worker serves %q", old.Model)} {
+		if !strings.Contains(st.LastError, want) {
+			t.Errorf("last error %q lacks %q", st.LastError, want)
+		}
+	}
+	if got := counterValue(d.m.rerouted.WithLabelValues(outcomeStranded)); got != 1 {
+		t.Errorf("moved %v stranded jobs, want 1", got)
+	}
+	t.Logf("stranded job done %v after its enqueue (TTL %v); the named one archived: %s", ran.Round(time.Millisecond), b.cfg.CapabilityTTL, st.LastError)
 }

@@ -93,6 +93,7 @@ func (w *worker) attempt(next asynq.Handler) asynq.Handler {
 		r := &run{w: w, task: task, start: time.Now(), outcome: outcomeFault}
 		r.id, _ = asynq.GetTaskID(ctx)
 		r.queue, _ = asynq.GetQueueName(ctx)
+		defer w.track(r.queue, r.id)()
 		if w.hb != nil {
 			// Before the engine runs: a restarted worker proves the job orphaned by this
 			// record (orphans.go).

@@ -117,11 +117,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "redlite_expert_cache_lookups_total", Help: "Routed-expert slices looked up in the bounded expert cache, by result (hit, miss); all hits when every expert is resident.",
 		}, []string{"result"}),
 		rerouted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redlite_jobs_rerouted_total", Help: "Jobs this worker took but could not run and moved to the queue of workers that can, by reason (does_not_fit, model).",
+			Name: "redlite_jobs_rerouted_total", Help: "Jobs this worker moved to the queue of workers that can run them, by reason: does_not_fit and model (it took them and could not run them), stranded (they waited in a queue no live worker serves).",
 		}, []string{"reason"}),
 		maxContext: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redlite_worker_max_context_tokens", Help: "The longest job (prompt + max_tokens per slot) this worker's planner takes, with its model and capacity class.",
-		}, []string{"model", "class"}),
+			Name: "redlite_worker_max_context_tokens", Help: "The longest job (prompt + max_tokens per slot) this worker's planner takes, with its model: its top capacity bucket.",
+		}, []string{"model"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "redlite_batch_sequences", Help: "Sequences in each forward step of the batch scheduler.",
 			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 32, 64},

@@ -1,12 +1,10 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -19,8 +17,9 @@ import (
 // client put it on a plain priority queue, the client's token estimate was short, or the job
 // names another model. Instead of archiving it, the worker moves it (jobs.Client.MoveActive:
 // same id, payload, retention and retry count, in one Redis step, so that it runs once) to
-// the queue of the smallest class of live workers that hold it, and archives it only when no
-// live worker can, with the planner's explanation for the fleet's largest worker.
+// the queue of the capacity bucket that the other live workers which hold it serve
+// (jobs.HoldersBucket, as clients route), and archives it only when no live worker can,
+// with the planner's explanation for the fleet's largest worker.
 
 const outcomeRerouted = "rerouted" // moved to a queue whose workers can run it
 
@@ -38,45 +37,31 @@ func (r *run) reroute(ctx context.Context, p jobs.Payload, promptTokens, maxToke
 	}
 	// The same model tokenizes the same way everywhere: the exact count decides.
 	need := promptTokens + maxTokens
-	var mine []jobs.Capability
+	key := jobs.ModelKey(w.lm.name)
+	var mine, others []jobs.Capability
 	for _, c := range caps {
-		if !c.Draining && c.ModelKey == jobs.ModelKey(w.lm.name) {
+		if c.Routable() && c.ModelKey == key {
 			mine = append(mine, c)
+			if c.Worker != w.name {
+				// This worker's planner has just said no, whatever its document says.
+				others = append(others, c)
+			}
 		}
 	}
-	if !slices.ContainsFunc(mine, func(c jobs.Capability) bool { return c.Worker == w.name }) {
+	if len(others) == len(mine) {
 		// This worker's own document is missing (Redis lost it, or its first refresh has
 		// not landed): the list cannot be trusted to say that nobody holds the job.
 		return &EngineFault{Err: fmt.Errorf("does not fit here, and the fleet's capabilities are incomplete (this worker's is missing): %w", fit)}
 	}
-	classes := map[string]bool{}
-	for _, c := range mine {
-		fits, seen := classes[c.Class]
-		classes[c.Class] = (fits || !seen) && need <= c.MaxContext // as good as its smallest worker
-	}
-	var fitting []string
-	for c, ok := range classes {
-		if ok {
-			fitting = append(fitting, c)
-		}
-	}
-	slices.SortFunc(fitting, func(a, b string) int { return cmp.Compare(jobs.ClassMiB(a), jobs.ClassMiB(b)) })
-	base := jobs.BaseQueue(r.queue)
-	inPlace := false
-	for _, class := range fitting {
-		to := jobs.ClassQueue(base, jobs.ModelKey(w.lm.name), class)
+	if b, ok := jobs.HoldersBucket(others, func(jobs.Capability) int { return need }); ok {
+		to := jobs.BucketQueue(jobs.BaseQueue(r.queue), key, b)
 		if to == r.queue {
-			// Every worker of the class holds it; this one took it from a smaller class's
-			// queue and is smaller than they are (fewer slots, another calibration).
-			inPlace = true
-			continue
+			// The other workers of this queue hold it; this one serves it by a document that
+			// promised more than its planner gives: back to its queue (a retry) for them.
+			r.outcome = outcomeRerouted
+			return fmt.Errorf("does not fit on worker %s, but the other workers of queue %s hold it: retried there: %w", w.name, r.queue, fit)
 		}
 		return r.move(rctx, to, "does_not_fit", fmt.Sprintf("%d prompt tokens + max_tokens %d do not fit here (%v)", promptTokens, maxTokens, fit))
-	}
-	if inPlace {
-		// No larger class holds it: back to its queue (a retry) for one of the workers that do.
-		r.outcome = outcomeRerouted
-		return fmt.Errorf("does not fit on worker %s, but the other workers of queue %s hold it: retried there: %w", w.name, r.queue, fit)
 	}
 	if s, ok := autoSummary(p); ok {
 		return r.hierarchical(ctx, s) // hierarchy.go
@@ -88,12 +73,7 @@ func (r *run) reroute(ctx context.Context, p jobs.Payload, promptTokens, maxToke
 // largestExplanation is the planner's explanation for the fleet's largest worker of the
 // model, which names it; fit (this worker's) when no other is live.
 func (w *worker) largestExplanation(mine []jobs.Capability, promptTokens, maxTokens int, fit error) error {
-	var largest *jobs.Capability
-	for i, c := range mine {
-		if largest == nil || c.MaxContext > largest.MaxContext {
-			largest = &mine[i]
-		}
-	}
+	largest := jobs.LargestWorker(mine)
 	if largest == nil {
 		return fmt.Errorf("worker %s (GPU limit %s MiB, the only one): %w", w.name, planner.Commas(w.budget.LimitMiB), fit)
 	}

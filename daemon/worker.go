@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -42,6 +43,10 @@ type worker struct {
 	base       context.Context
 	cancelBase context.CancelCauseFunc
 	running    sync.WaitGroup // handlers still executing
+	// active maps the jobs whose handlers run to their queues, so that those asynq gives
+	// back at shutdown are known (terminate).
+	activeMu sync.Mutex
+	active   map[string]string
 	// archiving counts the goroutines archiving jobs past their deadline (expire.go); they
 	// stop when stopArchiving closes.
 	archiving     sync.WaitGroup
@@ -50,6 +55,7 @@ type worker struct {
 
 func newWorker(w *worker, rdb redis.UniversalClient) *worker {
 	w.base, w.cancelBase = context.WithCancelCause(context.Background())
+	w.active = map[string]string{}
 	w.stopArchiving = make(chan struct{})
 	w.srv = asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
@@ -90,6 +96,7 @@ func (w *worker) start() error {
 // and terminate returns when every handler has, so the model can be closed.
 func (w *worker) terminate() {
 	w.srv.Shutdown()
+	w.restartWaits()
 	w.cancelBase(errShuttingDown)
 	w.running.Wait()
 	if w.sched != nil {
@@ -98,6 +105,36 @@ func (w *worker) terminate() {
 	// After the server: asynq may still report a failed attempt while it shuts down.
 	close(w.stopArchiving)
 	w.archiving.Wait()
+}
+
+// track records that a handler runs job id of queue until the returned func is called.
+func (w *worker) track(queue, id string) (untrack func()) {
+	w.activeMu.Lock()
+	w.active[id] = queue
+	w.activeMu.Unlock()
+	return func() {
+		w.activeMu.Lock()
+		delete(w.active, id)
+		w.activeMu.Unlock()
+	}
+}
+
+// restartWaits records, for the jobs whose handlers still run once asynq has stopped (it has
+// given them back to their queues), that they wait from now: a job waiting longer than
+// REDLITE_CAPABILITY_TTL in a queue no live worker serves is moved or archived by the other
+// workers (stranded.go), and a worker that restarts within the TTL finds its jobs still
+// there.
+func (w *worker) restartWaits() {
+	w.activeMu.Lock()
+	given := maps.Clone(w.active)
+	w.activeMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for id, queue := range given {
+		if err := w.client.RestartWait(ctx, queue, id); err != nil {
+			w.log.Debug("record a requeued job's wait", "job", id, "err", err)
+		}
+	}
 }
 
 // retryDelay is asynq's back-off for a failed attempt: RetryDelay doubled per retry up to

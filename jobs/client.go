@@ -27,6 +27,7 @@ type Client struct {
 	client *asynq.Client
 	insp   *asynq.Inspector
 	cfg    clientConfig
+	caps   capabilityCache
 }
 
 type clientConfig struct {

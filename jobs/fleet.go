@@ -11,43 +11,47 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redlite/batch/internal/redisx"
 )
 
+// CapabilityVersion is the Version of the documents this package writes and routes on.
+const CapabilityVersion = 2
+
 // Capability is what a worker publishes about itself (README.md, "The fleet"): what it serves
 // and how long a job it can hold. The planner's inputs (profile, calibration, policy) travel
 // as JSON so that this package needs no planner; the worker computes MaxContext with the
 // planner, and a client routes on it.
 type Capability struct {
-	Version int    `json:"version"`
-	ID      string `json:"id"` // host:pid:random, the key's suffix
+	Version int    `json:"version"` // 2: queues by capacity bucket (1: by memory class)
+	ID      string `json:"id"`      // host:pid:random, the key's suffix
 	Worker  string `json:"worker"`
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
 	Build   string `json:"build"`
 	// Model is the name results report; ModelKey is its form in queue names (ModelKey());
 	// ModelFile is the GGUF's file name, which a payload may name too.
-	Model            string `json:"model"`
-	ModelKey         string `json:"model_key"`
-	ModelFile        string `json:"model_file"`
-	ModelFingerprint string `json:"model_fingerprint"` // file size + general.name
-	Architecture     string `json:"architecture"`
-	Backend          string `json:"backend"`
-	Device           string `json:"device"`
-	GPULimitMiB      int64  `json:"gpu_limit_mib"`
-	MarginMiB        int64  `json:"margin_mib"`
-	BudgetSource     string `json:"budget_source"`
-	// Class is the capacity class (ClassOf the usable limit) whose queues the worker serves.
-	Class       string          `json:"class"`
-	Calibration json.RawMessage `json:"calibration"` // planner.Calibration
-	Profile     json.RawMessage `json:"profile"`     // planner.Profile
-	Policy      json.RawMessage `json:"policy"`      // planner.Policy
-	Slots       int             `json:"slots"`
+	Model            string          `json:"model"`
+	ModelKey         string          `json:"model_key"`
+	ModelFile        string          `json:"model_file"`
+	ModelFingerprint string          `json:"model_fingerprint"` // file size + general.name
+	Architecture     string          `json:"architecture"`
+	Backend          string          `json:"backend"`
+	Device           string          `json:"device"`
+	GPULimitMiB      int64           `json:"gpu_limit_mib"`
+	MarginMiB        int64           `json:"margin_mib"`
+	BudgetSource     string          `json:"budget_source"`
+	Calibration      json.RawMessage `json:"calibration"` // planner.Calibration
+	Profile          json.RawMessage `json:"profile"`     // planner.Profile
+	Policy           json.RawMessage `json:"policy"`      // planner.Policy
+	Slots            int             `json:"slots"`
 	// MaxContext is the longest prompt + max_tokens the worker's planner takes (per slot,
-	// with its policy and slots): a job fits exactly when its context is at most this.
+	// with its policy and slots, in the KV precision of those its policy allows that holds
+	// the most): a job fits exactly when its context is at most this. The worker's queues
+	// follow from it (WorkerQueues).
 	MaxContext int `json:"max_context"`
 	// Largest lists the longest prompt the worker takes per KV precision and max_tokens.
 	Largest []LargestPrompt `json:"largest"`
@@ -127,130 +131,227 @@ func ModelKey(name string) string {
 	return s
 }
 
-// classStepsMiB are the capacity classes: a worker belongs to the largest step at or below
-// its usable limit. Steps, not exact limits, so that Macs of one size share a class even
-// when their limits differ by a few MiB (a 24 GiB Mac's limit is about 21,700 MiB: class
-// 20g; a 48 GiB Mac's about 36,800 MiB: class 32g).
-var classStepsMiB = []int64{256, 512, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 12 << 10, 16 << 10, 20 << 10, 24 << 10,
-	32 << 10, 40 << 10, 48 << 10, 64 << 10, 96 << 10, 128 << 10, 192 << 10, 256 << 10, 512 << 10}
+// Capacity buckets. A job waits in the queue of a context length, its bucket, and a worker
+// serves the buckets it holds every job of: each step of a grid (256, 384, 512, 768, 1024, …:
+// powers of two and one and a half times them) up to its MaxContext, and its MaxContext
+// itself, which no grid step may equal. So a job whose context is at most some live worker's
+// MaxContext always has a bucket that such a worker serves, and every worker that serves it
+// holds the job: routing is by what a worker holds (its slots, KV precision, limit and
+// backend all go into MaxContext), not by its memory.
+const (
+	minBucket    = 256
+	bucketPrefix = "ctx"
+)
 
-func className(mib int64) string {
-	if mib < 1<<10 {
-		return strconv.FormatInt(mib, 10) + "m"
+// nextBucket is the grid step after s (a step); past any real context the grid ends in the
+// largest int, so that loops over it end.
+func nextBucket(s int) int {
+	switch {
+	case s > math.MaxInt/4:
+		return math.MaxInt
+	case s&(s-1) == 0:
+		return s + s/2
 	}
-	return strconv.FormatInt(mib>>10, 10) + "g"
+	return s / 3 * 4
 }
 
-// ClassOf is the capacity class of a worker with usableMiB to plan into ("0m" below the
-// smallest step).
-func ClassOf(usableMiB int64) string {
-	name := "0m"
-	for _, s := range classStepsMiB {
-		if s <= usableMiB {
-			name = className(s)
-		}
+// CapacityBuckets lists, ascending, the buckets a worker that holds maxContext tokens serves.
+func CapacityBuckets(maxContext int) []int {
+	var out []int
+	for s := minBucket; s < maxContext && s < math.MaxInt; s = nextBucket(s) {
+		out = append(out, s)
 	}
-	return name
-}
-
-// ClassMiB is the step a class name stands for (0 for "0m" or a name that is no class).
-func ClassMiB(class string) int64 {
-	for _, s := range classStepsMiB {
-		if className(s) == class {
-			return s
-		}
-	}
-	return 0
-}
-
-// ClassesBelow lists the classes smaller than class, largest first.
-func ClassesBelow(class string) []string {
-	var out []string
-	top := ClassMiB(class)
-	for i := len(classStepsMiB) - 1; i >= 0; i-- {
-		if classStepsMiB[i] < top {
-			out = append(out, className(classStepsMiB[i]))
-		}
+	if maxContext > 0 {
+		out = append(out, maxContext)
 	}
 	return out
 }
 
-// ModelQueue is the queue of jobs for a model that no class was chosen for (enqueued
+// BucketFor is the smallest bucket of a worker that holds maxContext tokens whose jobs may
+// need need tokens: the grid step at or above need, or maxContext itself when that step is
+// beyond it; ok is false when the worker does not hold need.
+func BucketFor(maxContext, need int) (bucket int, ok bool) {
+	if need > maxContext || maxContext < 1 {
+		return 0, false
+	}
+	s := minBucket
+	for s < need && s < math.MaxInt {
+		s = nextBucket(s)
+	}
+	return min(s, maxContext), true
+}
+
+// ServesBucket reports whether a worker that holds maxContext tokens serves bucket.
+func ServesBucket(maxContext, bucket int) bool {
+	b, ok := BucketFor(maxContext, bucket)
+	return ok && b == bucket
+}
+
+// ModelQueue is the queue of jobs for a model that no bucket was chosen for (enqueued
 // anyway before any worker of the model ran): base@model. Every worker of the model serves it.
 func ModelQueue(base, modelKey string) string { return base + "@" + modelKey }
 
-// ClassQueue is the queue of jobs for a model on workers of a capacity class: base@model@class.
-func ClassQueue(base, modelKey, class string) string { return ModelQueue(base, modelKey) + "@" + class }
+// BucketQueue is the queue of jobs for a model that need at most bucket tokens of context:
+// base@model@ctx<bucket>, e.g. default@tiny-qwen3@ctx16384.
+func BucketQueue(base, modelKey string, bucket int) string {
+	return ModelQueue(base, modelKey) + "@" + BucketName(bucket)
+}
 
-// BaseQueue is the priority queue a routed queue belongs to ("default" for "default@m@20g").
+// BucketName is a bucket's part of its queue names: ctx<tokens>.
+func BucketName(bucket int) string { return bucketPrefix + strconv.Itoa(bucket) }
+
+// RoutedQueue is a queue name taken apart: base@model (Bucket 0) or base@model@ctx<bucket>.
+// A third part that is no bucket (the memory classes, "512m", of clients before buckets)
+// leaves Bucket 0 with Routed true.
+type RoutedQueue struct {
+	Base, ModelKey string
+	Bucket         int
+	Routed         bool // a third part: a queue workers serve by capacity
+}
+
+// ParseQueue takes a queue name apart; ok is false for a plain priority queue.
+func ParseQueue(queue string) (q RoutedQueue, ok bool) {
+	parts := strings.Split(queue, "@")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+		return RoutedQueue{}, false
+	}
+	q = RoutedQueue{Base: parts[0], ModelKey: parts[1]}
+	if len(parts) == 3 {
+		q.Routed = true
+		digits, isBucket := strings.CutPrefix(parts[2], bucketPrefix)
+		if n, err := strconv.Atoi(digits); isBucket && err == nil && n > 0 && BucketName(n) == parts[2] {
+			q.Bucket = n
+		}
+	}
+	return q, true
+}
+
+// BaseQueue is the priority queue a routed queue belongs to ("default" for "default@m@ctx4096").
 func BaseQueue(queue string) string { b, _, _ := strings.Cut(queue, "@"); return b }
 
-// Weights of the queues a worker serves, relative to its priority queue's weight: its own
-// class first, smaller classes (an idle big worker helps with small jobs), the model's
-// unrouted queue and the plain priority queue (raw clients) after.
+// Weights of the queues a worker serves, relative to its priority queue's weight: the buckets
+// of its top octave (above half its MaxContext), which smaller workers do not serve, first;
+// smaller buckets (an idle big worker helps with small jobs), the model's unrouted queue and
+// the plain priority queue (raw clients) after.
 const (
-	weightOwnClass = 4
-	weightOther    = 1
+	weightOwn   = 4
+	weightOther = 1
 )
 
-// WorkerQueues returns the queues, with weights, that a worker of modelKey and class serves,
-// for the priority queues and weights in base (asynq.Config.Queues): its class's queue at
-// four times the weight, each of the smaller classes (those in smaller) and the model's
-// queue at the weight, and the priority queue itself.
-func WorkerQueues(base map[string]int, modelKey, class string, smaller []string) map[string]int {
+// WorkerQueues returns the queues, with weights, that a worker of modelKey holding maxContext
+// tokens serves, for the priority queues and weights in base (asynq.Config.Queues): each of
+// its buckets (CapacityBuckets), the model's queue and the priority queue itself.
+func WorkerQueues(base map[string]int, modelKey string, maxContext int) map[string]int {
 	out := map[string]int{}
+	buckets := CapacityBuckets(maxContext)
 	for q, w := range base {
 		out[q] = w
 		out[ModelQueue(q, modelKey)] = w * weightOther
-		out[ClassQueue(q, modelKey, class)] = w * weightOwnClass
-		for _, c := range smaller {
-			out[ClassQueue(q, modelKey, c)] = w * weightOther
+		for _, b := range buckets {
+			wt := weightOther
+			if 2*b > maxContext {
+				wt = weightOwn
+			}
+			out[BucketQueue(q, modelKey, b)] = w * wt
 		}
 	}
 	return out
 }
 
 // Capabilities lists the workers whose capability document is live (their heartbeat has not
-// expired), by worker name. Entries of workers that died are pruned from the index.
+// expired), by worker name. Entries of workers that died are pruned from the index. The
+// documents are shared with later calls: read them, do not modify them.
 func (c *Client) Capabilities(ctx context.Context) ([]Capability, error) {
-	return listCapabilities(ctx, c.rdb)
+	return c.caps.list(ctx, c.rdb)
 }
 
-func listCapabilities(ctx context.Context, rdb redis.UniversalClient) ([]Capability, error) {
-	ids, err := rdb.ZRange(ctx, CapabilitiesIndex, 0, -1).Result()
+// CapabilityScore is a document's score in CapabilitiesIndex when its key expires at expiry:
+// a second later, so that an entry outlives its key and a reader that finds the entry
+// without the key knows the worker is gone, and to the microsecond, so that every write of
+// a document (each refresh, draining) changes its score and readers know to read it again.
+func CapabilityScore(expiry time.Time) float64 { return float64(expiry.UnixMicro())/1e6 + 1 }
+
+// capabilityCache keeps the documents it decoded by worker id, with their scores in the
+// index: a document changes only with its score (CapabilityScore), so a reader lists the
+// index (ZRANGE) and reads and decodes only the documents whose score changed, or whose key
+// should have expired by the reader's clock (only Redis knows whether it has). Reading and
+// decoding 64 documents of a few KB on every enqueue would cost more than the rest of it.
+// A document whose key vanished early (evicted by a maxmemory policy) is taken for live until
+// its score says it expired: at most REDLITE_CAPABILITY_TTL.
+type capabilityCache struct {
+	mu   sync.Mutex
+	docs map[string]cachedCapability // replaced, never modified: readers share it
+}
+
+type cachedCapability struct {
+	score float64
+	cap   Capability
+	ok    bool // the document decoded
+}
+
+func (cc *capabilityCache) list(ctx context.Context, rdb redis.UniversalClient) ([]Capability, error) {
+	index, err := rdb.ZRangeWithScores(ctx, CapabilitiesIndex, 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list worker capabilities: %w", redisx.Classify(err))
 	}
-	if len(ids) == 0 {
+	if len(index) == 0 {
 		return nil, nil
 	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = CapabilityKey(id)
-	}
-	vals, err := rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read worker capabilities: %w", redisx.Classify(err))
-	}
-	var out []Capability
-	var dead []any
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			dead = append(dead, ids[i])
-			continue
+	cc.mu.Lock()
+	old := cc.docs
+	cc.mu.Unlock()
+	now := time.Now()
+	var read []int // positions in index of the documents to read
+	var keys []string
+	for i, z := range index {
+		id, _ := z.Member.(string)
+		d, seen := old[id]
+		if !seen || d.score != z.Score || z.Score <= CapabilityScore(now) {
+			read = append(read, i)
+			keys = append(keys, CapabilityKey(id))
 		}
-		var cp Capability
-		if err := json.Unmarshal([]byte(s), &cp); err != nil {
-			continue // a newer or broken writer's: not ours to route on
-		}
-		out = append(out, cp)
 	}
-	if len(dead) > 0 {
+	docs := make(map[string]cachedCapability, len(index))
+	for _, z := range index {
+		id, _ := z.Member.(string)
+		if d, seen := old[id]; seen && d.score == z.Score {
+			docs[id] = d
+		}
+	}
+	dead := false
+	if len(keys) > 0 {
+		vals, err := rdb.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read worker capabilities: %w", redisx.Classify(err))
+		}
+		for j, v := range vals {
+			z := index[read[j]]
+			id, _ := z.Member.(string)
+			s, ok := v.(string)
+			if !ok {
+				delete(docs, id)
+				dead = true
+				continue
+			}
+			d := cachedCapability{score: z.Score}
+			// A newer or broken writer's document is not ours to route on.
+			d.ok = json.Unmarshal([]byte(s), &d.cap) == nil
+			docs[id] = d
+		}
+	}
+	cc.mu.Lock()
+	cc.docs = docs
+	cc.mu.Unlock()
+	if dead {
 		// Entries past their expiry belong to workers that stopped refreshing them; a worker
 		// that is starting has a fresh entry whose key follows at once.
-		now := strconv.FormatInt(time.Now().Unix(), 10)
-		_ = rdb.ZRemRangeByScore(ctx, CapabilitiesIndex, "-inf", "("+now).Err()
+		_ = rdb.ZRemRangeByScore(ctx, CapabilitiesIndex, "-inf", "("+strconv.FormatInt(now.Unix(), 10)).Err()
+	}
+	out := make([]Capability, 0, len(docs))
+	for _, d := range docs {
+		if d.ok {
+			out = append(out, d.cap)
+		}
 	}
 	slices.SortFunc(out, func(a, b Capability) int {
 		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.ID, b.ID))
@@ -302,8 +403,8 @@ func (e *RouteError) Error() string {
 	}
 	l := e.Largest
 	msg := fmt.Sprintf("no live worker of model %s can hold this job: it needs a context of at least %d tokens (prompt + max_tokens %d), "+
-		"and the largest job the fleet takes is %d tokens on worker %s (class %s, GPU limit %d MiB, %d slots)",
-		l.Model, e.NeedContext, e.MaxTokens, l.MaxContext, l.Worker, l.Class, l.GPULimitMiB, l.Slots)
+		"and the largest job the fleet takes is %d tokens on worker %s (GPU limit %d MiB, %d slots)",
+		l.Model, e.NeedContext, e.MaxTokens, l.MaxContext, l.Worker, l.GPULimitMiB, l.Slots)
 	if fit := e.MaxTokens - (e.NeedContext - l.MaxContext); fit > 0 {
 		msg += fmt.Sprintf("; it fits with max_tokens ≤ %d", fit)
 	}
@@ -313,8 +414,65 @@ func (e *RouteError) Error() string {
 // Route is where a job goes: its queue, and whether it was planned against live workers.
 type Route struct {
 	Queue  string
-	Class  string // "" when not routed to a class
+	Bucket int // the context its queue's workers hold; 0 when not routed to a bucket
 	Routed bool
+}
+
+// Routable reports whether routing may send jobs to the worker: it is not shutting down, and
+// its queues are by capacity bucket (a worker of an older version serves other queues; with
+// only such workers live, jobs go to the plain priority queues, which every worker serves).
+func (c Capability) Routable() bool { return !c.Draining && c.Version >= CapabilityVersion }
+
+// HoldersBucket is where a job goes among workers (all of one model), need(c) being the
+// context the job needs on worker c; ok is false when no worker holds it. It is the largest
+// bucket that every worker which holds the job serves: the top of the smallest holder's
+// grid (or its MaxContext when all holders hold the same), so that all holders take the job
+// and the smallest of them with their top weight, and so that a fleet uses few queues: one
+// per priority when its workers all hold the same, where a worker takes jobs in the order
+// they came. When the job needs more than that grid step, it is the smallest holder's
+// MaxContext, which the workers holding exactly that serve.
+func HoldersBucket(workers []Capability, need func(Capability) int) (bucket int, ok bool) {
+	least, most, same := 0, 0, true // the smallest holder's MaxContext, the largest need
+	for _, c := range workers {
+		n := need(c)
+		if c.MaxContext < 1 || n > c.MaxContext {
+			continue
+		}
+		if ok && c.MaxContext != least {
+			same = false
+		}
+		if !ok || c.MaxContext < least {
+			least = c.MaxContext
+		}
+		most, ok = max(most, n), true
+	}
+	if !ok {
+		return 0, false
+	}
+	if step := gridBelow(least); !same && step >= most {
+		return step, true
+	}
+	return least, true
+}
+
+// gridBelow is the largest grid step at or below n (0 for none).
+func gridBelow(n int) int {
+	below := 0
+	for s := minBucket; s <= n && s < math.MaxInt; s = nextBucket(s) {
+		below = s
+	}
+	return below
+}
+
+// LargestWorker is the worker of workers that holds the longest job (nil for none).
+func LargestWorker(workers []Capability) *Capability {
+	var largest *Capability
+	for i, c := range workers {
+		if largest == nil || c.MaxContext > largest.MaxContext {
+			largest = &workers[i]
+		}
+	}
+	return largest
 }
 
 // textBytes is the length of a payload's text as the model sees it, and whether it goes
@@ -367,38 +525,39 @@ func EstimatePrompt(p Payload, t TokenStats) (estimate, least int) {
 	return max(estimate, least), least
 }
 
-// RouteJob chooses the queue of p among the live workers in caps (Capabilities): the queue of
-// the smallest capacity class whose every worker of p's model holds the job's estimated
-// context, so that big workers keep their memory for big jobs. When the estimate fits no
-// class but the fewest tokens the prompt can have would, the job goes to the largest class,
-// whose worker tokenizes it and moves it on if it does not fit. A job that no live worker can
-// hold is refused with a *RouteError (ErrUnknownModel, ErrNoCapacity); with anyway it goes
-// instead to the largest class of its model, or to its model's queue when none serves it,
-// to wait for workers not yet started. With no live worker at all the job goes to its
-// priority queue unrouted, as before capabilities existed: there is nothing to plan against,
-// and the first worker to take it routes it.
+// RouteJob chooses the queue of p among the live workers in caps (Capabilities): the bucket
+// that every worker of p's model which holds the job's estimated context serves, the
+// smallest of them with their top weight (HoldersBucket), so that big workers keep their
+// memory for big jobs. When the estimate
+// fits no worker but the fewest tokens the prompt can have would, the job goes to the top
+// bucket of the worker that holds the most, which tokenizes it and moves it on if it does not
+// fit. A job that no live worker can hold is refused with a *RouteError (ErrUnknownModel,
+// ErrNoCapacity), from the same comparison: the refusal names the worker that holds the most.
+// With anyway it goes instead to that worker's top bucket, or to its model's queue when none
+// serves it, to wait for workers not yet started. With no live worker at all the job goes to
+// its priority queue unrouted, as before capabilities existed: there is nothing to plan
+// against, and the first worker to take it routes it.
 func RouteJob(caps []Capability, p Payload, anyway bool) (Route, error) {
 	o := p.Options()
 	base := QueueFor(o.Priority)
-	var live []Capability
-	for _, c := range caps {
-		if !c.Draining {
-			live = append(live, c)
-		}
-	}
-	if len(live) == 0 {
-		if o.Model != "" && anyway {
-			return Route{Queue: ModelQueue(base, ModelKey(o.Model))}, nil
-		}
-		return Route{Queue: base}, nil
-	}
-	var mine []Capability
+	live := false
 	served := map[string]bool{}
-	for _, c := range live {
+	mine := make([]Capability, 0, len(caps)) // one allocation: documents are large
+	for _, c := range caps {
+		if !c.Routable() {
+			continue
+		}
+		live = true
 		served[c.Model] = true
 		if c.Serves(o.Model) {
 			mine = append(mine, c)
 		}
+	}
+	if !live {
+		if o.Model != "" && anyway {
+			return Route{Queue: ModelQueue(base, ModelKey(o.Model))}, nil
+		}
+		return Route{Queue: base}, nil
 	}
 	keys := map[string]bool{}
 	for _, c := range mine {
@@ -411,54 +570,33 @@ func RouteJob(caps []Capability, p Payload, anyway bool) (Route, error) {
 		}
 		return Route{}, &RouteError{Model: o.Model, Served: names, err: ErrUnknownModel}
 	}
-	maxTokens := maxTokensOf(p)
-	type class struct {
-		name           string
-		fitEst, fitMin bool
-	}
-	byClass := map[string]*class{}
-	var largest *Capability
-	least := math.MaxInt
-	for i, c := range mine {
-		est, lo := EstimatePrompt(p, c.Tokens)
-		least = min(least, lo)
-		cl := byClass[c.Class]
-		if cl == nil {
-			cl = &class{name: c.Class, fitEst: true, fitMin: true}
-			byClass[c.Class] = cl
-		}
-		// A class is as good as its smallest worker: any of them may take the job.
-		cl.fitEst = cl.fitEst && est+maxTokens <= c.MaxContext
-		cl.fitMin = cl.fitMin && lo+maxTokens <= c.MaxContext
-		if largest == nil || c.MaxContext > largest.MaxContext {
-			largest = &mine[i]
-		}
-	}
-	classes := make([]*class, 0, len(byClass))
-	for _, c := range byClass {
-		classes = append(classes, c)
-	}
-	slices.SortFunc(classes, func(a, b *class) int { return cmp.Compare(ClassMiB(a.name), ClassMiB(b.name)) })
 	key := mine[0].ModelKey
+	to := func(bucket int, routed bool) Route {
+		return Route{Queue: BucketQueue(base, key, bucket), Bucket: bucket, Routed: routed}
+	}
 	if splitsItself(p, StrategyHierarchical) {
-		// The parent only splits and waits: the smallest class, which every worker serves.
-		return Route{Queue: ClassQueue(base, key, classes[0].name), Class: classes[0].name, Routed: true}, nil
-	}
-	for _, c := range classes {
-		if c.fitEst {
-			return Route{Queue: ClassQueue(base, key, c.name), Class: c.name, Routed: true}, nil
+		// The parent only splits and waits: a bucket every worker serves.
+		if b, ok := HoldersBucket(mine, func(Capability) int { return 1 }); ok {
+			return to(b, true), nil
 		}
 	}
-	for i := len(classes) - 1; i >= 0; i-- {
-		if classes[i].fitMin {
-			c := classes[i].name
-			return Route{Queue: ClassQueue(base, key, c), Class: c, Routed: true}, nil
-		}
+	maxTokens := maxTokensOf(p)
+	estimate := func(c Capability) int { e, _ := EstimatePrompt(p, c.Tokens); return e + maxTokens }
+	least := func(c Capability) int { _, l := EstimatePrompt(p, c.Tokens); return l + maxTokens }
+	if b, ok := HoldersBucket(mine, estimate); ok {
+		return to(b, true), nil
 	}
-	if anyway || splitsItself(p, StrategyAuto) {
+	largest := LargestWorker(mine)
+	if _, ok := HoldersBucket(mine, least); ok {
+		return to(largest.MaxContext, true), nil
+	}
+	if largest.MaxContext > 0 && (anyway || splitsItself(p, StrategyAuto)) {
 		// An auto summary that no worker holds in one pass is summarized hierarchically by
 		// the worker that takes it.
-		return Route{Queue: ClassQueue(base, key, largest.Class), Class: largest.Class, Routed: !anyway}, nil
+		return to(largest.MaxContext, !anyway), nil
 	}
-	return Route{}, &RouteError{Model: largest.Model, NeedContext: least + maxTokens, MaxTokens: maxTokens, Largest: largest, err: ErrNoCapacity}
+	if anyway {
+		return Route{Queue: ModelQueue(base, key)}, nil // no worker holds the model at all
+	}
+	return Route{}, &RouteError{Model: largest.Model, NeedContext: least(*largest), MaxTokens: maxTokens, Largest: largest, err: ErrNoCapacity}
 }

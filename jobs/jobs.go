@@ -47,7 +47,7 @@ func QueueWeights() map[string]int {
 }
 
 // QueueNames lists the priority queues, highest priority first (routed queues are named
-// after them: ClassQueue).
+// after them: BucketQueue).
 func QueueNames() []string { return []string{QueueCritical, QueueDefault, QueueLow} }
 
 // QueueFor maps a priority to its queue; the empty priority is normal.

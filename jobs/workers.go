@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,7 +54,6 @@ type WorkerServer struct {
 	Status      string         `json:"status"` // asynq's: active, stopped, closed
 	Active      []ActiveJob    `json:"active"`
 	// From the worker's capability document (capabilities.go); empty when it publishes none.
-	Class         string    `json:"class,omitempty"`
 	GPULimitMiB   int64     `json:"gpu_limit_mib,omitempty"`
 	MaxContext    int       `json:"max_context,omitempty"`
 	Draining      bool      `json:"draining"`
@@ -112,8 +110,8 @@ func (c *Client) Workers(ctx context.Context) ([]WorkerServer, error) {
 		for _, c := range caps {
 			// Several daemons in one process (tests) share host and PID; the queues tell them apart.
 			if c.Host == s.Host && c.PID == s.PID && sameQueues(c.Queues, s.Queues) {
-				w.Name, w.Model, w.Backend, w.Class, w.GPULimitMiB, w.MaxContext, w.Draining, w.LastHeartbeat =
-					c.Worker, c.Model, c.Backend, c.Class, c.GPULimitMiB, c.MaxContext, c.Draining, c.Updated
+				w.Name, w.Model, w.Backend, w.GPULimitMiB, w.MaxContext, w.Draining, w.LastHeartbeat =
+					c.Worker, c.Model, c.Backend, c.GPULimitMiB, c.MaxContext, c.Draining, c.Updated
 			}
 		}
 		for _, a := range s.ActiveWorkers {
@@ -144,18 +142,17 @@ func sameQueues(a, b map[string]int) bool {
 	return true
 }
 
-// FleetClass is one capacity class of one model: its live workers, the longest job each of
-// them takes, and its queues.
-type FleetClass struct {
-	Model    string   `json:"model"`
-	ModelKey string   `json:"model_key"`
-	Class    string   `json:"class"`
-	Workers  []string `json:"workers"`
-	// MaxContext is the longest prompt + max_tokens every worker of the class takes;
-	// Largest, the longest prompt per KV precision and max_tokens of its smallest worker.
-	MaxContext int             `json:"max_context"`
-	Largest    []LargestPrompt `json:"largest"`
-	Queues     []QueueDepth    `json:"queues"`
+// FleetBucket is one capacity bucket of one model: the longest job its queues hold, the live
+// workers that serve it, and its queues (one per priority).
+type FleetBucket struct {
+	Model    string `json:"model"`
+	ModelKey string `json:"model_key"`
+	// Bucket is the queue names' last part (ctx16384); MaxContext, the context (prompt +
+	// max_tokens) every job in its queues fits in, and every worker serving it holds.
+	Bucket     string       `json:"bucket"`
+	MaxContext int          `json:"max_context"`
+	Workers    []string     `json:"workers"`
+	Queues     []QueueDepth `json:"queues"`
 }
 
 // QueueDepth counts one queue's jobs by state.
@@ -169,11 +166,12 @@ type QueueDepth struct {
 	Completed int    `json:"completed"`
 }
 
-// Fleet is the fleet by model and capacity class, and the queues no class owns (the plain
-// priority queues and a model's unrouted queue).
+// Fleet is the fleet by model and capacity bucket: each live worker's top bucket (its
+// MaxContext) and every bucket that has queues in Redis; and the queues no bucket owns (the
+// plain priority queues, a model's unrouted queue, queues of other versions).
 type Fleet struct {
-	Classes []FleetClass `json:"classes"`
-	Other   []QueueDepth `json:"other_queues"`
+	Buckets []FleetBucket `json:"buckets"`
+	Other   []QueueDepth  `json:"other_queues"`
 }
 
 // FleetView reads the fleet from the Redis at redisURL: Client.Fleet on a client made for
@@ -194,17 +192,37 @@ func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
 	if err != nil {
 		return Fleet{}, err
 	}
-	byKey := map[string]*FleetClass{}
+	var live []Capability
+	models := map[string]string{} // model key → name
 	for _, c := range caps {
-		k := c.ModelKey + "@" + c.Class
-		fc := byKey[k]
-		if fc == nil {
-			fc = &FleetClass{Model: c.Model, ModelKey: c.ModelKey, Class: c.Class, MaxContext: c.MaxContext, Largest: c.Largest, Queues: []QueueDepth{}}
-			byKey[k] = fc
+		if c.Routable() {
+			live = append(live, c)
+			models[c.ModelKey] = c.Model
 		}
-		fc.Workers = append(fc.Workers, c.Worker)
-		if c.MaxContext < fc.MaxContext {
-			fc.MaxContext, fc.Largest = c.MaxContext, c.Largest
+	}
+	type bucketKey struct {
+		model  string
+		tokens int
+	}
+	byKey := map[bucketKey]*FleetBucket{}
+	bucket := func(modelKey string, tokens int) *FleetBucket {
+		k := bucketKey{modelKey, tokens}
+		if fb := byKey[k]; fb != nil {
+			return fb
+		}
+		fb := &FleetBucket{Model: models[modelKey], ModelKey: modelKey, Bucket: BucketName(tokens),
+			MaxContext: tokens, Workers: []string{}, Queues: []QueueDepth{}}
+		for _, c := range live {
+			if c.ModelKey == modelKey && ServesBucket(c.MaxContext, tokens) {
+				fb.Workers = append(fb.Workers, c.Worker)
+			}
+		}
+		byKey[k] = fb
+		return fb
+	}
+	for _, c := range live {
+		if c.MaxContext > 0 {
+			bucket(c.ModelKey, c.MaxContext)
 		}
 	}
 	names, err := insp.Queues()
@@ -219,25 +237,18 @@ func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
 			continue // removed in between
 		}
 		d := QueueDepth{Queue: q, Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry, Archived: info.Archived, Completed: info.Completed}
-		parts := strings.Split(q, "@")
-		if len(parts) == 3 {
-			k := parts[1] + "@" + parts[2]
-			fc := byKey[k]
-			if fc == nil {
-				// Jobs wait for a class with no live worker.
-				fc = &FleetClass{ModelKey: parts[1], Class: parts[2], Workers: []string{}, Queues: []QueueDepth{}}
-				byKey[k] = fc
-			}
-			fc.Queues = append(fc.Queues, d)
+		if rq, ok := ParseQueue(q); ok && rq.Bucket > 0 {
+			fb := bucket(rq.ModelKey, rq.Bucket)
+			fb.Queues = append(fb.Queues, d)
 			continue
 		}
 		f.Other = append(f.Other, d)
 	}
-	for _, fc := range byKey {
-		f.Classes = append(f.Classes, *fc)
+	for _, fb := range byKey {
+		f.Buckets = append(f.Buckets, *fb)
 	}
-	slices.SortFunc(f.Classes, func(a, b FleetClass) int {
-		return cmp.Or(cmp.Compare(a.ModelKey, b.ModelKey), cmp.Compare(ClassMiB(a.Class), ClassMiB(b.Class)))
+	slices.SortFunc(f.Buckets, func(a, b FleetBucket) int {
+		return cmp.Or(cmp.Compare(a.ModelKey, b.ModelKey), cmp.Compare(a.MaxContext, b.MaxContext))
 	})
 	return f, nil
 }

@@ -184,7 +184,7 @@ func dashboardMetrics(t *testing.T, d *dashboard) map[string][]string {
 // dashboardMustShow are the metrics behind what issue 6 asks the dashboard to show: queue
 // depth and age, jobs by type and outcome, job duration and queue wait, prefill and decode
 // speed, planned memory against the limit, plan choices, worker up/down; and what issue 12
-// adds: jobs re-routed and refused at submit, the largest job per worker and class.
+// adds: jobs re-routed and refused at submit, the largest job per worker.
 var dashboardMustShow = []string{
 	"asynq_tasks_enqueued_total", "asynq_queue_latency_seconds",
 	"redlite_jobs_total",

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(command{name: "dashboard", summary: "serve asynqmon (queues, jobs, payloads, results) and the fleet page (workers, classes, running jobs' progress) in-process", run: runDashboard})
+	register(command{name: "dashboard", summary: "serve asynqmon (queues, jobs, payloads, results) and the fleet page (workers, capacity buckets, running jobs' progress) in-process", run: runDashboard})
 }
 
 func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -88,7 +88,7 @@ func TestJobCommands(t *testing.T) {
 			t.Fatalf("fleet --json: exit %d, %s %s", code, out, errs)
 		}
 		found := false
-		for _, c := range f.Classes {
+		for _, c := range f.Buckets {
 			found = found || (c.Model == "tiny-qwen3" && slices.Contains(c.Workers, "cli-test-worker") && c.MaxContext > 0)
 		}
 		if !found {

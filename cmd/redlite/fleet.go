@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	register(command{name: "fleet", summary: "the fleet per model and capacity class: workers, queue depths, the largest job that fits", run: runFleet})
+	register(command{name: "fleet", summary: "the fleet per model and capacity bucket: the longest job each holds, the workers serving it, queue depths", run: runFleet})
 }
 
 // readFleet runs the part the fleet commands share: their flags, the read from Redis with
@@ -38,12 +38,8 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tCLASS\tWORKERS\tLARGEST JOB\tLARGEST PROMPT\tPENDING\tACTIVE\tRETRY\tARCHIVED")
-	for _, c := range f.Classes {
-		var largest []string
-		for _, l := range c.Largest {
-			largest = append(largest, fmt.Sprintf("%s/%d: %d", l.KV, l.MaxTokens, l.PromptTokens))
-		}
+	fmt.Fprintln(tw, "MODEL\tBUCKET\tJOBS UP TO\tWORKERS\tPENDING\tACTIVE\tRETRY\tARCHIVED")
+	for _, c := range f.Buckets {
 		var d jobs.QueueDepth
 		for _, q := range c.Queues {
 			d.Pending, d.Active, d.Retry, d.Archived = d.Pending+q.Pending, d.Active+q.Active, d.Retry+q.Retry, d.Archived+q.Archived
@@ -56,11 +52,10 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if len(c.Workers) == 0 {
 			workers = "(none live)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d tokens\t%s\t%d\t%d\t%d\t%d\n", model, c.Class, workers, c.MaxContext, orDash(strings.Join(largest, ", ")),
-			d.Pending, d.Active, d.Retry, d.Archived)
+		fmt.Fprintf(tw, "%s\t%s\t%d tokens\t%s\t%d\t%d\t%d\t%d\n", model, c.Bucket, c.MaxContext, workers, d.Pending, d.Active, d.Retry, d.Archived)
 	}
 	for _, q := range f.Other {
-		fmt.Fprintf(tw, "(queue %s)\t-\t-\t-\t-\t%d\t%d\t%d\t%d\n", q.Queue, q.Pending, q.Active, q.Retry, q.Archived)
+		fmt.Fprintf(tw, "(queue %s)\t-\t-\t-\t%d\t%d\t%d\t%d\n", q.Queue, q.Pending, q.Active, q.Retry, q.Archived)
 	}
 	return tw.Flush()
 }

@@ -35,7 +35,7 @@ func chromium(t *testing.T) string {
 }
 
 // TestFleetPage starts Redis, a daemon and the dashboard, runs a slow job and reads its
-// progress off the fleet page as a headless Chromium renders it: the worker with its class,
+// progress off the fleet page as a headless Chromium renders it: the worker with the longest job it holds,
 // and the job's phase and token counts moving while it runs.
 func TestFleetPage(t *testing.T) {
 	if testing.Short() {
@@ -111,7 +111,11 @@ func TestFleetPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"tiny-qwen3", "cpu", "4096 MiB", jobs.ClassOf(4096)} {
+	caps, err := client.Capabilities(context.Background())
+	if err != nil || len(caps) != 1 {
+		t.Fatalf("capabilities %+v %v, want the worker's", caps, err)
+	}
+	for _, want := range []string{"tiny-qwen3", "cpu", "4096 MiB", fmt.Sprintf("%d tokens", caps[0].MaxContext)} {
 		if !strings.Contains(worker, want) {
 			t.Errorf("worker row %q lacks %q", worker, want)
 		}
@@ -134,12 +138,12 @@ func TestFleetPage(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	classes, err := text(`#classes tbody`)
+	buckets, err := text(`#buckets tbody`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(classes, job.Queue) {
-		t.Errorf("queues per class %q lack the job's queue %s", classes, job.Queue)
+	if !strings.Contains(buckets, job.Queue) {
+		t.Errorf("queues per bucket %q lack the job's queue %s", buckets, job.Queue)
 	}
 }
 

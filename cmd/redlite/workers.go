@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register(command{name: "workers", summary: "the fleet's workers: model, backend, limit, class, slots, running jobs with their progress", run: runWorkers})
+	register(command{name: "workers", summary: "the fleet's workers: model, backend, limit, longest job, slots, running jobs with their progress", run: runWorkers})
 }
 
 func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -25,7 +25,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOST\tMODEL\tBACKEND\tLIMIT\tCLASS\tSLOTS\tSTATUS\tHEARTBEAT\tJOBS")
+	fmt.Fprintln(tw, "NAME\tHOST\tMODEL\tBACKEND\tLIMIT\tLARGEST JOB\tSLOTS\tSTATUS\tHEARTBEAT\tJOBS")
 	now := time.Now()
 	for _, w := range ws {
 		var jobs []string
@@ -36,14 +36,17 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if w.Draining {
 			status = "draining"
 		}
-		limit, beat := "-", "-"
+		limit, largest, beat := "-", "-", "-"
 		if w.GPULimitMiB > 0 {
 			limit = fmt.Sprintf("%d MiB", w.GPULimitMiB)
+		}
+		if w.MaxContext > 0 {
+			largest = fmt.Sprintf("%d tokens", w.MaxContext)
 		}
 		if !w.LastHeartbeat.IsZero() {
 			beat = now.Sub(w.LastHeartbeat).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", orDash(w.Name), w.Host, orDash(w.Model), orDash(w.Backend), limit, orDash(w.Class),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", orDash(w.Name), w.Host, orDash(w.Model), orDash(w.Backend), limit, largest,
 			len(w.Active), w.Concurrency, status, beat, orDash(strings.Join(jobs, ", ")))
 	}
 	return tw.Flush()

@@ -11,8 +11,8 @@ import (
 )
 
 // The fleet page sits beside asynqmon in the dashboard (its own path, FleetPath under the
-// root): workers with their class, model, backend and limit, queues per class, and every
-// running job with a live progress bar. asynqmon shows a task's result only once it has
+// root): workers with their model, backend, limit and longest job, queues per capacity
+// bucket, and every running job with a live progress bar. asynqmon shows a task's result only once it has
 // completed, so the progress a worker publishes while a job runs is seen here.
 
 // FleetPath is the fleet page's path below the dashboard's root; its data is at

@@ -2,6 +2,7 @@ package redisx
 
 import (
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -15,20 +16,72 @@ const taskMessageQueue = 4
 // read at the wire level: a malformed message is an error, never a panic.
 func SetTaskQueue(msg []byte, queue string) ([]byte, error) {
 	out := make([]byte, 0, len(msg)+len(queue))
-	for rest := msg; len(rest) > 0; {
-		field, typ, n := protowire.ConsumeTag(rest)
-		if n < 0 {
-			return nil, fmt.Errorf("task message: bad field tag at byte %d: %v", len(msg)-len(rest), protowire.ParseError(n))
-		}
-		m := protowire.ConsumeFieldValue(field, typ, rest[n:])
-		if m < 0 {
-			return nil, fmt.Errorf("task message: field %d: %v", field, protowire.ParseError(m))
-		}
+	err := walkTaskMessage(msg, func(field protowire.Number, whole, _ []byte) {
 		if field != taskMessageQueue {
-			out = append(out, rest[:n+m]...)
+			out = append(out, whole...)
 		}
-		rest = rest[n+m:]
+	})
+	if err != nil {
+		return nil, err
 	}
 	out = protowire.AppendTag(out, taskMessageQueue, protowire.BytesType)
 	return protowire.AppendString(out, queue), nil
+}
+
+// Field numbers of asynq's TaskMessage that the jobs package reads or rewrites.
+const (
+	taskMessageType         = 1  // string type
+	taskMessagePayload      = 2  // bytes payload
+	taskMessageErrorMsg     = 7  // string error_msg
+	taskMessageLastFailedAt = 11 // int64 last_failed_at, Unix seconds
+)
+
+// walkTaskMessage calls fn with each field of TaskMessage msg: its number, the whole encoded
+// field (tag included) and its value's bytes.
+func walkTaskMessage(msg []byte, fn func(field protowire.Number, whole, value []byte)) error {
+	for rest := msg; len(rest) > 0; {
+		field, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return fmt.Errorf("task message: bad field tag at byte %d: %v", len(msg)-len(rest), protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(field, typ, rest[n:])
+		if m < 0 {
+			return fmt.Errorf("task message: field %d: %v", field, protowire.ParseError(m))
+		}
+		fn(field, rest[:n+m], rest[n:n+m])
+		rest = rest[n+m:]
+	}
+	return nil
+}
+
+// TaskTypeAndPayload reads a TaskMessage's type and payload; a malformed message is an error.
+func TaskTypeAndPayload(msg []byte) (typ string, payload []byte, err error) {
+	err = walkTaskMessage(msg, func(field protowire.Number, _, value []byte) {
+		switch field {
+		case taskMessageType:
+			s, _ := protowire.ConsumeString(value)
+			typ = s
+		case taskMessagePayload:
+			payload, _ = protowire.ConsumeBytes(value)
+		}
+	})
+	return typ, payload, err
+}
+
+// SetTaskFailure returns TaskMessage msg with its last error and the time of its last
+// failure set, as asynq writes them when it archives a job, and every other field as it was.
+func SetTaskFailure(msg []byte, reason string, at time.Time) ([]byte, error) {
+	out := make([]byte, 0, len(msg)+len(reason)+16)
+	err := walkTaskMessage(msg, func(field protowire.Number, whole, _ []byte) {
+		if field != taskMessageErrorMsg && field != taskMessageLastFailedAt {
+			out = append(out, whole...)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out = protowire.AppendTag(out, taskMessageErrorMsg, protowire.BytesType)
+	out = protowire.AppendString(out, reason)
+	out = protowire.AppendTag(out, taskMessageLastFailedAt, protowire.VarintType)
+	return protowire.AppendVarint(out, uint64(at.Unix())), nil
 }

@@ -3,6 +3,7 @@ package redisx
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -63,6 +64,19 @@ func FuzzSetTaskQueue(f *testing.F) {
 		again, err := SetTaskQueue(out, q)
 		if err != nil || !bytes.Equal(again, out) {
 			t.Fatalf("second rewrite: %x %v, want %x", again, err, out)
+		}
+		// The type and payload read alike before and after, and an archive's error fields
+		// leave them alone.
+		typ, payload, err := TaskTypeAndPayload(msg)
+		if err != nil {
+			t.Fatalf("%x rewrites but does not read: %v", msg, err)
+		}
+		archived, err := SetTaskFailure(out, q, time.Unix(1<<40, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if t2, p2, err := TaskTypeAndPayload(archived); err != nil || t2 != typ || !bytes.Equal(p2, payload) {
+			t.Fatalf("after the rewrites: %q %x %v, want %q %x", t2, p2, err, typ, payload)
 		}
 	})
 }
