@@ -52,14 +52,14 @@ func TestUnicodeClasses(t *testing.T) {
 func TestGrammarErrors(t *testing.T) {
 	for src, want := range map[string]string{
 		`root ::= a` + "\n" + `a ::= a "x" | "y"`: "left-recursive",
-		`root ::= b`:                        `undefined rule "b"`,
-		`root ::= "abc`:                     "unterminated string",
-		`root ::= [a-`:                      "unterminated character class",
-		`rot ::= "a"`:                       "no rule named root",
-		`root ::= "a"{3,2}`:                 "min ≤ max",
-		`root ::= "a"{5000}`:                "min ≤ max",
-		`root ::= "a" "\q"`:                 `unknown escape`,
-		`root ::= "x"? root`:                  "left-recursive",
+		`root ::= b`:                           `undefined rule "b"`,
+		`root ::= "abc`:                        "unterminated string",
+		`root ::= [a-`:                         "unterminated character class",
+		`rot ::= "a"`:                          "no rule named root",
+		`root ::= "a"{3,2}`:                    "min ≤ max",
+		`root ::= "a"{5000}`:                   "min ≤ max",
+		`root ::= "a" "\q"`:                    `unknown escape`,
+		`root ::= "x"? root`:                   "left-recursive",
 		`root ::= "a"` + "\n" + `root ::= "b"`: "defined twice",
 	} {
 		_, err := ParseProgram(src)

@@ -1,0 +1,147 @@
+package grammar
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/redlite/batch/engine/grammar/grammartest"
+)
+
+// Schemas is a set of test schemas covering the supported keywords; the engine's tests
+// generate against them too.
+var Schemas = map[string]string{
+	"person": `{"type":"object","properties":{
+		"name":{"type":"string","minLength":1,"maxLength":12},
+		"age":{"type":"integer","minimum":0,"maximum":130},
+		"email":{"type":"string","pattern":"^[a-z]{1,8}@[a-z]{1,8}\\.(com|org)$"},
+		"tags":{"type":"array","items":{"enum":["a","b\"c","ü"]},"minItems":1,"maxItems":3},
+		"score":{"type":"number","minimum":-2,"maximum":3},
+		"active":{"type":"boolean"}},
+		"required":["name","age","tags"],"additionalProperties":false}`,
+	"nested": `{"$defs":{"point":{"type":"object","properties":{"x":{"type":"integer","exclusiveMinimum":-10,"exclusiveMaximum":10},"y":{"type":"integer"}},"required":["x","y"],"additionalProperties":false}},
+		"type":"object","properties":{
+		"kind":{"const":"shape"},
+		"points":{"type":"array","items":{"$ref":"#/$defs/point"},"maxItems":4},
+		"label":{"anyOf":[{"type":"null"},{"type":"string","maxLength":5}]},
+		"meta":{"type":"object","additionalProperties":{"type":"boolean"}}},
+		"required":["kind","points"]}`,
+	"tree": `{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer","minimum":1,"maximum":9},"kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"],"additionalProperties":false}},
+		"$ref":"#/$defs/node"}`,
+	"choice": `{"oneOf":[{"type":"string","enum":["x","y"]},{"type":"integer","minimum":100,"maximum":105},{"type":"array","items":{"type":"boolean"},"minItems":2,"maxItems":2}]}`,
+	"code":   `{"type":"string","pattern":"^[A-Z]{3}-[0-9]{2}\"[\\\\x]$"}`,
+}
+
+func TestSchemaSentencesValidate(t *testing.T) {
+	for name, schema := range Schemas {
+		t.Run(name, func(t *testing.T) {
+			g, err := FromJSONSchema([]byte(schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := Compile(g)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, g)
+			}
+			complete := 0
+			for seed := range uint64(300) {
+				rng := rand.New(rand.NewPCG(seed, 1))
+				out, ok := walk(t, p, rng, 4000)
+				if !ok {
+					continue // a walk that ran long is not a sentence
+				}
+				complete++
+				if err := grammartest.Validate([]byte(schema), out); err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
+				}
+			}
+			if complete < 100 {
+				t.Errorf("only %d of 300 walks completed", complete)
+			}
+		})
+	}
+}
+
+func TestJSONObject(t *testing.T) {
+	p := MustCompile(JSONObject())
+	for _, ok := range []string{`{}`, `{"a":[1,2.5e3,{"b":null}],"c":"\u00e9\n"}`} {
+		if !p.Valid([]byte(ok)) {
+			t.Errorf("%s refused", ok)
+		}
+	}
+	for _, bad := range []string{`[]`, `{"a"}`, `{"a":01}`, `"x"`} {
+		if p.Valid([]byte(bad)) {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestSchemaRefusals(t *testing.T) {
+	for schema, want := range map[string]string{
+		`{"type":"string","format":"email"}`:              `keyword "format"`,
+		`{"type":"array","uniqueItems":true}`:             `keyword "uniqueItems"`,
+		`{"allOf":[{"type":"string"}]}`:                   `keyword "allOf"`,
+		`{"type":"number","multipleOf":2}`:                `keyword "multipleOf"`,
+		`{"type":"object","patternProperties":{}}`:        `keyword "patternProperties"`,
+		`{"type":"string","minimum":2}`:                   `"minimum" does not apply`,
+		`{"$ref":"https://example.com/s.json"}`:           `$ref`,
+		`{"type":"object","required":["a"]}`:              `required names "a"`,
+		`{"type":"string","pattern":"(a)\\1"}`:            `pattern`,
+		`{"type":"widget"}`:                               `type "widget"`,
+		`{"type":"number","minimum":0.5}`:                 `whole-number bounds`,
+		`false`:                                           `admits no value`,
+		`{"type":"array","items":[{"type":"string"}]}`:    `tuple`,
+		`{"type":"string","maxLength":5000}`:              `maxLength`,
+		`{"type":"object","properties":{"a":{"not":{}}}}`: `keyword "not"`,
+		`{"type":"string",`:                               `JSON Schema`,
+	} {
+		_, err := FromJSONSchema([]byte(schema))
+		if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrGrammar) {
+			t.Errorf("%s: got %v, want an error containing %q", schema, err, want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(`root ::= "a" [b-d]* ("e" | x){2,3}` + "\nx ::= [^\\n]")
+	f.Add(`root ::= root`)
+	f.Fuzz(func(t *testing.T, src string) {
+		p, err := ParseProgram(src)
+		if err != nil {
+			return
+		}
+		m := NewMatcher(p, &Vocab{})
+		_ = m.AcceptBytes([]byte(src[:min(len(src), 16)]))
+	})
+}
+
+func FuzzRegex(f *testing.F) {
+	f.Add(`^[A-Z]{2}-\d+(x|y)?$`)
+	f.Add(`(?i)é.*`)
+	f.Fuzz(func(t *testing.T, pattern string) {
+		g, err := FromRegex(pattern)
+		if err != nil {
+			return
+		}
+		if p, err := Compile(g); err == nil {
+			p.Valid([]byte(pattern))
+		}
+	})
+}
+
+func FuzzJSONSchema(f *testing.F) {
+	for _, s := range Schemas {
+		f.Add(s)
+	}
+	f.Add(`{"type":["string","null"],"maxLength":3}`)
+	f.Fuzz(func(t *testing.T, schema string) {
+		g, err := FromJSONSchema([]byte(schema))
+		if err != nil {
+			return
+		}
+		if p, err := Compile(g); err == nil {
+			p.Valid([]byte(`{"a":1}`))
+		}
+	})
+}
