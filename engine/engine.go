@@ -12,6 +12,7 @@ import (
 
 	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/gguf"
+	"github.com/redlite/batch/engine/grammar"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/engine/tokenizer"
@@ -46,6 +47,9 @@ type Model struct {
 	tokOnce sync.Once
 	tok     *tokenizer.Tokenizer
 	tokErr  error
+
+	vocabOnce sync.Once
+	vocab     *grammar.Vocab
 }
 
 // Load maps the GGUF at path and binds its architecture's weights.
@@ -98,6 +102,26 @@ func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) {
 		}
 	})
 	return m.tok, m.tokErr
+}
+
+// GrammarVocab builds (once) the vocabulary a grammar.Matcher masks: each token's bytes as
+// the tokenizer decodes them (control tokens and rows past the tokenizer have none, so no
+// grammar produces them) and the end-of-generation tokens.
+func (m *Model) GrammarVocab() (*grammar.Vocab, error) {
+	tok, err := m.Tokenizer()
+	if err != nil {
+		return nil, err
+	}
+	m.vocabOnce.Do(func() {
+		n := tok.VocabSize()
+		m.vocab = grammar.NewVocab(m.Config().Vocab, func(id int32) string {
+			if int(id) >= n {
+				return ""
+			}
+			return tok.Decode([]int32{id})
+		}, tok.EOG())
+	})
+	return m.vocab, nil
 }
 
 // Config returns the model's shape.

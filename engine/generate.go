@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlite/batch/engine/grammar"
 	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/engine/sample"
 )
@@ -45,6 +46,14 @@ type GenerateOptions struct {
 	// OnToken is called after each generated token with the count so far and the text that
 	// became safe to emit (may be ""), and once more at the end with any text held back.
 	OnToken func(generated int, text string)
+	// Grammar, when set, constrains the output: each step's logits are masked to the tokens
+	// that continue it, end-of-generation tokens only where it may end, and the generation
+	// stops (FinishStop) when it is complete. One Matcher per generation.
+	Grammar *grammar.Matcher
+	// Logprobs asks for each generated token's log-probability and TopLogprobs (0 to
+	// sample.MaxTopLogprobs) alternatives in Generation.Logprobs.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Generation is the outcome of Generate.
@@ -62,6 +71,10 @@ type Generation struct {
 	Batch  int
 	// Speculation counts the MTP head's drafts (zero without MTP or when sampling).
 	Speculation SpecStats
+	// Logprobs has one entry per token of Tokens when GenerateOptions.Logprobs is set: the
+	// log-softmax of the logits the token was drawn from after the penalties and the
+	// grammar's mask, before temperature and the top-k/top-p/min-p filters.
+	Logprobs []sample.TokenLogprob
 }
 
 // generation is one sequence's output as it is sampled: the sampler, end-of-generation
@@ -75,6 +88,7 @@ type generation struct {
 	// string per token would copy the whole text every time, quadratic in the output.
 	text strings.Builder
 	g    Generation
+	buf  []float32 // the step's logits after penalties and the grammar's mask
 }
 
 func newGeneration(o GenerateOptions, promptTokens int) (*generation, error) {
@@ -85,13 +99,30 @@ func newGeneration(o GenerateOptions, promptTokens int) (*generation, error) {
 	if o.Stream == nil {
 		return t, errors.New("engine: generate needs a text stream")
 	}
+	if o.TopLogprobs < 0 || o.TopLogprobs > sample.MaxTopLogprobs {
+		return t, fmt.Errorf("engine: top logprobs must be in [0, %d], got %d", sample.MaxTopLogprobs, o.TopLogprobs)
+	}
 	var err error
 	t.stops, err = sample.NewStopMatcher(o.Stop)
 	return t, err
 }
 
-// pick samples the next token from logits.
+// pick samples the next token from logits (left as they are: penalties and the grammar's
+// mask work on a copy) and advances the grammar over it.
 func (t *generation) pick(logits []float32) (int32, error) {
+	penalized := t.o.Sampler != nil && t.o.Sampler.Params().Penalized()
+	if penalized || t.o.Grammar != nil {
+		t.buf = append(t.buf[:0], logits...)
+		logits = t.buf
+		if penalized {
+			t.o.Sampler.Penalize(logits)
+		}
+		if t.o.Grammar != nil {
+			if err := t.o.Grammar.Mask(logits); err != nil {
+				return 0, fmt.Errorf("engine: token %d: %w", len(t.g.Tokens), err)
+			}
+		}
+	}
 	var id int32
 	var err error
 	if t.o.Sampler == nil {
@@ -100,7 +131,21 @@ func (t *generation) pick(logits []float32) (int32, error) {
 		id, err = t.o.Sampler.Sample(logits)
 	}
 	if err != nil {
+		if t.o.Grammar != nil && errors.Is(err, sample.ErrNoCandidates) {
+			return 0, fmt.Errorf("engine: sampling token %d: no token of the vocabulary continues the grammar: %w", len(t.g.Tokens), err)
+		}
 		return 0, fmt.Errorf("engine: sampling token %d: %w", len(t.g.Tokens), err)
+	}
+	if t.o.Logprobs {
+		t.g.Logprobs = append(t.g.Logprobs, sample.Logprobs(logits, id, t.o.TopLogprobs))
+	}
+	if t.o.Grammar != nil {
+		if err := t.o.Grammar.Accept(id); err != nil {
+			return 0, fmt.Errorf("engine: token %d: %w", len(t.g.Tokens), err)
+		}
+	}
+	if t.o.Sampler != nil {
+		t.o.Sampler.Accept(id)
 	}
 	return id, nil
 }
@@ -117,6 +162,9 @@ func (t *generation) emit(s string) {
 // tokens in the sequence, reaching its capacity (FinishLength). Otherwise id is to be fed.
 func (t *generation) accept(id int32, fed, capacity int) bool {
 	if t.o.Vocab != nil && t.o.Vocab.IsEOG(id) {
+		if t.o.Logprobs { // Logprobs follows Tokens, which leave the end token out
+			t.g.Logprobs = t.g.Logprobs[:len(t.g.Logprobs)-1]
+		}
 		t.g.FinishReason = FinishStop
 		return true
 	}
@@ -124,7 +172,7 @@ func (t *generation) accept(id int32, fed, capacity int) bool {
 	t.g.CompletionTokens = len(t.g.Tokens)
 	out, _ := t.stops.Push(t.o.Stream.Next(id))
 	t.emit(out)
-	if t.stops.Hit() {
+	if t.stops.Hit() || (t.o.Grammar != nil && t.o.Grammar.Done()) {
 		t.g.FinishReason = FinishStop
 		return true
 	}
@@ -179,7 +227,10 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 	// one and the head's draft of the next, kept when the model agrees — the draft then is
 	// the next greedy choice, and ahead holds the logits after it, already in the session.
 	drafter, _ := s.m.Graph.(model.Drafter)
-	speculative := s.mtp && drafter != nil && (o.Sampler == nil || o.Sampler.Params().Greedy())
+	// A draft is checked against the model's own greedy choice, so nothing may change the
+	// logits: no grammar, no penalties.
+	speculative := s.mtp && drafter != nil && o.Grammar == nil &&
+		(o.Sampler == nil || o.Sampler.Params().Greedy() && !o.Sampler.Params().Penalized())
 	var ahead []float32
 	advance := func(id int32) ([]float32, error) {
 		if ahead != nil {

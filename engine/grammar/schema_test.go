@@ -9,32 +9,8 @@ import (
 	"github.com/redlite/batch/engine/grammar/grammartest"
 )
 
-// Schemas is a set of test schemas covering the supported keywords; the engine's tests
-// generate against them too.
-var Schemas = map[string]string{
-	"person": `{"type":"object","properties":{
-		"name":{"type":"string","minLength":1,"maxLength":12},
-		"age":{"type":"integer","minimum":0,"maximum":130},
-		"email":{"type":"string","pattern":"^[a-z]{1,8}@[a-z]{1,8}\\.(com|org)$"},
-		"tags":{"type":"array","items":{"enum":["a","b\"c","ü"]},"minItems":1,"maxItems":3},
-		"score":{"type":"number","minimum":-2,"maximum":3},
-		"active":{"type":"boolean"}},
-		"required":["name","age","tags"],"additionalProperties":false}`,
-	"nested": `{"$defs":{"point":{"type":"object","properties":{"x":{"type":"integer","exclusiveMinimum":-10,"exclusiveMaximum":10},"y":{"type":"integer"}},"required":["x","y"],"additionalProperties":false}},
-		"type":"object","properties":{
-		"kind":{"const":"shape"},
-		"points":{"type":"array","items":{"$ref":"#/$defs/point"},"maxItems":4},
-		"label":{"anyOf":[{"type":"null"},{"type":"string","maxLength":5}]},
-		"meta":{"type":"object","additionalProperties":{"type":"boolean"}}},
-		"required":["kind","points"]}`,
-	"tree": `{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer","minimum":1,"maximum":9},"kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"],"additionalProperties":false}},
-		"$ref":"#/$defs/node"}`,
-	"choice": `{"oneOf":[{"type":"string","enum":["x","y"]},{"type":"integer","minimum":100,"maximum":105},{"type":"array","items":{"type":"boolean"},"minItems":2,"maxItems":2}]}`,
-	"code":   `{"type":"string","pattern":"^[A-Z]{3}-[0-9]{2}\"[\\\\x]$"}`,
-}
-
 func TestSchemaSentencesValidate(t *testing.T) {
-	for name, schema := range Schemas {
+	for name, schema := range grammartest.Schemas {
 		t.Run(name, func(t *testing.T) {
 			g, err := FromJSONSchema([]byte(schema))
 			if err != nil {
@@ -131,7 +107,7 @@ func FuzzRegex(f *testing.F) {
 }
 
 func FuzzJSONSchema(f *testing.F) {
-	for _, s := range Schemas {
+	for _, s := range grammartest.Schemas {
 		f.Add(s)
 	}
 	f.Add(`{"type":["string","null"],"maxLength":3}`)

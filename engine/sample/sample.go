@@ -36,6 +36,17 @@ type Params struct {
 	// Seed seeds the draw: the same seed, parameters and logits give the same tokens.
 	// Default 0.
 	Seed uint64
+	// RepetitionPenalty divides the positive logits (and multiplies the negative ones) of
+	// tokens already generated, as llama.cpp's penalty_repeat. 0 or 1 disables it.
+	RepetitionPenalty float32
+	// PresencePenalty is subtracted once from the logit of every token already generated,
+	// FrequencyPenalty once per time it was generated (OpenAI's definitions). 0 disables.
+	PresencePenalty, FrequencyPenalty float32
+}
+
+// Penalized reports whether p changes logits by what was generated.
+func (p Params) Penalized() bool {
+	return (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1) || p.PresencePenalty != 0 || p.FrequencyPenalty != 0
 }
 
 // DefaultParams returns llama.cpp's default sampling parameters with seed 0.
@@ -55,6 +66,12 @@ func (p Params) Validate() error {
 		return fmt.Errorf("sample: min_p = %v is outside [0, 1]", p.MinP)
 	case math.IsNaN(float64(p.Temperature)) || math.IsInf(float64(p.Temperature), 0):
 		return fmt.Errorf("sample: temperature = %v is not a finite number", p.Temperature)
+	case !(p.RepetitionPenalty >= 0 && p.RepetitionPenalty <= 10):
+		return fmt.Errorf("sample: repetition_penalty = %v is outside [0, 10]", p.RepetitionPenalty)
+	case !(p.PresencePenalty >= -2 && p.PresencePenalty <= 2):
+		return fmt.Errorf("sample: presence_penalty = %v is outside [-2, 2]", p.PresencePenalty)
+	case !(p.FrequencyPenalty >= -2 && p.FrequencyPenalty <= 2):
+		return fmt.Errorf("sample: frequency_penalty = %v is outside [-2, 2]", p.FrequencyPenalty)
 	}
 	return nil
 }
@@ -94,6 +111,7 @@ type Sampler struct {
 	rng    *rand.Rand
 	cand   []candidate
 	heap   []candidate
+	seen   map[int32]int // generated tokens and their counts, for the penalties
 }
 
 // pcgStream is a fixed second PCG word, so a sampler is determined by its seed alone.
@@ -110,8 +128,42 @@ func New(p Params) (*Sampler, error) {
 // Params returns the sampler's parameters.
 func (s *Sampler) Params() Params { return s.params }
 
-// Reset restarts the random sequence from the seed.
-func (s *Sampler) Reset() { s.rng = rand.New(rand.NewPCG(s.params.Seed, pcgStream)) }
+// Reset restarts the random sequence from the seed and forgets the generated tokens.
+func (s *Sampler) Reset() {
+	s.rng = rand.New(rand.NewPCG(s.params.Seed, pcgStream))
+	s.seen = nil
+}
+
+// Accept records a generated token for the penalties.
+func (s *Sampler) Accept(id int32) {
+	if !s.params.Penalized() {
+		return
+	}
+	if s.seen == nil {
+		s.seen = map[int32]int{}
+	}
+	s.seen[id]++
+}
+
+// Penalize applies the repetition, presence and frequency penalties to logits in place,
+// over the tokens accepted so far (the generated ones; the prompt does not count).
+func (s *Sampler) Penalize(logits []float32) {
+	rep := s.params.RepetitionPenalty
+	for id, n := range s.seen {
+		if int(id) >= len(logits) {
+			continue
+		}
+		l := logits[id]
+		if rep != 0 && rep != 1 {
+			if l > 0 {
+				l /= rep
+			} else {
+				l *= rep
+			}
+		}
+		logits[id] = l - float32(n)*s.params.FrequencyPenalty - s.params.PresencePenalty
+	}
+}
 
 // Sample picks a token id from one row of logits (one entry per vocabulary token). The
 // logits are not modified. A NaN or +Inf logit is an error; -Inf logits are never drawn.

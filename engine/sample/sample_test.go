@@ -328,3 +328,45 @@ func TestTopPTiesKeepLowestIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestPenalties(t *testing.T) {
+	p := Params{Temperature: 0, RepetitionPenalty: 2, PresencePenalty: 0.5, FrequencyPenalty: 0.25}
+	s, err := New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int32{1, 2, 2} {
+		s.Accept(id)
+	}
+	logits := []float32{1, 4, -2, 3}
+	s.Penalize(logits)
+	want := []float32{1, 4/2.0 - 0.25 - 0.5, -2*2 - 2*0.25 - 0.5, 3}
+	for i := range want {
+		if math.Abs(float64(logits[i]-want[i])) > 1e-6 {
+			t.Errorf("logit %d: %v, want %v", i, logits[i], want[i])
+		}
+	}
+	s.Reset()
+	logits = []float32{1, 4, -2, 3}
+	s.Penalize(logits)
+	if logits[1] != 4 {
+		t.Errorf("after Reset the penalties still apply: %v", logits)
+	}
+	for _, bad := range []Params{{RepetitionPenalty: -1}, {PresencePenalty: 3}, {FrequencyPenalty: float32(math.NaN())}} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
+
+func TestLogprobsTop(t *testing.T) {
+	inf := float32(math.Inf(-1))
+	lp := Logprobs([]float32{0, 2, inf, 2, 1}, 4, 30)
+	if len(lp.Top) != 4 || lp.Top[0].ID != 1 || lp.Top[1].ID != 3 || lp.Top[2].ID != 4 || lp.Top[3].ID != 0 {
+		t.Fatalf("top %+v", lp.Top)
+	}
+	sum := math.Exp(0) + 2*math.Exp(2) + math.Exp(1)
+	if d := math.Abs(float64(lp.Logprob) - (1 - math.Log(sum))); d > 1e-6 {
+		t.Errorf("logprob %v, want %v", lp.Logprob, 1-math.Log(sum))
+	}
+}
