@@ -303,4 +303,30 @@ func BenchmarkConstrainedStep(b *testing.B) {
 	// recomputed only where the grammar reaches a state it has not seen.
 	b.Run("sample-only", func(b *testing.B) { run(b, false, false) })
 	b.Run("grammar-only", func(b *testing.B) { run(b, true, false) })
+	// The worst step: a state never seen, inside a string, where nearly every token is
+	// allowed and the trie walk visits nearly the whole vocabulary.
+	b.Run("fresh-mask", func(b *testing.B) {
+		g, err := grammar.FromJSONSchema([]byte(schema))
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := grammar.MustCompile(g)
+		v, _ := m.GrammarVocab()
+		logits := make([]float32, v.Size())
+		for b.Loop() {
+			mt := grammar.NewMatcher(p, v)
+			if err := mt.AcceptBytes([]byte(`{"name":"`)); err != nil {
+				b.Fatal(err)
+			}
+			if err := mt.Mask(logits); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(v.TrieNodes()), "trie-nodes")
+	})
+	b.Run("vocab", func(b *testing.B) {
+		for b.Loop() {
+			grammar.NewVocab(m.Config().Vocab, func(id int32) string { return tok.Decode([]int32{id}) }, tok.EOG())
+		}
+	})
 }
