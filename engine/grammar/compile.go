@@ -413,7 +413,7 @@ func (p *Program) checkLeftRecursion() error {
 					cycle = append(cycle, p.names[q])
 				}
 				cycle = append(cycle, p.names[s])
-				return fmt.Errorf("%w: rule %s is left-recursive (%s); write the recursion after a terminal", ErrGrammar, p.names[s], strings.Join(cycle, " → "))
+				return fmt.Errorf("%w: rule %s is left-recursive (%s); write the recursion after a terminal (a repetition of what can be empty, like (a*)*, is one too)", ErrGrammar, p.names[s], strings.Join(cycle, " → "))
 			case white:
 				if err := visit(s); err != nil {
 					return err

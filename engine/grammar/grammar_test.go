@@ -147,3 +147,23 @@ func walk(t *testing.T, p *Program, rng *rand.Rand, limit int) ([]byte, bool) {
 	}
 	return out, false
 }
+
+// TestAmbiguityBound: a grammar with a stack for every way to go on fails with an error
+// instead of slowing every step.
+func TestAmbiguityBound(t *testing.T) {
+	g, err := FromRegex(`(a?){1000}(a?){1000}b`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := MustCompile(g)
+	m := NewMatcher(p, NewVocab(2, func(id int32) string { return "ab"[id : id+1] }, nil))
+	if err := m.Mask(make([]float32, 2)); err == nil || !strings.Contains(err.Error(), "too ambiguous") {
+		t.Errorf("got %v", err)
+	}
+	if err := m.Accept(0); err == nil {
+		t.Error("Accept after the bound: no error")
+	}
+	if p.Valid([]byte("aab")) {
+		t.Error("Valid past the bound")
+	}
+}

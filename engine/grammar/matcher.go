@@ -108,7 +108,12 @@ var ErrRejected = errors.New("grammar: token rejected")
 
 // maxStates bounds the states one Matcher remembers; past it the caches start over (the
 // match goes on, only slower), so an adversarial grammar cannot grow memory without end.
-const maxStates = 1 << 16
+const maxStates = 1 << 14
+
+// maxStacks bounds the stacks of one state: an ambiguous grammar ("(a?){1000}") can have
+// a stack for every way to go on, and each byte costs as many steps. Past it the match fails
+// with an error saying so instead of slowing the batch it runs in.
+const maxStacks = 1024
 
 // maxMasks bounds the allowed-token sets remembered (each is size/8 bytes).
 const maxMasks = 512
@@ -136,7 +141,8 @@ type Matcher struct {
 	masks  int
 
 	cur    int32
-	ended  bool // an end-of-generation token was accepted
+	ended  bool  // an end-of-generation token was accepted
+	err    error // the grammar proved too ambiguous to follow
 	closed map[node]struct{}
 	out    []int32
 	accept bool
@@ -163,6 +169,14 @@ func (m *Matcher) reset() {
 		m.close(a, -1)
 	}
 	m.cur = m.intern(m.out, m.accept)
+	m.checkStacks()
+}
+
+func (m *Matcher) checkStacks() bool {
+	if len(m.out) > maxStacks && m.err == nil {
+		m.err = fmt.Errorf("grammar: more than %d ways to go on at once; the grammar is too ambiguous to follow (simplify nested optional or repeated parts)", maxStacks)
+	}
+	return m.err == nil
 }
 
 func (m *Matcher) stack(pos, parent int32) int32 {
@@ -240,6 +254,9 @@ func (m *Matcher) step(s int32, b byte) int32 {
 	}
 	clear(m.closed)
 	m.out, m.accept = m.out[:0], false
+	if m.err != nil {
+		return 0
+	}
 	for _, id := range st.stacks {
 		n := m.nodes[id]
 		if m.p.sets[m.p.elems[n.pos].arg].has(b) {
@@ -247,6 +264,9 @@ func (m *Matcher) step(s int32, b byte) int32 {
 		}
 	}
 	next := int32(0)
+	if !m.checkStacks() {
+		return 0 // not remembered: every later step fails on m.err
+	}
 	if len(m.out) > 0 || m.accept {
 		next = m.intern(m.out, m.accept)
 	}
@@ -339,7 +359,13 @@ func (m *Matcher) Mask(logits []float32) error {
 	if len(logits) != m.v.size {
 		return fmt.Errorf("grammar: %d logits for a vocabulary of %d", len(logits), m.v.size)
 	}
+	if m.err != nil {
+		return m.err
+	}
 	mask := m.allowed()
+	if m.err != nil {
+		return m.err
+	}
 	accept := m.Accepting()
 	keep := m.keep[:0] // end-of-generation logits, given back when the grammar may end
 	if accept {
@@ -388,6 +414,9 @@ func (m *Matcher) Allows(id int32) bool {
 // Accept advances the match over token id; a token the grammar does not allow is an error
 // and leaves the match where it was.
 func (m *Matcher) Accept(id int32) error {
+	if m.err != nil {
+		return m.err
+	}
 	if m.ended {
 		return fmt.Errorf("%w: token %d after the end of generation", ErrRejected, id)
 	}
@@ -407,6 +436,9 @@ func (m *Matcher) Accept(id int32) error {
 	s := m.cur
 	for _, b := range m.v.bytes[id] {
 		if s = m.step(s, b); s == 0 {
+			if m.err != nil {
+				return m.err
+			}
 			return fmt.Errorf("%w: token %d (%q) does not continue the grammar", ErrRejected, id, m.v.bytes[id])
 		}
 	}
@@ -419,9 +451,15 @@ func (m *Matcher) Accept(id int32) error {
 
 // AcceptBytes advances the match over raw bytes (a forced prefix, a test).
 func (m *Matcher) AcceptBytes(p []byte) error {
+	if m.err != nil {
+		return m.err
+	}
 	s := m.cur
 	for i, b := range p {
 		if s = m.step(s, b); s == 0 {
+			if m.err != nil {
+				return m.err
+			}
 			return fmt.Errorf("%w: byte %d (%q) of %q does not continue the grammar", ErrRejected, i, b, p)
 		}
 	}
