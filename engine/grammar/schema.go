@@ -337,6 +337,20 @@ var supported = map[string]bool{
 	"items": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
 	"minLength": true, "maxLength": true, "pattern": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "exclusiveMaximum": true, "anyOf": true, "oneOf": true, "$ref": true,
+	"format": true,
+}
+
+// formats are the string formats enforced, as patterns of what RFC 3339 (date, time,
+// date-time), RFC 4122 (uuid), RFC 5321's common subset (email: dot-atoms only) and dotted
+// quads (ipv4) allow. Days stop at 28, which every month has, so that every date the
+// grammar writes exists without a calendar in the grammar; years are 0000–9999.
+var formats = map[string]string{
+	"date":      `[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])`,
+	"time":      `([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])`,
+	"date-time": `[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])`,
+	"uuid":      `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`,
+	"email":     `[a-zA-Z0-9_+-]{1,32}(\.[a-zA-Z0-9_+-]{1,32}){0,3}@[a-zA-Z0-9-]{1,32}(\.[a-zA-Z0-9-]{1,32}){0,3}\.[a-zA-Z]{2,8}`,
+	"ipv4":      `(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}`,
 }
 
 // typeKeywords are the keywords that apply to each type; one that applies to none of the
@@ -344,7 +358,7 @@ var supported = map[string]bool{
 var typeKeywords = map[string][]string{
 	"object":  {"properties", "required", "additionalProperties"},
 	"array":   {"items", "minItems", "maxItems"},
-	"string":  {"minLength", "maxLength", "pattern"},
+	"string":  {"minLength", "maxLength", "pattern", "format"},
 	"integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
 	"number":  {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
 	"boolean": nil,
@@ -598,12 +612,24 @@ func (b *schemaBuilder) stringType(s *object, path string) (Expr, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p, ok := s.get("pattern"); ok {
+	p, hasPattern := s.get("pattern")
+	if f, ok := s.get("format"); ok {
+		name, _ := f.(string)
+		re, known := formats[name]
+		if !known {
+			return nil, b.errorf(path, "format %q is not supported (supported: date, date-time, email, ipv4, time, uuid)", f)
+		}
+		if hasPattern {
+			return nil, b.errorf(path, "format together with pattern is not supported")
+		}
+		p, hasPattern = re, true
+	}
+	if hasPattern {
 		if _, has := s.get("minLength"); has {
-			return nil, b.errorf(path, "pattern together with minLength is not supported")
+			return nil, b.errorf(path, "pattern or format together with minLength is not supported")
 		}
 		if _, has := s.get("maxLength"); has {
-			return nil, b.errorf(path, "pattern together with maxLength is not supported")
+			return nil, b.errorf(path, "pattern or format together with maxLength is not supported")
 		}
 		ps, ok := p.(string)
 		if !ok {

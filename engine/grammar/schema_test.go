@@ -55,7 +55,8 @@ func TestJSONObject(t *testing.T) {
 
 func TestSchemaRefusals(t *testing.T) {
 	for schema, want := range map[string]string{
-		`{"type":"string","format":"email"}`:              `keyword "format"`,
+		`{"type":"string","format":"hostname"}`:           `format "hostname"`,
+		`{"type":"string","format":"date","pattern":"x"}`: `format together with pattern`,
 		`{"type":"array","uniqueItems":true}`:             `keyword "uniqueItems"`,
 		`{"allOf":[{"type":"string"}]}`:                   `keyword "allOf"`,
 		`{"type":"number","multipleOf":2}`:                `keyword "multipleOf"`,

@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/mail"
+	"net/netip"
 	"reflect"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -145,6 +148,11 @@ func validate(root, s, v any, at string) error {
 		if p, ok := m["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(v) {
 			return fmt.Errorf("%s: %q does not match %s", at, v, p)
 		}
+		if f, ok := m["format"].(string); ok {
+			if err := checkFormat(f, v); err != nil {
+				return fmt.Errorf("%s: %q is not a %s: %v", at, v, f, err)
+			}
+		}
 	case json.Number:
 		f, _ := v.Float64()
 		if l, ok := num(m["minimum"]); ok && f < l {
@@ -161,6 +169,33 @@ func validate(root, s, v any, at string) error {
 		}
 	}
 	return nil
+}
+
+// checkFormat parses v with the standard library where it can.
+func checkFormat(f, v string) error {
+	var err error
+	switch f {
+	case "date":
+		_, err = time.Parse(time.DateOnly, v)
+	case "date-time":
+		_, err = time.Parse(time.RFC3339Nano, v)
+	case "time":
+		_, err = time.Parse("15:04:05.999999999Z07:00", v)
+	case "uuid":
+		if !regexp.MustCompile(`^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$`).MatchString(v) {
+			err = fmt.Errorf("not 8-4-4-4-12 hex digits")
+		}
+	case "email":
+		_, err = mail.ParseAddress(v)
+	case "ipv4":
+		var a netip.Addr
+		if a, err = netip.ParseAddr(v); err == nil && !a.Is4() {
+			err = fmt.Errorf("not IPv4")
+		}
+	default:
+		err = fmt.Errorf("unknown format")
+	}
+	return err
 }
 
 func asList(x any) []any { l, _ := x.([]any); return l }
@@ -230,7 +265,10 @@ var Schemas = map[string]string{
 		"email":{"type":"string","pattern":"^[a-z]{1,8}@[a-z]{1,8}\\.(com|org)$"},
 		"tags":{"type":"array","items":{"enum":["a","b\"c","ü"]},"minItems":1,"maxItems":3},
 		"score":{"type":"number","minimum":-2,"maximum":3},
-		"active":{"type":"boolean"}},
+		"active":{"type":"boolean"},
+		"born":{"type":"string","format":"date"},
+		"seen":{"type":"string","format":"date-time"},
+		"id":{"type":"string","format":"uuid"}},
 		"required":["name","age","tags"],"additionalProperties":false}`,
 	"nested": `{"$defs":{"point":{"type":"object","properties":{"x":{"type":"integer","exclusiveMinimum":-10,"exclusiveMaximum":10},"y":{"type":"integer"}},"required":["x","y"],"additionalProperties":false}},
 		"type":"object","properties":{
@@ -241,6 +279,7 @@ var Schemas = map[string]string{
 		"required":["kind","points"]}`,
 	"tree": `{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer","minimum":1,"maximum":9},"kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"],"additionalProperties":false}},
 		"$ref":"#/$defs/node"}`,
-	"choice": `{"oneOf":[{"type":"string","enum":["x","y"]},{"type":"integer","minimum":100,"maximum":105},{"type":"array","items":{"type":"boolean"},"minItems":2,"maxItems":2}]}`,
-	"code":   `{"type":"string","pattern":"^[A-Z]{3}-[0-9]{2}\"[\\\\x]$"}`,
+	"choice":  `{"oneOf":[{"type":"string","enum":["x","y"]},{"type":"integer","minimum":100,"maximum":105},{"type":"array","items":{"type":"boolean"},"minItems":2,"maxItems":2}]}`,
+	"formats": `{"type":"object","properties":{"e":{"type":"string","format":"email"},"t":{"type":"string","format":"time"},"ip":{"type":"string","format":"ipv4"}},"required":["e","t","ip"],"additionalProperties":false}`,
+	"code":    `{"type":"string","pattern":"^[A-Z]{3}-[0-9]{2}\"[\\\\x]$"}`,
 }
