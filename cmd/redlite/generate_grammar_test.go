@@ -41,7 +41,7 @@ func TestGenerateConstrained(t *testing.T) {
 		t.Errorf("--regex: exit %d, %q, %s", code, out, errs)
 	}
 	code, _, errs = redlite(t, append(base, "--json-schema", write("bad.json", `{"type":"string","format":"uri"}`))...)
-	if code != 2 || !strings.Contains(errs, `keyword "format" is not supported`) {
+	if code != 2 || !strings.Contains(errs, `format "uri" is not supported`) {
 		t.Errorf("refused keyword: exit %d, %s", code, errs)
 	}
 	code, out, errs = redlite(t, "generate", "--model", model, "--raw", "--prompt", "Hi", "--max-tokens", "3", "--logprobs", "2")
