@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -17,6 +18,9 @@ type Program struct {
 	rules [][]int32 // per rule, the start of each alternative in elems
 	names []string  // per rule, for errors
 	root  int32
+
+	mu       sync.Mutex
+	automata map[*Vocab]*automaton // what the matchers over each vocabulary share
 }
 
 type elemKind uint8

@@ -121,7 +121,8 @@ func itoa(x int64) string {
 // walk generates a random sentence of p one byte at a time among the bytes the matcher
 // allows, ending when it must or by chance when it may.
 func walk(t *testing.T, p *Program, rng *rand.Rand, limit int) ([]byte, bool) {
-	m := NewMatcher(p, &Vocab{})
+	m := &Matcher{a: newAutomaton(p, &Vocab{})}
+	m.cur = m.a.start
 	var out []byte
 	for len(out) < limit {
 		if m.Done() {
@@ -132,7 +133,7 @@ func walk(t *testing.T, p *Program, rng *rand.Rand, limit int) ([]byte, bool) {
 		}
 		var ok []byte
 		for b := range 256 {
-			if m.step(m.cur, byte(b)) != 0 {
+			if m.a.step(m.cur, byte(b)) != 0 {
 				ok = append(ok, byte(b))
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
+	"sync/atomic"
 )
 
 // Matching. The state of a match is a set of stacks of the pushdown automaton: each stack's
@@ -16,7 +18,8 @@ import (
 // integer, its successor on a byte is computed once and remembered, and inside a string
 // every byte leads back to the same state. The allowed tokens of a state are found by
 // walking a trie of the vocabulary's byte strings, cutting every subtree whose prefix no
-// stack can match, and are remembered per state too.
+// stack can match, and are remembered per state too. The states of one Program over one
+// Vocab are shared by all its matchers.
 
 // A Vocab is a tokenizer's vocabulary as byte strings in a trie, built once per tokenizer
 // and shared by every Matcher over it. It is immutable.
@@ -106,9 +109,11 @@ func (v *Vocab) TrieNodes() int { return len(v.b) }
 // ErrRejected is wrapped when a token cannot continue the grammar.
 var ErrRejected = errors.New("grammar: token rejected")
 
-// maxStates bounds the states one Matcher remembers; past it the caches start over (the
-// match goes on, only slower), so an adversarial grammar cannot grow memory without end.
-const maxStates = 1 << 14
+// maxStates bounds the states an automaton remembers (each up to 1 KiB of transitions);
+// past it the automaton is retired and its matchers go on from copies of their own states
+// (only slower), so an adversarial grammar cannot grow memory without end. A variable so
+// that a test can force the retirement.
+var maxStates = 1 << 14
 
 // maxStacks bounds the stacks of one state: an ambiguous grammar ("(a?){1000}") can have
 // a stack for every way to go on, and each byte costs as many steps. Past it the match fails
@@ -127,122 +132,196 @@ type state struct {
 	mask   []uint64
 }
 
-// A Matcher follows one sequence's output through a Program and masks the logits of each
-// step to the tokens that keep it inside the grammar. It is not safe for concurrent use;
-// use one per sequence.
-type Matcher struct {
-	p *Program
-	v *Vocab
+// An automaton holds the states of one Program over one Vocab. The matchers of that pair
+// share it, so the sequences of a batch under one schema compute each state's mask once;
+// its lock is taken once per call of a Matcher's method.
+type automaton struct {
+	mu sync.Mutex
+	p  *Program
+	v  *Vocab
 
-	nodes  []node
-	nodeID map[node]int32
-	states []state // 0 is the dead state
-	ids    map[string]int32
-	masks  int
+	nodes   []node
+	nodeID  map[node]int32
+	states  []state // 0 is the dead state
+	ids     map[string]int32
+	masks   int
+	start   int32
+	err     error       // the grammar proved too ambiguous to follow: every match fails
+	retired atomic.Bool // too many states: its matchers move to copies of their state
 
-	cur    int32
-	ended  bool  // an end-of-generation token was accepted
-	err    error // the grammar proved too ambiguous to follow
 	closed map[node]struct{}
 	out    []int32
 	accept bool
 	walk   []int32
 	key    []byte
-	keep   []float32
+}
+
+func newAutomaton(p *Program, v *Vocab) *automaton {
+	a := &automaton{p: p, v: v, nodeID: map[node]int32{}, ids: map[string]int32{}, closed: map[node]struct{}{}}
+	a.intern(nil, false) // dead
+	for _, alt := range p.rules[p.root] {
+		a.close(alt, -1)
+	}
+	a.start = a.intern(a.out, a.accept)
+	a.checkStacks()
+	return a
+}
+
+// shared returns the automaton the matchers of p over v share.
+func (p *Program) shared(v *Vocab) *automaton {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.automata[v]
+	if a == nil || a.retired.Load() {
+		if p.automata == nil {
+			p.automata = map[*Vocab]*automaton{}
+		}
+		a = newAutomaton(p, v)
+		p.automata[v] = a
+	}
+	return a
+}
+
+// A Matcher follows one sequence's output through a Program and masks the logits of each
+// step to the tokens that keep it inside the grammar. It is not safe for concurrent use;
+// use one per sequence. Matchers of one Program and Vocab share what they learn about the
+// grammar's states (and may run on different goroutines).
+type Matcher struct {
+	a     *automaton
+	cur   int32
+	ended bool // an end-of-generation token was accepted
+	keep  []float32
 }
 
 // NewMatcher starts a match of p over v's tokens.
 func NewMatcher(p *Program, v *Vocab) *Matcher {
-	m := &Matcher{p: p, v: v}
-	m.reset()
-	return m
+	a := p.shared(v)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &Matcher{a: a, cur: a.start}
 }
 
-func (m *Matcher) reset() {
-	m.nodes, m.nodeID = m.nodes[:0], map[node]int32{}
-	m.states, m.ids = m.states[:0], map[string]int32{}
-	m.masks = 0
-	m.closed = map[node]struct{}{}
-	m.intern(nil, false) // dead
-	m.out, m.accept = m.out[:0], false
-	for _, a := range m.p.rules[m.p.root] {
-		m.close(a, -1)
+// lock locks the matcher's automaton, first moving to a copy of its state when the shared
+// one was retired; the caller unlocks the automaton it returns.
+func (m *Matcher) lock() *automaton {
+	a := m.a
+	a.mu.Lock()
+	if a.retired.Load() {
+		m.migrate()
+		a.mu.Unlock()
+		a = m.a
+		a.mu.Lock()
 	}
-	m.cur = m.intern(m.out, m.accept)
-	m.checkStacks()
+	return a
 }
 
-func (m *Matcher) checkStacks() bool {
-	if len(m.out) > maxStacks && m.err == nil {
-		m.err = fmt.Errorf("grammar: more than %d ways to go on at once; the grammar is too ambiguous to follow (simplify nested optional or repeated parts)", maxStacks)
+// settle retires the matcher's automaton when it holds too many states (the matcher moves
+// to a copy of its own state; the Program starts a new shared one for later matchers).
+func (m *Matcher) settle() {
+	if len(m.a.states) > maxStates {
+		m.a.retired.Store(true)
+		m.migrate()
 	}
-	return m.err == nil
 }
 
-func (m *Matcher) stack(pos, parent int32) int32 {
+// migrate moves m to a new automaton holding only its current state. The caller holds the
+// old automaton's lock; the new one is m's alone until it is shared (never).
+func (m *Matcher) migrate() {
+	old := m.a
+	st := old.states[m.cur]
+	var stacks [][]node // the current stacks as frame lists, to rebuild
+	for _, id := range st.stacks {
+		var frames []node
+		for n := id; n >= 0; n = old.nodes[n].parent {
+			frames = append(frames, old.nodes[n])
+		}
+		stacks = append(stacks, frames)
+	}
+	a := &automaton{p: old.p, v: old.v, nodeID: map[node]int32{}, ids: map[string]int32{}, closed: map[node]struct{}{}, err: old.err}
+	a.intern(nil, false)
+	var ids []int32
+	for _, frames := range stacks {
+		parent := int32(-1)
+		for i := len(frames) - 1; i >= 0; i-- {
+			parent = a.stack(frames[i].pos, parent)
+		}
+		ids = append(ids, parent)
+	}
+	m.cur = a.intern(ids, st.accept)
+	m.a = a
+}
+
+func (a *automaton) checkStacks() bool {
+	if len(a.out) > maxStacks && a.err == nil {
+		a.err = fmt.Errorf("grammar: more than %d ways to go on at once; the grammar is too ambiguous to follow (simplify nested optional or repeated parts)", maxStacks)
+	}
+	return a.err == nil
+}
+
+func (a *automaton) stack(pos, parent int32) int32 {
 	n := node{pos, parent}
-	id, ok := m.nodeID[n]
+	id, ok := a.nodeID[n]
 	if !ok {
-		id = int32(len(m.nodes))
-		m.nodes = append(m.nodes, n)
-		m.nodeID[n] = id
+		id = int32(len(a.nodes))
+		a.nodes = append(a.nodes, n)
+		a.nodeID[n] = id
 	}
 	return id
 }
 
-// close adds to m.out the stacks reached from position pos with the frames parent below,
+// close adds to a.out the stacks reached from position pos with the frames parent below,
 // expanding references until every top is a byte set; an end with nothing below accepts.
-func (m *Matcher) close(pos, parent int32) {
+func (a *automaton) close(pos, parent int32) {
 	k := node{pos, parent}
-	if _, seen := m.closed[k]; seen {
+	if _, seen := a.closed[k]; seen {
 		return
 	}
-	m.closed[k] = struct{}{}
-	switch e := m.p.elems[pos]; e.kind {
+	a.closed[k] = struct{}{}
+	switch e := a.p.elems[pos]; e.kind {
 	case kindEnd:
 		if parent < 0 {
-			m.accept = true
+			a.accept = true
 			return
 		}
-		f := m.nodes[parent]
-		m.close(f.pos, f.parent)
+		f := a.nodes[parent]
+		a.close(f.pos, f.parent)
 	case kindBytes:
-		m.out = append(m.out, m.stack(pos, parent))
+		a.out = append(a.out, a.stack(pos, parent))
 	case kindRef:
 		ret := parent
-		if m.p.elems[pos+1].kind != kindEnd {
-			ret = m.stack(pos+1, parent)
+		if a.p.elems[pos+1].kind != kindEnd {
+			ret = a.stack(pos+1, parent)
 		}
-		for _, a := range m.p.rules[e.arg] {
-			m.close(a, ret)
+		for _, alt := range a.p.rules[e.arg] {
+			a.close(alt, ret)
 		}
 	}
 }
 
-func (m *Matcher) intern(stacks []int32, accept bool) int32 {
+func (a *automaton) intern(stacks []int32, accept bool) int32 {
 	slices.Sort(stacks)
 	stacks = slices.Compact(stacks)
-	m.key = m.key[:0]
+	a.key = a.key[:0]
 	if accept {
-		m.key = append(m.key, 1)
+		a.key = append(a.key, 1)
 	} else {
-		m.key = append(m.key, 0)
+		a.key = append(a.key, 0)
 	}
 	for _, s := range stacks {
-		m.key = binary.LittleEndian.AppendUint32(m.key, uint32(s))
+		a.key = binary.LittleEndian.AppendUint32(a.key, uint32(s))
 	}
-	if id, ok := m.ids[string(m.key)]; ok {
+	if id, ok := a.ids[string(a.key)]; ok {
 		return id
 	}
-	id := int32(len(m.states))
-	m.states = append(m.states, state{stacks: slices.Clone(stacks), accept: accept})
-	m.ids[string(m.key)] = id
+	id := int32(len(a.states))
+	a.states = append(a.states, state{stacks: slices.Clone(stacks), accept: accept})
+	a.ids[string(a.key)] = id
 	return id
 }
 
 // step is the state after byte b from state s (0: dead).
-func (m *Matcher) step(s int32, b byte) int32 {
-	st := &m.states[s]
+func (a *automaton) step(s int32, b byte) int32 {
+	st := &a.states[s]
 	if st.next == nil {
 		if len(st.stacks) == 0 {
 			return 0
@@ -252,61 +331,50 @@ func (m *Matcher) step(s int32, b byte) int32 {
 	if n := st.next[b]; n != 0 {
 		return n - 1
 	}
-	clear(m.closed)
-	m.out, m.accept = m.out[:0], false
-	if m.err != nil {
+	clear(a.closed)
+	a.out, a.accept = a.out[:0], false
+	if a.err != nil {
 		return 0
 	}
 	for _, id := range st.stacks {
-		n := m.nodes[id]
-		if m.p.sets[m.p.elems[n.pos].arg].has(b) {
-			m.close(n.pos+1, n.parent)
+		n := a.nodes[id]
+		if a.p.sets[a.p.elems[n.pos].arg].has(b) {
+			a.close(n.pos+1, n.parent)
 		}
 	}
 	next := int32(0)
-	if !m.checkStacks() {
-		return 0 // not remembered: every later step fails on m.err
+	if !a.checkStacks() {
+		return 0 // not remembered: every later step fails on a.err
 	}
-	if len(m.out) > 0 || m.accept {
-		next = m.intern(m.out, m.accept)
+	if len(a.out) > 0 || a.accept {
+		next = a.intern(a.out, a.accept)
 	}
-	m.states[s].next[b] = next + 1 // m.states may have moved
+	a.states[s].next[b] = next + 1 // a.states may have moved
 	return next
 }
 
-// Accepting reports whether the output so far is a complete sentence of the grammar (an
-// end-of-generation token is allowed).
-func (m *Matcher) Accepting() bool { return m.states[m.cur].accept }
-
-// Done reports whether the output is complete and nothing can follow it, or an
-// end-of-generation token was accepted: the sequence is over.
-func (m *Matcher) Done() bool {
-	return m.ended || (m.states[m.cur].accept && len(m.states[m.cur].stacks) == 0)
-}
-
-// allowed returns the bitset of the tokens allowed in the current state, end-of-generation
-// tokens aside.
-func (m *Matcher) allowed() []uint64 {
-	if mk := m.states[m.cur].mask; mk != nil {
+// allowed returns the bitset of the tokens allowed in state cur, end-of-generation tokens
+// aside.
+func (a *automaton) allowed(cur int32) []uint64 {
+	if mk := a.states[cur].mask; mk != nil {
 		return mk
 	}
-	if m.masks >= maxMasks {
-		for i := range m.states {
-			m.states[i].mask = nil
+	if a.masks >= maxMasks {
+		for i := range a.states {
+			a.states[i].mask = nil
 		}
-		m.masks = 0
+		a.masks = 0
 	}
-	mask := make([]uint64, (m.v.size+63)/64)
-	v := m.v
-	if cap(m.walk) < v.depth+1 {
-		m.walk = make([]int32, v.depth+1)
+	mask := make([]uint64, (a.v.size+63)/64)
+	v := a.v
+	if cap(a.walk) < v.depth+1 {
+		a.walk = make([]int32, v.depth+1)
 	}
-	at := m.walk[:v.depth+1]
-	at[0] = m.cur
-	cur := m.cur
+	at := a.walk[:v.depth+1]
+	at[0] = cur
 	for i := 0; i < len(v.b); {
 		d := v.d[i]
-		s := m.step(at[d], v.b[i])
+		s := a.step(at[d], v.b[i])
 		if s == 0 {
 			i = int(v.end[i])
 			continue
@@ -317,59 +385,49 @@ func (m *Matcher) allowed() []uint64 {
 		}
 		i++
 	}
-	if len(m.states) > maxStates { // the walk made too many states: keep only the current one
-		cur = m.restart()
-	}
-	m.cur = cur
-	m.states[cur].mask = mask
-	m.masks++
+	a.states[cur].mask = mask
+	a.masks++
 	return mask
 }
 
-// restart forgets every state but the current one, re-interned in fresh caches.
-func (m *Matcher) restart() int32 {
-	st := m.states[m.cur]
-	var stacks [][]node // the current stacks as frame lists, to rebuild
-	for _, id := range st.stacks {
-		var frames []node
-		for n := id; n >= 0; n = m.nodes[n].parent {
-			frames = append(frames, m.nodes[n])
-		}
-		stacks = append(stacks, frames)
-	}
-	m.nodes, m.nodeID = nil, map[node]int32{}
-	m.states, m.ids, m.masks = nil, map[string]int32{}, 0
-	m.intern(nil, false)
-	var ids []int32
-	for _, frames := range stacks {
-		parent := int32(-1)
-		for i := len(frames) - 1; i >= 0; i-- {
-			parent = m.stack(frames[i].pos, parent)
-		}
-		ids = append(ids, parent)
-	}
-	m.cur = m.intern(ids, st.accept)
-	return m.cur
+// Accepting reports whether the output so far is a complete sentence of the grammar (an
+// end-of-generation token is allowed).
+func (m *Matcher) Accepting() bool {
+	a := m.lock()
+	defer a.mu.Unlock()
+	return a.states[m.cur].accept
+}
+
+// Done reports whether the output is complete and nothing can follow it, or an
+// end-of-generation token was accepted: the sequence is over.
+func (m *Matcher) Done() bool {
+	a := m.lock()
+	defer a.mu.Unlock()
+	return m.ended || (a.states[m.cur].accept && len(a.states[m.cur].stacks) == 0)
 }
 
 // Mask sets to -Inf the logits of every token that cannot continue the output: tokens whose
 // bytes no stack can match, and end-of-generation tokens unless the grammar may end here.
 // logits has one entry per id of the Vocab.
 func (m *Matcher) Mask(logits []float32) error {
-	if len(logits) != m.v.size {
-		return fmt.Errorf("grammar: %d logits for a vocabulary of %d", len(logits), m.v.size)
+	a := m.lock()
+	defer func() { a.mu.Unlock() }()
+	if len(logits) != a.v.size {
+		return fmt.Errorf("grammar: %d logits for a vocabulary of %d", len(logits), a.v.size)
 	}
-	if m.err != nil {
-		return m.err
+	if a.err != nil {
+		return a.err
 	}
-	mask := m.allowed()
-	if m.err != nil {
-		return m.err
+	mask := a.allowed(m.cur)
+	if a.err != nil {
+		return a.err
 	}
-	accept := m.Accepting()
+	accept := a.states[m.cur].accept
+	eog := a.v.eog
+	m.settle()         // the walk may have made many states
 	keep := m.keep[:0] // end-of-generation logits, given back when the grammar may end
 	if accept {
-		for _, id := range m.v.eog {
+		for _, id := range eog {
 			keep = append(keep, logits[id])
 		}
 	}
@@ -387,7 +445,7 @@ func (m *Matcher) Mask(logits []float32) error {
 		}
 	}
 	if accept {
-		for i, id := range m.v.eog {
+		for i, id := range eog {
 			logits[id] = keep[i]
 		}
 	}
@@ -396,79 +454,85 @@ func (m *Matcher) Mask(logits []float32) error {
 
 // Allows reports whether token id may come next.
 func (m *Matcher) Allows(id int32) bool {
-	if id < 0 || int(id) >= m.v.size {
+	a := m.lock()
+	defer a.mu.Unlock()
+	if id < 0 || int(id) >= a.v.size {
 		return false
 	}
-	if slices.Contains(m.v.eog, id) {
-		return m.Accepting()
+	if slices.Contains(a.v.eog, id) {
+		return a.states[m.cur].accept
 	}
 	s := m.cur
-	for _, b := range m.v.bytes[id] {
-		if s = m.step(s, b); s == 0 {
+	for _, b := range a.v.bytes[id] {
+		if s = a.step(s, b); s == 0 {
 			return false
 		}
 	}
-	return m.v.bytes[id] != nil
+	return a.v.bytes[id] != nil
 }
 
 // Accept advances the match over token id; a token the grammar does not allow is an error
 // and leaves the match where it was.
 func (m *Matcher) Accept(id int32) error {
-	if m.err != nil {
-		return m.err
+	a := m.lock()
+	defer func() { a.mu.Unlock() }()
+	if a.err != nil {
+		return a.err
 	}
 	if m.ended {
 		return fmt.Errorf("%w: token %d after the end of generation", ErrRejected, id)
 	}
-	if id < 0 || int(id) >= m.v.size {
-		return fmt.Errorf("%w: token %d is outside the vocabulary of %d", ErrRejected, id, m.v.size)
+	if id < 0 || int(id) >= a.v.size {
+		return fmt.Errorf("%w: token %d is outside the vocabulary of %d", ErrRejected, id, a.v.size)
 	}
-	if slices.Contains(m.v.eog, id) {
-		if !m.Accepting() {
+	if slices.Contains(a.v.eog, id) {
+		if !a.states[m.cur].accept {
 			return fmt.Errorf("%w: end of generation (token %d) before the grammar is complete", ErrRejected, id)
 		}
 		m.ended = true
 		return nil
 	}
-	if m.v.bytes[id] == nil {
+	if a.v.bytes[id] == nil {
 		return fmt.Errorf("%w: token %d has no text the grammar can match", ErrRejected, id)
 	}
 	s := m.cur
-	for _, b := range m.v.bytes[id] {
-		if s = m.step(s, b); s == 0 {
-			if m.err != nil {
-				return m.err
+	for _, b := range a.v.bytes[id] {
+		if s = a.step(s, b); s == 0 {
+			if a.err != nil {
+				return a.err
 			}
-			return fmt.Errorf("%w: token %d (%q) does not continue the grammar", ErrRejected, id, m.v.bytes[id])
+			return fmt.Errorf("%w: token %d (%q) does not continue the grammar", ErrRejected, id, a.v.bytes[id])
 		}
 	}
 	m.cur = s
-	if len(m.states) > maxStates {
-		m.restart()
-	}
+	m.settle()
 	return nil
 }
 
 // AcceptBytes advances the match over raw bytes (a forced prefix, a test).
 func (m *Matcher) AcceptBytes(p []byte) error {
-	if m.err != nil {
-		return m.err
+	a := m.lock()
+	defer func() { a.mu.Unlock() }()
+	if a.err != nil {
+		return a.err
 	}
 	s := m.cur
 	for i, b := range p {
-		if s = m.step(s, b); s == 0 {
-			if m.err != nil {
-				return m.err
+		if s = a.step(s, b); s == 0 {
+			if a.err != nil {
+				return a.err
 			}
 			return fmt.Errorf("%w: byte %d (%q) of %q does not continue the grammar", ErrRejected, i, b, p)
 		}
 	}
 	m.cur = s
+	m.settle()
 	return nil
 }
 
-// Valid reports whether p, from the start, is a complete sentence of the program.
+// Valid reports whether text, from the start, is a complete sentence of the program.
 func (p *Program) Valid(text []byte) bool {
-	m := NewMatcher(p, &Vocab{})
+	m := &Matcher{a: newAutomaton(p, &Vocab{})}
+	m.cur = m.a.start
 	return m.AcceptBytes(text) == nil && m.Accepting()
 }

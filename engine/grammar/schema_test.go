@@ -2,8 +2,10 @@ package grammar
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/redlite/batch/engine/grammar/grammartest"
@@ -121,4 +123,84 @@ func FuzzJSONSchema(f *testing.F) {
 			p.Valid([]byte(`{"a":1}`))
 		}
 	})
+}
+
+// byteVocab has one token per byte and token 256 as the end of generation.
+func byteVocab() *Vocab {
+	return NewVocab(257, func(id int32) string {
+		if id == 256 {
+			return ""
+		}
+		return string([]byte{byte(id)})
+	}, []int32{256})
+}
+
+// generate samples one document through Mask and Accept, as the engine does, with random
+// logits.
+func generate(t *testing.T, m *Matcher, rng *rand.Rand) ([]byte, bool) {
+	var out []byte
+	logits := make([]float32, 257)
+	for len(out) < 4000 {
+		if m.Done() {
+			return out, true
+		}
+		for i := range logits {
+			logits[i] = float32(rng.NormFloat64())
+		}
+		if err := m.Mask(logits); err != nil {
+			t.Fatal(err)
+		}
+		best := -1
+		for i, l := range logits {
+			if !math.IsInf(float64(l), -1) && (best < 0 || l > logits[best]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			t.Fatalf("no token allowed after %q", out)
+		}
+		if err := m.Accept(int32(best)); err != nil {
+			t.Fatal(err)
+		}
+		if best == 256 {
+			return out, true
+		}
+		out = append(out, byte(best))
+	}
+	return out, false
+}
+
+// TestSharedMatchers: matchers of one program share states across goroutines, and keep
+// matching after their automaton is retired for holding too many states.
+func TestSharedMatchers(t *testing.T) {
+	schema := grammartest.Schemas["person"]
+	g, err := FromJSONSchema([]byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := MustCompile(g)
+	v := byteVocab()
+	if a, b := NewMatcher(p, v), NewMatcher(p, v); a.a != b.a {
+		t.Fatal("two matchers of one program and vocabulary do not share states")
+	}
+	for _, limit := range []int{maxStates, 40} {
+		saved := maxStates
+		maxStates = limit
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				for seed := range uint64(20) {
+					out, ok := generate(t, NewMatcher(p, v), rand.New(rand.NewPCG(seed, uint64(w))))
+					if !ok {
+						continue
+					}
+					if err := grammartest.Validate([]byte(schema), out); err != nil {
+						t.Errorf("states ≤ %d, worker %d seed %d: %v", limit, w, seed, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		maxStates = saved
+	}
 }
