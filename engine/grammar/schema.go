@@ -191,9 +191,12 @@ func writeJSON(sb *strings.Builder, v any) {
 		sb.WriteByte(']')
 	case nil:
 		sb.WriteString("null")
-	default: // string, bool, json.Number
-		out, _ := json.Marshal(v)
-		sb.Write(out)
+	default: // string, bool, json.Number; "<" stays "<", not "\u003c"
+		var buf bytes.Buffer
+		e := json.NewEncoder(&buf)
+		e.SetEscapeHTML(false)
+		_ = e.Encode(v)
+		sb.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 	}
 }
 
