@@ -41,7 +41,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	regex := fs.String("regex", "", "constrain the output to text the regular `expression` matches entirely")
 	jsonObject := fs.Bool("json-object", false, "constrain the output to a JSON object")
 	var logprobs optionalInt
-	fs.Var(&logprobs, "logprobs", "print each token's logprob and its `N` most likely alternatives (0–20)")
+	fs.Var(&logprobs, "logprobs", "after the text, print a line per token: logprob, id, text and its `N` most likely alternatives (0–20)")
 	chunk := fs.Int("chunk", 512, "prefill chunk size (0: whole prompt)")
 	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
 	ctxLen := fs.Int("context", 0, "session context (0: prompt + max tokens)")
@@ -144,10 +144,11 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	g, err := s.Generate(ctx, ids, o)
 	fmt.Fprintln(stdout)
+	// A line per token: its logprob, id and text, then the alternatives' text and logprob.
 	for _, lp := range g.Logprobs {
-		fmt.Fprintf(stdout, "%8.4f %q", lp.Logprob, tok.Decode([]int32{lp.ID}))
+		fmt.Fprintf(stdout, "%.6f %d %q", lp.Logprob, lp.ID, tok.Decode([]int32{lp.ID}))
 		for _, alt := range lp.Top {
-			fmt.Fprintf(stdout, "  %q %.4f", tok.Decode([]int32{alt.ID}), alt.Logprob)
+			fmt.Fprintf(stdout, "  %q %.6f", tok.Decode([]int32{alt.ID}), alt.Logprob)
 		}
 		fmt.Fprintln(stdout)
 	}
