@@ -106,16 +106,27 @@ func TestConstrainedGenerate(t *testing.T) {
 			}
 		}
 	})
+	// In one batch, the sequences of a schema share one compiled program (and so its states).
 	t.Run("scheduler", func(t *testing.T) {
 		sch, err := m.NewScheduler(SchedulerOptions{KV: ml.F32, Slots: 4, Blocks: 64, BlockSize: 128})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sch.Close()
+		v, err := m.GrammarVocab()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		for _, name := range names {
-			for seed := uint64(10); seed < 12; seed++ {
+			g, err := grammar.FromJSONSchema([]byte(grammartest.Schemas[name]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog := grammar.MustCompile(g)
+			for seed := uint64(10); seed < 13; seed++ {
 				o := opts(t, grammartest.Schemas[name], seed)
+				o.Grammar = grammar.NewMatcher(prog, v)
 				wg.Go(func() {
 					g, err := sch.Generate(context.Background(), prompt, 0, o)
 					if err != nil {
