@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,8 +91,25 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		m := NewMatcher(p, &Vocab{})
-		_ = m.AcceptBytes([]byte(src[:min(len(src), 16)]))
+		// Drive the matcher as the engine does: mask, take the first allowed token, go on.
+		m := NewMatcher(p, byteVocab())
+		logits := make([]float32, 257)
+		for range 32 {
+			if m.Done() {
+				return
+			}
+			clear(logits)
+			if err := m.Mask(logits); err != nil {
+				return
+			}
+			next := slices.IndexFunc(logits, func(l float32) bool { return !math.IsInf(float64(l), -1) })
+			if next < 0 {
+				return // a grammar can require what no byte gives (an empty class)
+			}
+			if err := m.Accept(int32(next)); err != nil {
+				t.Fatalf("token %d allowed by Mask, refused by Accept: %v", next, err)
+			}
+		}
 	})
 }
 
