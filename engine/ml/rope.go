@@ -13,7 +13,7 @@ func RoPEAngles(cos, sin []float32, pos int, r RoPE) {
 	theta := float32(pos)
 	for k := 0; k < half; k++ {
 		a := theta
-		if r.Factors != nil {
+		if len(r.Factors) > 0 {
 			a /= r.Factors[k]
 		}
 		if r.Scale != 0 {

@@ -1,0 +1,68 @@
+package qwen3_test
+
+import (
+	"testing"
+
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/internal/fixtures"
+)
+
+func TestQwen3MoEParity(t *testing.T) { parity(t, "tiny-qwen3moe-F32") }
+
+// TestQwen3MoEFacts: the planner's sizes add up to the file's tensors, the experts being
+// the ffn_*_exps tensors of each layer and one expert an eighth of them.
+func TestQwen3MoEFacts(t *testing.T) {
+	f, g, err := load(t, fixtures.Path(t, "models", "tiny-qwen3moe-F32.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := g.(model.Facts)
+	var total, exps int64
+	for _, ti := range f.Tensors {
+		total += int64(ti.Size)
+	}
+	per := facts.ExpertBytes()
+	if len(per) != 2 {
+		t.Fatalf("ExpertBytes has %d layers, want 2", len(per))
+	}
+	for l, b := range per {
+		var want int64
+		for _, n := range []string{"gate", "up", "down"} {
+			ti, ok := f.Tensor("blk." + string(rune('0'+l)) + ".ffn_" + n + "_exps.weight")
+			if !ok {
+				t.Fatalf("layer %d has no ffn_%s_exps", l, n)
+			}
+			want += int64(ti.Size)
+		}
+		if b != want {
+			t.Errorf("layer %d: ExpertBytes %d, want %d", l, b, want)
+		}
+		if s := facts.ExpertSliceBytes(l); s != want/8 {
+			t.Errorf("layer %d: ExpertSliceBytes %d, want %d (8 experts)", l, s, want/8)
+		}
+		exps += b
+	}
+	if facts.ExpertTotalBytes() != exps || facts.DenseBytes()+exps != total {
+		t.Errorf("ExpertTotalBytes %d + DenseBytes %d, want %d + %d", facts.ExpertTotalBytes(), facts.DenseBytes(), exps, total-exps)
+	}
+	// 2 layers × 2 KV heads × (64 + 64) × 4 bytes.
+	if kv := facts.KVBytesPerPosition(ml.F32); kv != 2048 {
+		t.Errorf("KVBytesPerPosition(f32) = %d, want 2048", kv)
+	}
+	if facts.RecurrentBytes() != 0 || facts.MTPBytes() != 0 {
+		t.Errorf("RecurrentBytes %d, MTPBytes %d, want 0", facts.RecurrentBytes(), facts.MTPBytes())
+	}
+}
+
+func TestQwen3MoELoadErrors(t *testing.T) {
+	src := fixtures.Path(t, "models", "tiny-qwen3moe-F32.gguf")
+	loadErrors(t, src, []loadErrorCase{
+		{"MissingExperts", []string{"blk.1.ffn_up_exps.weight", "blk.0.ffn_gate_inp.weight"}, nil,
+			[]string{"missing tensor blk.1.ffn_up_exps.weight", "missing tensor blk.0.ffn_gate_inp.weight"}},
+		{"TooManyUsed", nil, map[string]any{"qwen3moe.expert_used_count": uint32(9)},
+			[]string{"expert_used_count 9 must be in 1 … expert_count 8"}},
+		{"ExpertWidth", nil, map[string]any{"qwen3moe.expert_feed_forward_length": uint32(32)},
+			[]string{"ffn_gate_exps.weight"}},
+	})
+}
