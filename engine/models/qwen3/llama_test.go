@@ -3,6 +3,8 @@ package qwen3_test
 import (
 	"testing"
 
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
@@ -24,4 +26,25 @@ func TestLlamaLoadErrors(t *testing.T) {
 		{"MissingFFN", []string{"blk.0.ffn_up.weight"}, nil,
 			[]string{"missing tensor blk.0.ffn_up.weight"}},
 	})
+}
+
+// TestLlamaLinearRopeScaling: with rope.scaling.type linear and factor 4 every angle is a
+// quarter (on top of rope_freqs), as llama.cpp's freq_scale 0.25; the logits move by up to
+// 5 from the unscaled model's, so the 1e-4 bound sees the scaling.
+func TestLlamaLinearRopeScaling(t *testing.T) {
+	src := fixtures.Path(t, "models", "tiny-llama-F32.gguf")
+	path := fixtures.Edit(t, src, nil, map[string]any{"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": float32(4)})
+	m, err := engine.Load(path, engine.Options{CPUDot: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ref := fixtures.LoadLogits(t, "tiny-llama-F32", "seq64-nofa-kvf32-linear4")
+	for _, chunk := range []int{1, 64} {
+		d := fixtures.Compare(prefill(t, m, ref.Tokens, chunk, ml.F32), ref.Values, m.Config().Vocab)
+		t.Logf("chunk %d vs llama.cpp: %v", chunk, d)
+		if d.Max > 1e-4 {
+			t.Errorf("chunk %d vs llama.cpp with linear rope scaling: %v, want max ≤ 1e-4", chunk, d)
+		}
+	}
 }
