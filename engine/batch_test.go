@@ -155,7 +155,7 @@ func runBatched(t *testing.T, m *Model, seqs []batchSeq, kv ml.DType) map[string
 // equals the one its prompt gets alone, the cancelled one ends as cancelled, and every KV
 // block is back in the pool at the end.
 func TestSchedulerGreedy(t *testing.T) {
-	for _, name := range []string{"tiny-qwen3-Q8_0", "tiny-qwen3next-Q8_0"} {
+	for _, name := range []string{"tiny-qwen3-Q8_0", "tiny-qwen3moe-F32", "tiny-llama-F32", "tiny-qwen3next-Q8_0"} {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name+".gguf")
 			tok, err := m.Tokenizer()

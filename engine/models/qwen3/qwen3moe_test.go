@@ -3,6 +3,8 @@ package qwen3_test
 import (
 	"testing"
 
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/internal/fixtures"
@@ -65,4 +67,38 @@ func TestQwen3MoELoadErrors(t *testing.T) {
 		{"ExpertWidth", nil, map[string]any{"qwen3moe.expert_feed_forward_length": uint32(32)},
 			[]string{"ffn_gate_exps.weight"}},
 	})
+}
+
+// TestQwen3MoEExpertCache: with room for only two experts' slices the logits equal the
+// all-resident ones bit for bit and llama.cpp's within 1e-4, and the cache really evicts.
+func TestQwen3MoEExpertCache(t *testing.T) {
+	const name = "tiny-qwen3moe-F32"
+	ref := fixtures.LoadLogits(t, name, "seq64-nofa-kvf32")
+	resident, err := engine.Load(fixtures.Path(t, "models", name+".gguf"), engine.Options{CPUDot: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resident.Close()
+	want := prefill(t, resident, ref.Tokens, 5, ml.F32)
+
+	b := cpu.New(0)
+	slice := resident.Graph.(model.Facts).ExpertSliceBytes(0)
+	if err := b.SetExpertCache(2 * slice); err != nil {
+		t.Fatal(err)
+	}
+	m, err := engine.Load(fixtures.Path(t, "models", name+".gguf"), engine.Options{Backend: b, CPUDot: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	got := prefill(t, m, ref.Tokens, 5, ml.F32)
+	if d := fixtures.Compare(got, want, 512); d.Max != 0 {
+		t.Errorf("2-expert cache vs all resident: %v, want identical", d)
+	}
+	if d := fixtures.Compare(got, ref.Values, 512); d.Max > 1e-4 {
+		t.Errorf("2-expert cache vs llama.cpp: %v, want max ≤ 1e-4", d)
+	}
+	if st := b.ExpertStats(); st.Misses == 0 || st.Evictions == 0 || st.Bytes > st.Capacity {
+		t.Errorf("cache stats %+v: want misses and evictions within capacity %d", st, 2*slice)
+	}
 }
