@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
@@ -23,6 +25,8 @@ func TestLlamaLoadErrors(t *testing.T) {
 			[]string{`rope.scaling.type "longrope" is not supported`}},
 		{"RopeScalingFactor", nil, map[string]any{"llama.rope.scaling.factor": float32(-2)},
 			[]string{"rope.scaling.factor -2 is not a positive number"}},
+		{"Bias", nil, map[string]any{"blk.1.attn_q.bias": gguf.TensorInfo{Name: "blk.1.attn_q.bias", Dims: []uint64{256}, Type: quant.F32}},
+			[]string{"blk.1.attn_q.bias: projection biases are not supported"}},
 		{"MissingFFN", []string{"blk.0.ffn_up.weight"}, nil,
 			[]string{"missing tensor blk.0.ffn_up.weight"}},
 	})

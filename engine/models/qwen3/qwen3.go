@@ -9,6 +9,7 @@ package qwen3
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
@@ -110,6 +111,14 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 		bd.Check(m.used > 0 && m.used <= m.experts, "expert_used_count %d must be in 1 … expert_count %d", m.used, m.experts)
 	default:
 		bd.Check(m.experts == 0, "expert_count %d: %s files with routed experts (Mixtral) are not supported", m.experts, arch)
+	}
+	// llama.cpp reads optional biases of the projections (some llama-architecture files
+	// have them); this graph has none, so such a file is refused rather than misread.
+	for _, t := range f.Tensors {
+		if strings.HasPrefix(t.Name, "blk.") && strings.HasSuffix(t.Name, ".bias") {
+			bd.Check(false, "%s: projection biases are not supported", t.Name)
+			break
+		}
 	}
 	if err := bd.Err(); err != nil {
 		return nil, err
