@@ -1,12 +1,15 @@
 package qwen3_test
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
@@ -100,5 +103,36 @@ func TestQwen3MoEExpertCache(t *testing.T) {
 	}
 	if st := b.ExpertStats(); st.Misses == 0 || st.Evictions == 0 || st.Bytes > st.Capacity {
 		t.Errorf("cache stats %+v: want misses and evictions within capacity %d", st, 2*slice)
+	}
+}
+
+// TestSynthShapes: the synth shapes of this package's architectures (laid out as sparse
+// files of zeros) load with the shape their summaries promise.
+func TestSynthShapes(t *testing.T) {
+	for _, tc := range []struct {
+		shape                           string
+		layers, embd, heads, kv, hd, ex int
+	}{
+		{"qwen3moe-mini", 8, 2048, 32, 4, 128, 32},
+		{"llama3.2-1b", 16, 2048, 32, 8, 64, 0},
+	} {
+		t.Run(tc.shape, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), tc.shape+".gguf")
+			if _, err := synth.WriteFile(context.Background(), path, tc.shape, synth.Options{Type: synth.Q8_0, Layout: true}); err != nil {
+				t.Fatal(err)
+			}
+			_, g, err := load(t, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := g.Config()
+			if c.Layers != tc.layers || c.Embedding != tc.embd || c.Heads != tc.heads || c.KVHeads != tc.kv || c.HeadDim != tc.hd {
+				t.Errorf("config %+v", c)
+			}
+			facts := g.(model.Facts)
+			if len(facts.ExpertBytes()) != tc.layers || (tc.ex > 0) != (facts.ExpertTotalBytes() > 0) {
+				t.Errorf("expert bytes %v with %d experts", facts.ExpertBytes(), tc.ex)
+			}
+		})
 	}
 }
