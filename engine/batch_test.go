@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,9 +37,9 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 // sequence run alone, and seq8 and seq64 within them of llama.cpp's exact references, for
 // every fixture model and both KV precisions.
 func TestBatchParity(t *testing.T) {
-	files := append([]string{"tiny-qwen3-F32", "tiny-qwen3-Q8_0", "tiny-qwen3-Q4_K_M"}, qwen3nextFiles...)
+	files := append([]string{"tiny-qwen3-F32", "tiny-qwen3-Q8_0", "tiny-qwen3-Q4_K_M", "tiny-qwen3moe-F32", "tiny-llama-F32"}, qwen3nextFiles...)
 	if testing.Short() {
-		files = []string{"tiny-qwen3-Q8_0", "tiny-qwen3next-Q8_0"}
+		files = []string{"tiny-qwen3-Q8_0", "tiny-qwen3moe-F32", "tiny-llama-F32", "tiny-qwen3next-Q8_0"}
 	}
 	for _, name := range files {
 		t.Run(name, func(t *testing.T) {
@@ -48,7 +49,7 @@ func TestBatchParity(t *testing.T) {
 			refs := map[string]reference{}
 			for _, seq := range []string{"seq8", "seq64"} {
 				exact := "deqf32"
-				if name == "tiny-qwen3-F32" {
+				if strings.HasSuffix(name, "-F32") {
 					exact = "nofa-kvf32"
 				}
 				refs[seq] = loadReference(t, name, seq+"-"+exact)
@@ -154,7 +155,7 @@ func runBatched(t *testing.T, m *Model, seqs []batchSeq, kv ml.DType) map[string
 // equals the one its prompt gets alone, the cancelled one ends as cancelled, and every KV
 // block is back in the pool at the end.
 func TestSchedulerGreedy(t *testing.T) {
-	for _, name := range []string{"tiny-qwen3-Q8_0", "tiny-qwen3next-Q8_0"} {
+	for _, name := range []string{"tiny-qwen3-Q8_0", "tiny-qwen3moe-F32", "tiny-llama-F32", "tiny-qwen3next-Q8_0"} {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name+".gguf")
 			tok, err := m.Tokenizer()

@@ -17,7 +17,7 @@ import (
 	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/engine/tokenizer"
 
-	_ "github.com/redlite/batch/engine/models/qwen3"     // registers "qwen3"
+	_ "github.com/redlite/batch/engine/models/qwen3"     // registers "qwen3", "qwen3moe", "llama"
 	_ "github.com/redlite/batch/engine/models/qwen3next" // registers "qwen3next"
 )
 

@@ -2,51 +2,26 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
-	"fmt"
-	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
-// reference is one llama.cpp logits case from the fixtures.
+// reference is one llama.cpp logits case from the fixtures (fixtures.LoadLogits).
 type reference struct {
-	Tokens []int32 `json:"token_ids"`
-	Shape  []int   `json:"shape"`
+	Tokens []int32
+	Shape  []int
 	logits []float32
 }
 
 func loadReference(t testing.TB, modelName, name string) reference {
 	t.Helper()
-	dir := fixtures.Path(t, "logits", modelName)
-	raw, err := os.ReadFile(filepath.Join(dir, name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r reference
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := os.ReadFile(filepath.Join(dir, name+".f32.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.logits = make([]float32, len(bin)/4)
-	for i := range r.logits {
-		r.logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(bin[4*i:]))
-	}
-	if len(r.Shape) != 2 || r.Shape[0] != len(r.Tokens) || r.Shape[0]*r.Shape[1] != len(r.logits) {
-		t.Fatalf("%s/%s: shape %v for %d tokens and %d logits", modelName, name, r.Shape, len(r.Tokens), len(r.logits))
-	}
-	return r
+	r := fixtures.LoadLogits(t, modelName, name)
+	return reference{Tokens: r.Tokens, Shape: r.Shape, logits: r.Values}
 }
 
-// diff summarizes how far got is from want, per position.
+// diff summarizes how far got is from want, per position (fixtures.Diff).
 type diff struct {
 	max, median float64 // max |Δ| overall, median over positions of the per-position max
 	argmax      float64 // fraction of positions with the same argmax
@@ -54,52 +29,12 @@ type diff struct {
 }
 
 func compare(got, want []float32, vocab int) diff {
-	n := len(want) / vocab
-	per := make([]float64, n)
-	var d diff
-	same := 0
-	for p := 0; p < n; p++ {
-		g, w := got[p*vocab:(p+1)*vocab], want[p*vocab:(p+1)*vocab]
-		for i := range w {
-			per[p] = max(per[p], math.Abs(float64(g[i]-w[i])))
-		}
-		if per[p] > d.max {
-			d.max, d.worst = per[p], p
-		}
-		if argmax(g) == argmax(w) {
-			same++
-		}
-	}
-	d.median = median(per)
-	d.argmax = float64(same) / float64(n)
-	return d
+	d := fixtures.Compare(got, want, vocab)
+	return diff{max: d.Max, median: d.Median, argmax: d.Argmax, worst: d.Worst}
 }
 
 func (d diff) String() string {
-	return fmt.Sprintf("max %.3g (at %d), median %.3g, argmax agreement %.3f", d.max, d.worst, d.median, d.argmax)
-}
-
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
-}
-
-func median(x []float64) float64 {
-	s := append([]float64(nil), x...)
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
+	return fixtures.Diff{Max: d.max, Median: d.median, Argmax: d.argmax, Worst: d.worst}.String()
 }
 
 func allLogits(t testing.TB, m *Model, tokens []int32, chunk int, kv ml.DType) []float32 {

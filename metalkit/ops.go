@@ -202,7 +202,8 @@ func (c *context) Rows(x ml.Tensor, start, n int) ml.Tensor {
 
 type ropeKey struct {
 	pos0, n, dims int
-	base          float32
+	base, scale   float32
+	factors       *float32
 }
 
 // ropeTable returns a tensor of the cos and sin of positions pos0 … pos0+n−1's dims/2
@@ -211,7 +212,7 @@ type ropeKey struct {
 // device, a position of tens of thousands would lose the parity to float32 argument
 // reduction, and the table is small (a decode step's is dims floats).
 func (c *context) ropeTable(pos0, n int, r ml.RoPE) *tensor {
-	key := ropeKey{pos0, n, r.Dims, r.Base}
+	key := ropeKey{pos0, n, r.Dims, r.Base, r.Scale, r.FactorsKey()}
 	if t, ok := c.rope[key]; ok {
 		return t
 	}

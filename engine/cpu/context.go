@@ -187,7 +187,8 @@ func (c *context) RMSNorm(x ml.Tensor, w ml.Weight, eps float32) ml.Tensor {
 
 type ropeKey struct {
 	pos0, n, dims int
-	base          float32
+	base, scale   float32
+	factors       *float32
 }
 
 // ropeTable holds cos and sin of n positions' dims/2 angles, position-major.
@@ -195,7 +196,7 @@ type ropeTable struct{ cos, sin []float32 }
 
 // ropeTable returns the rotation table of positions pos0 … pos0+n−1.
 func (c *context) ropeTable(pos0, n int, r ml.RoPE) *ropeTable {
-	key := ropeKey{pos0, n, r.Dims, r.Base}
+	key := ropeKey{pos0, n, r.Dims, r.Base, r.Scale, r.FactorsKey()}
 	if t, ok := c.rope[key]; ok {
 		return t
 	}

@@ -238,6 +238,20 @@ type RoPE struct {
 	Dims int     // rotated features per head (≤ head dim; partial rotary leaves the rest)
 	Base float32 // frequency base
 	NeoX bool    // rotate pairs (i, i+Dims/2) instead of (2i, 2i+1)
+	// Scale multiplies every angle (linear rope scaling: 1/rope.scaling.factor); 0 means 1.
+	Scale float32
+	// Factors divide the angles pair by pair (Dims/2 of them: Llama 3's rope_freqs.weight);
+	// nil for none. Backends key their rotation tables by this slice's first element, so
+	// a model keeps one slice for its life.
+	Factors []float32
+}
+
+// FactorsKey identifies r.Factors in a rotation table's cache key.
+func (r RoPE) FactorsKey() *float32 {
+	if len(r.Factors) == 0 {
+		return nil
+	}
+	return &r.Factors[0]
 }
 
 // Context runs (or records) the operations of one forward pass; the model graphs use it.

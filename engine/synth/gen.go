@@ -17,6 +17,9 @@ type tensorSpec struct {
 	typ  quant.Type
 	mean float64
 	std  float64
+	// values, when set, are the tensor's exact contents (F32), written even in Layout mode:
+	// constants such as Llama 3's rope_freqs that a loader checks.
+	values []float32
 }
 
 func (t tensorSpec) elements() uint64 {
@@ -67,6 +70,12 @@ func (g *generator) fill(t tensorSpec) ([]byte, error) {
 		g.buf = make([]byte, size)
 	}
 	out := g.buf[:size]
+	if t.values != nil {
+		if err := quant.Quantize(t.typ, t.values, out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	if g.zeros {
 		clear(out)
 		return out, nil

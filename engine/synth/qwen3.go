@@ -7,8 +7,10 @@ import (
 	"github.com/redlite/batch/engine/quant"
 )
 
-// qwen3Dims are the hyperparameters of a dense qwen3 model.
+// qwen3Dims are the hyperparameters of a model of the qwen3 graph's family: dense qwen3,
+// qwen3moe (experts > 0) or llama.
 type qwen3Dims struct {
+	arch        string // "" is qwen3
 	name        string
 	description string
 	embd        int // hidden size
@@ -24,6 +26,12 @@ type qwen3Dims struct {
 	tied        bool    // no output.weight: the output projection is token_embd
 	embStd      float64 // token_embd
 	outStd      float64 // output.weight, when not tied
+	// qwen3moe: routed experts of ffExp, used per token (ffn is then unused but written,
+	// as Qwen's converter does)
+	experts, used, ffExp int
+	// llama: Llama 3's rope_freqs.weight for this factor and original context (0: none)
+	ropeFactor  float64
+	ropeOrigCtx int
 }
 
 // tinyQwen3 is models/tiny-qwen3-*.gguf of the fixtures (generation-params.json).
@@ -42,13 +50,62 @@ var qwen3_06b = qwen3Dims{
 	context: 40960, ropeBase: 1e6, rmsEps: 1e-6, tied: true, embStd: 0.125,
 }
 
+// qwen3MoEMini has the per-layer sizes of Qwen3-30B-A3B (hidden 2048, 32/4 heads of 128,
+// experts of 768, 8 used) with 8 layers and 32 experts, for benchmarks.
+var qwen3MoEMini = qwen3Dims{
+	arch: "qwen3moe", name: "qwen3moe-mini", description: "random-weight test model, not trained",
+	embd: 2048, layers: 8, heads: 32, kvHeads: 4, headDim: 128, ffn: 6144, vocab: 151936,
+	context: 40960, ropeBase: 1e6, rmsEps: 1e-6, embStd: 1, outStd: 0.125,
+	experts: 32, used: 8, ffExp: 768,
+}
+
+// qwen3MoE30B is Qwen3-30B-A3B's layout: qwen3moe-mini's layers, 48 of them, 128 experts.
+var qwen3MoE30B = func() qwen3Dims {
+	d := qwen3MoEMini
+	d.name, d.layers, d.experts = "qwen3moe-30b-a3b", 48, 128
+	return d
+}()
+
+// llama32_1b has the layout of Llama 3.2 1B (its rope_freqs from factor 32, original
+// context 8192).
+var llama32_1b = qwen3Dims{
+	arch: "llama", name: "llama3.2-1b", description: "random-weight test model, not trained",
+	embd: 2048, layers: 16, heads: 32, kvHeads: 8, headDim: 64, ffn: 8192, vocab: 128256,
+	context: 131072, ropeBase: 500000, rmsEps: 1e-5, tied: true, embStd: 0.125,
+	ropeFactor: 32, ropeOrigCtx: 8192,
+}
+
+// llama3RopeFreqs are Llama 3.1's published per-frequency divisors (low and high frequency
+// factors 1 and 4) for head dimension dims.
+func llama3RopeFreqs(dims int, base, factor float64, origCtx int) []float32 {
+	const low, high = 1.0, 4.0
+	ff := make([]float32, dims/2)
+	for i := range ff {
+		freq := 1 / math.Pow(base, float64(2*i)/float64(dims))
+		wl := 2 * math.Pi / freq
+		switch {
+		case wl < float64(origCtx)/high:
+			ff[i] = 1
+		case wl > float64(origCtx)/low:
+			ff[i] = float32(factor)
+		default:
+			smooth := (float64(origCtx)/wl - low) / (high - low)
+			ff[i] = float32(1 / ((1-smooth)/factor + smooth))
+		}
+	}
+	return ff
+}
+
 // normStd is the spread of norm weights around 1.
 const normStd = 0.05
 
 // build lays out a qwen3 file: metadata keys in the order of the fixture models, tensors in
 // llama.cpp's converter order.
 func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
-	const arch = "qwen3"
+	arch := d.arch
+	if arch == "" {
+		arch = "qwen3"
+	}
 	m := &model{}
 	m.set("general.architecture", arch)
 	m.set("general.name", d.name)
@@ -63,6 +120,11 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 	m.set(arch+".attention.layer_norm_rms_epsilon", d.rmsEps)
 	m.set(arch+".attention.key_length", uint32(d.headDim))
 	m.set(arch+".attention.value_length", uint32(d.headDim))
+	if d.experts > 0 {
+		m.set(arch+".expert_count", uint32(d.experts))
+		m.set(arch+".expert_used_count", uint32(d.used))
+		m.set(arch+".expert_feed_forward_length", uint32(d.ffExp))
+	}
 	m.set("general.file_type", o.Type.LlamaFileType())
 	m.set("general.quantization_version", uint32(2))
 	m.kv = append(m.kv, v.kv...)
@@ -82,6 +144,10 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 	emb := matrix("token_embd.weight", d.embd, v.n, embedRole, 0)
 	emb.std = d.embStd
 	m.tensors = append(m.tensors, emb)
+	if d.ropeFactor != 0 {
+		ff := llama3RopeFreqs(d.headDim, float64(d.ropeBase), d.ropeFactor, d.ropeOrigCtx)
+		m.tensors = append(m.tensors, tensorSpec{name: "rope_freqs.weight", dims: []uint64{uint64(len(ff))}, typ: quant.F32, values: ff})
+	}
 	q, kv := d.heads*d.headDim, d.kvHeads*d.headDim
 	for il := range n {
 		p := fmt.Sprintf("blk.%d.", il)
@@ -91,9 +157,27 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 			matrix(p+"attn_k.weight", d.embd, kv, roleMatrix, il),
 			matrix(p+"attn_v.weight", d.embd, kv, roleAttnV, il),
 			matrix(p+"attn_output.weight", q, d.embd, roleMatrix, il),
-			norm(p+"attn_q_norm.weight", d.headDim),
-			norm(p+"attn_k_norm.weight", d.headDim),
-			norm(p+"ffn_norm.weight", d.embd),
+		)
+		if arch != "llama" {
+			m.tensors = append(m.tensors, norm(p+"attn_q_norm.weight", d.headDim), norm(p+"attn_k_norm.weight", d.headDim))
+		}
+		m.tensors = append(m.tensors, norm(p+"ffn_norm.weight", d.embd))
+		if d.experts > 0 {
+			experts := func(name string, in, out int, r role) tensorSpec {
+				t := matrix(name, in, out, r, il)
+				t.dims = append(t.dims, uint64(d.experts))
+				return t
+			}
+			// The router stays F32, as llama-quantize leaves it.
+			router := tensorSpec{name: p + "ffn_gate_inp.weight", dims: []uint64{uint64(d.embd), uint64(d.experts)},
+				typ: quant.F32, std: 1 / math.Sqrt(float64(d.embd))}
+			m.tensors = append(m.tensors, router,
+				experts(p+"ffn_gate_exps.weight", d.embd, d.ffExp, roleMatrix),
+				experts(p+"ffn_up_exps.weight", d.embd, d.ffExp, roleMatrix),
+				experts(p+"ffn_down_exps.weight", d.ffExp, d.embd, roleFFNDown))
+			continue
+		}
+		m.tensors = append(m.tensors,
 			matrix(p+"ffn_gate.weight", d.embd, d.ffn, roleMatrix, il),
 			matrix(p+"ffn_up.weight", d.embd, d.ffn, roleMatrix, il),
 			matrix(p+"ffn_down.weight", d.ffn, d.embd, roleFFNDown, il),

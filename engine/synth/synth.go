@@ -185,6 +185,27 @@ var shapes = []Shape{
 		vocab:   func() (*vocabulary, error) { return generatedVocab(qwen3_06b.vocab) },
 		build:   qwen3_06b.build,
 	},
+	{
+		Name:    "qwen3moe-mini",
+		Arch:    "qwen3moe",
+		Summary: "Qwen3-30B-A3B per-layer sizes (hidden 2048, 32/4 heads of 128, experts of 768, 8 used) with 8 layers and 32 experts, vocab 151936",
+		vocab:   func() (*vocabulary, error) { return generatedVocab(qwen3MoEMini.vocab) },
+		build:   qwen3MoEMini.build,
+	},
+	{
+		Name:    "qwen3moe-30b-a3b",
+		Arch:    "qwen3moe",
+		Summary: "Qwen3-30B-A3B: 48 layers, hidden 2048, 128 experts (8 used) of 768, vocab 151936; --layout for a sparse file to plan and count passes",
+		vocab:   func() (*vocabulary, error) { return generatedVocab(qwen3MoE30B.vocab) },
+		build:   qwen3MoE30B.build,
+	},
+	{
+		Name:    "llama3.2-1b",
+		Arch:    "llama",
+		Summary: "Llama 3.2 1B: 16 layers, hidden 2048, 32/8 heads of 64, ffn 8192, vocab 128256, tied embeddings, Llama 3 rope_freqs",
+		vocab:   func() (*vocabulary, error) { return generatedVocab(llama32_1b.vocab) },
+		build:   llama32_1b.build,
+	},
 }
 
 // Shapes lists the known shapes.

@@ -1,25 +1,39 @@
-// Package qwen3 is the Qwen3 dense architecture ("qwen3" in GGUF): pre-norm transformer
-// layers of grouped-query attention with per-head Q/K RMS norms and NeoX RoPE, and SwiGLU
-// feed-forward blocks.
+// Package qwen3 is the pre-norm grouped-query-attention transformer family with a KV cache
+// and nothing else: "qwen3" (per-head Q/K RMS norms, NeoX RoPE, SwiGLU feed-forward),
+// "qwen3moe" (the same attention, a routed-expert feed-forward without a shared expert:
+// Qwen3-30B-A3B) and "llama" (no Q/K norms, RoPE on adjacent pairs with Llama 3's
+// frequency factors, SwiGLU feed-forward: Llama 2/3, Mistral). One graph serves the three,
+// as their layers differ only in those parts.
 package qwen3
 
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/engine/quant"
 )
 
-func init() { model.Register("qwen3", Load) }
+func init() {
+	model.Register("qwen3", Load)
+	model.Register("qwen3moe", Load)
+	model.Register("llama", Load)
+}
 
 // Model holds the bound weights. Shapes in comments are GGUF order (input dimension first).
 type Model struct {
-	cfg  model.Config
-	eps  float32
-	rope ml.RoPE
-	ffn  int
+	cfg     model.Config
+	eps     float32
+	rope    ml.RoPE
+	kqScale float32
+	qkNorm  bool // per-head RMS norms of q and k before RoPE (the qwen3 family)
+	ffn     int
+	experts int // routed experts per layer (qwen3moe), 0 for a dense feed-forward
+	used    int // experts each token uses
+	facts   model.WeightFacts
 
 	tokenEmbd  ml.Weight // (d, vocab)
 	outputNorm ml.Weight // (d)
@@ -32,45 +46,88 @@ type layer struct {
 	q        ml.Weight // (d, heads·hd)
 	k        ml.Weight // (d, kvHeads·hd)
 	v        ml.Weight // (d, kvHeads·hd)
-	qNorm    ml.Weight // (hd)
-	kNorm    ml.Weight // (hd)
+	qNorm    ml.Weight // (hd); nil for llama
+	kNorm    ml.Weight // (hd); nil for llama
 	o        ml.Weight // (heads·hd, d)
 	ffnNorm  ml.Weight // (d)
-	gate     ml.Weight // (d, ffn)
+	gate     ml.Weight // (d, ffn); dense layers
 	up       ml.Weight // (d, ffn)
 	down     ml.Weight // (ffn, d)
+	exps     model.Experts
 }
 
-// Load binds a qwen3 GGUF's weights on b and validates every shape.
+// Load binds a qwen3, qwen3moe or llama GGUF's weights on b and validates every shape.
 func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
-	bd := &model.Binder{Arch: "qwen3", File: f, B: b}
-	m := &Model{}
+	arch, err := f.Architecture()
+	if err != nil {
+		return nil, err
+	}
+	llama := arch == "llama"
+	bd := &model.Binder{Arch: arch, File: f, B: b}
+	m := &Model{qkNorm: !llama}
 	c := &m.cfg
-	c.Arch = "qwen3"
+	c.Arch = arch
 	c.Layers = bd.Blocks("block_count")
 	c.Embedding = bd.Dim("embedding_length")
 	c.Heads = bd.Dim("attention.head_count")
 	c.KVHeads = bd.Dim("attention.head_count_kv")
 	c.ContextLength = bd.ContextLength(0)
-	m.ffn = bd.Dim("feed_forward_length")
 	c.HeadDim = bd.DimOr("attention.key_length", 0)
 	if c.HeadDim == 0 && c.Heads > 0 {
 		c.HeadDim = c.Embedding / c.Heads
 	}
 	vdim := bd.DimOr("attention.value_length", c.HeadDim)
-	m.eps = bd.FloatOr("attention.layer_norm_rms_epsilon", 1e-6)
-	m.rope = ml.RoPE{Dims: bd.DimOr("rope.dimension_count", c.HeadDim), Base: bd.FloatOr("rope.freq_base", 1e6), NeoX: true}
+	m.experts = bd.DimOr("expert_count", 0)
+	if arch == "qwen3moe" {
+		m.used = bd.Dim("expert_used_count")
+		m.ffn = bd.DimOr("expert_feed_forward_length", 0)
+		if m.ffn == 0 && m.used > 0 { // as llama.cpp: the dense length split among the used
+			m.ffn = bd.DimOr("feed_forward_length", 0) / m.used
+		}
+	} else {
+		m.ffn = bd.Dim("feed_forward_length")
+	}
+	// llama.cpp's defaults where a key is absent: Llama's RMS epsilon and base are older.
+	eps, base := 1e-6, 1e6
+	if llama {
+		eps, base = 1e-5, 1e4
+	}
+	m.eps = bd.FloatOr("attention.layer_norm_rms_epsilon", eps)
+	m.rope = ml.RoPE{Dims: bd.DimOr("rope.dimension_count", c.HeadDim), Base: bd.FloatOr("rope.freq_base", base), NeoX: !llama}
+	m.kqScale = bd.FloatOr("attention.scale", 0)
 	if err := bd.Err(); err != nil {
 		return nil, err
 	}
+	m.rope.Scale = ropeScale(bd)
 	bd.Product("head_count × key_length", c.Heads, c.HeadDim)
 	bd.Check(c.Layers > 0 && c.Embedding > 0 && c.Heads > 0 && c.HeadDim > 0 && m.ffn > 0,
 		"block_count, embedding_length, head_count, key_length and feed_forward_length must be positive")
 	bd.Check(c.KVHeads > 0 && c.Heads%c.KVHeads == 0, "head_count %d is not a multiple of head_count_kv %d", c.Heads, c.KVHeads)
 	bd.Check(vdim == c.HeadDim, "value_length %d differs from key_length %d", vdim, c.HeadDim)
 	bd.Check(m.rope.Dims > 0 && m.rope.Dims <= c.HeadDim && m.rope.Dims%2 == 0, "rope.dimension_count %d does not fit head dim %d", m.rope.Dims, c.HeadDim)
+	bd.Check(!(m.kqScale < 0) && !math.IsInf(float64(m.kqScale), 0), "attention.scale %g is not a positive number", m.kqScale)
+	switch arch {
+	case "qwen3moe":
+		bd.Check(m.used > 0 && m.used <= m.experts, "expert_used_count %d must be in 1 … expert_count %d", m.used, m.experts)
+	default:
+		bd.Check(m.experts == 0, "expert_count %d: %s files with routed experts (Mixtral) are not supported", m.experts, arch)
+	}
+	// llama.cpp reads optional biases of the projections (some llama-architecture files
+	// have them); this graph has none, so such a file is refused rather than misread.
+	for _, t := range f.Tensors {
+		if strings.HasPrefix(t.Name, "blk.") && strings.HasSuffix(t.Name, ".bias") {
+			bd.Check(false, "%s: projection biases are not supported", t.Name)
+			break
+		}
+	}
 	if err := bd.Err(); err != nil {
 		return nil, err
+	}
+	if m.kqScale == 0 {
+		m.kqScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	}
+	if llama {
+		m.rope.Factors = ropeFactors(bd, m.rope.Dims)
 	}
 	c.AttnLayers = c.Layers
 
@@ -92,10 +149,21 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 		l.q = bd.Layer(i, "attn_q.weight", d, c.Heads*hd)
 		l.k = bd.Layer(i, "attn_k.weight", d, c.KVHeads*hd)
 		l.v = bd.Layer(i, "attn_v.weight", d, c.KVHeads*hd)
-		l.qNorm = bd.Layer(i, "attn_q_norm.weight", hd)
-		l.kNorm = bd.Layer(i, "attn_k_norm.weight", hd)
+		if m.qkNorm {
+			l.qNorm = bd.Layer(i, "attn_q_norm.weight", hd)
+			l.kNorm = bd.Layer(i, "attn_k_norm.weight", hd)
+		}
 		l.o = bd.Layer(i, "attn_output.weight", c.Heads*hd, d)
 		l.ffnNorm = bd.Layer(i, "ffn_norm.weight", d)
+		if m.experts > 0 {
+			l.exps = model.Experts{
+				Router: bd.Layer(i, "ffn_gate_inp.weight", d, m.experts),
+				Gate:   bd.Layer(i, "ffn_gate_exps.weight", d, m.ffn, m.experts),
+				Up:     bd.Layer(i, "ffn_up_exps.weight", d, m.ffn, m.experts),
+				Down:   bd.Layer(i, "ffn_down_exps.weight", m.ffn, d, m.experts),
+			}
+			continue
+		}
 		l.gate = bd.Layer(i, "ffn_gate.weight", d, m.ffn)
 		l.up = bd.Layer(i, "ffn_up.weight", d, m.ffn)
 		l.down = bd.Layer(i, "ffn_down.weight", m.ffn, d)
@@ -103,13 +171,64 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	if err := bd.Err(); err != nil {
 		return nil, err
 	}
+	m.facts = model.NewWeightFacts(f, c.Layers, m.experts)
 	return m, nil
+}
+
+// ropeScale is the angle multiplier of the file's rope scaling: linear scaling (llama.cpp's
+// default type) by 1/rope.scaling.factor; the other types are refused by name.
+func ropeScale(bd *model.Binder) float32 {
+	typ, err := bd.File.StringOr(bd.Arch+".rope.scaling.type", "linear")
+	if err != nil {
+		bd.Check(false, "%v", err)
+		return 0
+	}
+	factor := bd.FloatOr("rope.scaling.factor", float64(bd.FloatOr("rope.scale_linear", 0)))
+	switch typ {
+	case "none":
+		return 0
+	case "linear":
+		bd.Check(!(factor < 0) && !math.IsInf(float64(factor), 0) && !math.IsNaN(float64(factor)), "rope.scaling.factor %g is not a positive number", factor)
+		if factor == 0 {
+			return 0
+		}
+		return 1 / factor
+	default:
+		bd.Check(false, "rope.scaling.type %q is not supported (none and linear are)", typ)
+		return 0
+	}
+}
+
+// ropeFactors reads rope_freqs.weight (Llama 3's per-frequency divisors, dims/2 of them,
+// shared by every layer), nil when the file has none.
+func ropeFactors(bd *model.Binder, dims int) []float32 {
+	t, raw, err := bd.File.TensorData("rope_freqs.weight")
+	if err != nil {
+		return nil
+	}
+	if len(t.Dims) != 1 || t.Dims[0] != uint64(dims/2) {
+		bd.Check(false, "rope_freqs.weight has shape %s, want [%d] (rope.dimension_count / 2)", t.ShapeString(), dims/2)
+		return nil
+	}
+	ff := make([]float32, dims/2)
+	if err := quant.Dequantize(t.Type, raw, ff); err != nil {
+		bd.Check(false, "rope_freqs.weight: %v", err)
+		return nil
+	}
+	for i, v := range ff {
+		if !(v > 0) || math.IsInf(float64(v), 0) {
+			bd.Check(false, "rope_freqs.weight[%d] = %g is not a positive number", i, v)
+			return nil
+		}
+	}
+	return ff
 }
 
 func (m *Model) Config() model.Config { return m.cfg }
 
 // State is the KV cache of every layer.
 type State struct {
+	arch            string // names the architecture in errors
 	kv              ml.Cache
 	layers, kvHeads int
 	headDim         int
@@ -127,10 +246,10 @@ func (s *State) Free() { s.kv.Free() }
 func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
 	rest, err := model.RestoreKV(data, b, s.kv, s.layers, pos, s.kvHeads, s.headDim)
 	if err != nil {
-		return fmt.Errorf("qwen3: %w", err)
+		return fmt.Errorf("%s: %w", s.arch, err)
 	}
 	if len(rest) != 0 {
-		return fmt.Errorf("qwen3: snapshot has %d bytes past its KV cache", len(rest))
+		return fmt.Errorf("%s: snapshot has %d bytes past its KV cache", s.arch, len(rest))
 	}
 	return nil
 }
@@ -138,7 +257,7 @@ func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
 func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, error) {
 	c, err := b.NewCache(m.cfg.Layers, m.cfg.KVHeads, m.cfg.HeadDim, capacity, kv)
 	if err != nil {
-		return nil, fmt.Errorf("qwen3: %w", err)
+		return nil, fmt.Errorf("%s: %w", m.cfg.Arch, err)
 	}
 	return m.newState(c), nil
 }
@@ -146,7 +265,7 @@ func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, 
 func (m *Model) NewKVPool(b ml.Backend, blocks, blockSize int, kv ml.DType) (ml.KVPool, error) {
 	p, err := b.NewKVPool(m.cfg.Layers, m.cfg.KVHeads, m.cfg.HeadDim, blocks, blockSize, kv)
 	if err != nil {
-		return nil, fmt.Errorf("qwen3: %w", err)
+		return nil, fmt.Errorf("%s: %w", m.cfg.Arch, err)
 	}
 	return p, nil
 }
@@ -154,13 +273,13 @@ func (m *Model) NewKVPool(b ml.Backend, blocks, blockSize int, kv ml.DType) (ml.
 func (m *Model) NewPooledState(b ml.Backend, pool ml.KVPool, capacity int) (model.State, error) {
 	c, err := pool.Alloc(capacity)
 	if err != nil {
-		return nil, fmt.Errorf("qwen3: %w", err)
+		return nil, fmt.Errorf("%s: %w", m.cfg.Arch, err)
 	}
 	return m.newState(c), nil
 }
 
 func (m *Model) newState(c ml.Cache) *State {
-	return &State{kv: c, layers: m.cfg.Layers, kvHeads: m.cfg.KVHeads, headDim: m.cfg.HeadDim}
+	return &State{arch: m.cfg.Arch, kv: c, layers: m.cfg.Layers, kvHeads: m.cfg.KVHeads, headDim: m.cfg.HeadDim}
 }
 
 func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
@@ -168,7 +287,7 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 	states := model.RunStates[*State](runs)
 	c := m.cfg
 	n := len(b.Tokens)
-	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+	scale := m.kqScale
 
 	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(b.Tokens)) // [n, d]
 	for i, l := range m.layers {
@@ -177,8 +296,10 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 		q := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, c.HeadDim)
 		k := ctx.Reshape(ctx.MatMul(l.k, xn), n, c.KVHeads, c.HeadDim)
 		v := ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, c.HeadDim)
-		q = ctx.RMSNorm(q, l.qNorm, m.eps) // per-head norms; each run rotates its own positions
-		k = ctx.RMSNorm(k, l.kNorm, m.eps)
+		if m.qkNorm {
+			q = ctx.RMSNorm(q, l.qNorm, m.eps) // per-head norms; each run rotates its own positions
+			k = ctx.RMSNorm(k, l.kNorm, m.eps)
+		}
 		// Every run's keys are stored and queries rotated before any attends, so that the
 		// batch's q, k and v are gone by then and several runs hold no more than one.
 		qr := make([]ml.Tensor, len(runs))
@@ -192,10 +313,16 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 		}), "kqv_out", i) // [n, heads·hd]
 		h := ctx.Add(x, ctx.MatMul(l.o, a))
 
-		// Feed-forward block: out = h + Wdown · (silu(Wgate·ĥ) ⊙ Wup·ĥ)
+		// Feed-forward block: out = h + Wdown · (silu(Wgate·ĥ) ⊙ Wup·ĥ), or the routed
+		// experts' weighted sum of the same (weights renormalized, as llama.cpp's qwen3moe).
 		hn := ctx.Name(ctx.RMSNorm(h, l.ffnNorm, m.eps), "ffn_norm", i)
-		f := ctx.SwiGLU(ctx.MatMul(l.gate, hn), ctx.MatMul(l.up, hn))
-		x = ctx.Name(ctx.Add(h, ctx.MatMul(l.down, f)), "l_out", i)
+		var f ml.Tensor
+		if m.experts > 0 {
+			f = l.exps.Forward(ctx, hn, m.used, true, i)
+		} else {
+			f = ctx.MatMul(l.down, ctx.SwiGLU(ctx.MatMul(l.gate, hn), ctx.MatMul(l.up, hn)))
+		}
+		x = ctx.Name(ctx.Add(h, f), "l_out", i)
 	}
 	rows := b.LogitRows()
 	if len(rows) == 0 {

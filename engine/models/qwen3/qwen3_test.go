@@ -51,12 +51,7 @@ func TestLoad(t *testing.T) {
 // TestLoadErrors: a broken file is refused with every problem named, by layer and tensor.
 func TestLoadErrors(t *testing.T) {
 	src := fixtures.Path(t, "models", "tiny-qwen3-F32.gguf")
-	for _, tc := range []struct {
-		name string
-		drop []string
-		set  map[string]any
-		want []string
-	}{
+	loadErrors(t, src, []loadErrorCase{
 		{"MissingTensors", []string{"blk.1.attn_k.weight", "output_norm.weight"}, nil,
 			[]string{"missing tensor blk.1.attn_k.weight", "missing tensor output_norm.weight"}},
 		{"KVHeads", nil, map[string]any{"qwen3.attention.head_count_kv": uint32(3)},
@@ -65,7 +60,21 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"rope.dimension_count 7 does not fit"}},
 		{"NoBlocks", nil, map[string]any{"qwen3.block_count": uint32(0)},
 			[]string{"must be positive"}},
-	} {
+		{"RopeScalingType", nil, map[string]any{"qwen3.rope.scaling.type": "yarn"},
+			[]string{`rope.scaling.type "yarn" is not supported`}},
+	})
+}
+
+// loadErrorCase is a fixture edited (tensors dropped, keys set) and what the error must say.
+type loadErrorCase struct {
+	name string
+	drop []string
+	set  map[string]any
+	want []string
+}
+
+func loadErrors(t *testing.T, src string, cases []loadErrorCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := load(t, fixtures.Edit(t, src, tc.drop, tc.set))
 			if err == nil {
