@@ -29,8 +29,10 @@ type benchResult struct {
 	Model     string `json:"model"`
 	SizeBytes int64  `json:"size_bytes"`
 	Backend   string `json:"backend"`
-	Threads   int    `json:"threads"`
-	Test      string `json:"test"` // "pp512", "tg128", "tg64 @ d4096"
+	// Kernels is cpuKernels: the CPU's kernel set and the 8-bit kernels of the model's types.
+	Kernels string `json:"kernels,omitempty"`
+	Threads int    `json:"threads"`
+	Test    string `json:"test"` // "pp512", "tg128", "tg64 @ d4096"
 	// Depth is the tokens already in the cache when the test starts (-d); 0 without.
 	Depth int `json:"depth,omitempty"`
 	// Parallel is the number of sequences run together (--npl); 0 without --npl.
@@ -100,7 +102,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return t
 	}
-	base := benchResult{Model: m.Config().Arch, SizeBytes: m.File.Size(), Backend: m.Backend.Name(), Threads: *threads, Repetitions: *reps}
+	base := benchResult{Model: m.Config().Arch, SizeBytes: m.File.Size(), Backend: m.Backend.Name(), Kernels: cpuKernels(m.Backend, m.File), Threads: *threads, Repetitions: *reps}
 	var results []benchResult
 	// prefix is the depth's state, prefilled once: every run restores it, so the timed part
 	// is only the test's own tokens, as llama-bench's -d.
@@ -221,6 +223,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			row = append(row, fmt.Sprint(r.Parallel), fmt.Sprintf("%.2f", r.PerSequence))
 		}
 		rows = append(rows, row)
+	}
+	if base.Kernels != "" {
+		// On stderr, as llama-bench's system information: stdout stays the table.
+		fmt.Fprintf(stderr, "cpu kernels: %s\n", base.Kernels)
 	}
 	return writeMarkdownTable(stdout, rows, right)
 }

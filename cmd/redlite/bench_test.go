@@ -19,6 +19,9 @@ func TestBench(t *testing.T) {
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| model") || !strings.Contains(lines[2], "| pp32 |") || !strings.Contains(lines[3], " tg8 |") {
 		t.Errorf("table:\n%s", out)
 	}
+	if !strings.Contains(errs, "cpu kernels: ") {
+		t.Errorf("no kernel line on stderr: %q", errs)
+	}
 	code, out, errs = runCmd(t, "bench", "--model", model, "-p", "16", "-n", "0", "-r", "1", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

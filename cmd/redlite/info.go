@@ -66,11 +66,15 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		enc.SetEscapeHTML(false)
 		return enc.Encode(struct {
 			modelinfo.Info
-			Backend string `json:"backend"`
-		}{info, b.Name()})
+			Backend    string `json:"backend"`
+			CPUKernels string `json:"cpu_kernels,omitempty"`
+		}{info, b.Name(), cpuKernels(b, f)})
 	}
 	printInfo(stdout, info)
 	fmt.Fprintf(stdout, "\nbackend: %s\n", backendDescription(b))
+	if k := cpuKernels(b, f); k != "" {
+		fmt.Fprintf(stdout, "cpu kernels: %s\n", k)
+	}
 	return nil
 }
 

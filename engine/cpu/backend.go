@@ -47,6 +47,10 @@ type weight struct {
 	cols int // dims[0]
 	rowB int // bytes per row
 	f32  []float32
+	// packed is the matrix in quant's repacked layout (quant.Repack), made at load where
+	// this machine has kernels for it: every 8-bit product with the weight, of one token
+	// or many, then runs on it. The GGUF's bytes stay for the other paths.
+	packed []byte
 }
 
 func (w *weight) Name() string     { return w.name }
@@ -91,6 +95,9 @@ func (b *Backend) Weight(m ml.Mapping, name string, typ quant.Type, dims []int, 
 	w, err := bindWeight(name, typ, dims, mp.data[offset:offset+size:offset+size])
 	if err != nil {
 		return nil, err
+	}
+	if len(dims) == 2 && w.f32 == nil && b.Dot() != DotExact && b.int8(typ) {
+		w.packed = quant.Repack(typ, w.data, w.rows, w.cols)
 	}
 	return w, nil
 }

@@ -46,7 +46,11 @@ func TestMatMulInt8(t *testing.T) {
 		want := make([]float32, rows)
 		for i := 0; i < n; i++ {
 			quant.QuantizeQ8K(x.data[i*cols:(i+1)*cols], acts)
-			quant.DotRowsQ8K(quant.Q4_K, wt.data, acts, want)
+			if wt.packed != nil {
+				quant.DotRepackedQ8K(quant.Q4_K, wt.packed, cols, 0, rows, acts, want, rows)
+			} else {
+				quant.DotRowsQ8K(quant.Q4_K, wt.data, acts, want)
+			}
 			if !equal32(got[i*rows:(i+1)*rows], want) {
 				t.Fatalf("n %d token %d: int8 MatMul differs from the kernel on the quantized token", n, i)
 			}

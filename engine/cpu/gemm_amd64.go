@@ -2,6 +2,8 @@
 
 package cpu
 
+import "github.com/redlite/batch/engine/quant"
+
 // cpuid and xgetbv are the assembly stubs of gemm_amd64.s (package quant has its own; the
 // two packages do not share unexported code).
 func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
@@ -46,7 +48,7 @@ func cpuFeatures() (avx2, avx512 bool) {
 	}
 	_, ebx7, _, _ := cpuid(7, 0)
 	avx2 = ebx7&(1<<5) != 0
-	avx512 = avx2 && ebx7&(1<<16) != 0 && xcr0&0xe0 == 0xe0
+	avx512 = avx2 && ebx7&(1<<16) != 0 && xcr0&0xe0 == 0xe0 && quant.CPUFeatureCap != "avx2"
 	return avx2, avx512
 }
 

@@ -31,6 +31,28 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 	rows, cols := r1-r0, w.cols
 	small := w.f32 != nil && len(w.f32) == w.rows*w.cols && len(w.f32) <= smallVector
 	switch {
+	case w.packed != nil && r0%quant.RepackRows == 0 && c.b.int8(w.typ):
+		// The repacked layout: workers take whole groups of rows; each group, small
+		// enough for L1, is dotted with every token of a run (as below) before the next.
+		acts, release := c.quantizeActs(x, n, cols)
+		defer release()
+		nb := cols / quant.QK_K
+		run := max(4, int8TokenRun/(nb*quant.Q8KFloats*4)/4*4)
+		groups := (rows + quant.RepackRows - 1) / quant.RepackRows
+		c.b.pool.parallel(groups, 1, func(lo, hi int) {
+			lo, hi = lo*quant.RepackRows, min(hi*quant.RepackRows, rows)
+			if n == 1 {
+				quant.DotRepackedQ8K(w.typ, w.packed, cols, r0+lo, r0+hi, acts, out[lo:], rows)
+				return
+			}
+			for i0 := 0; i0 < n; i0 += run {
+				tn := min(run, n-i0)
+				for t0 := lo; t0 < hi; t0 += quant.RepackRows {
+					t1 := min(t0+quant.RepackRows, hi)
+					quant.DotRepackedQ8K(w.typ, w.packed, cols, r0+t0, r0+t1, acts[i0*nb:(i0+tn)*nb], out[i0*rows+t0:], rows)
+				}
+			}
+		})
 	case n > 1 && c.b.int8(w.typ) && quant.Int8Rows4(w.typ) && cols%quant.QK_K == 0:
 		// 8-bit activations with a four-token kernel: cheaper than expanding the rows for
 		// the float GEMM at any batch size. x is quantized once; each worker's rows go by

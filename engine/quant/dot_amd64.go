@@ -12,6 +12,9 @@ var useAVX512 = useAsm && hasAVX512F()
 
 // hasAVX512F reports AVX-512 Foundation with the OS saving the opmask and ZMM registers.
 func hasAVX512F() bool {
+	if CPUFeatureCap == "avx2" {
+		return false
+	}
 	_, ebx7, _, _ := cpuid(7, 0)
 	xcr0, _ := xgetbv()
 	return ebx7&(1<<16) != 0 && xcr0&0xe6 == 0xe6

@@ -221,3 +221,5 @@ func dotQ8_0Q8_0(w, a []byte) float32 {
 	}
 	return kernels.q8_0q8_0(&w[0], &a[0], len(w)/34)
 }
+
+func kernelSet() string { return kernels.name }

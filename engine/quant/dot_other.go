@@ -24,3 +24,5 @@ func dotQ5_K(row []byte, x []float32) float32 { return dotQ5_KGo(row, x) }
 func dotRowsFast(Type, []byte, []float32, []float32) bool { return false }
 
 func dotRows4Fast(Type, []byte, []float32, int, []float32, int) bool { return false }
+
+func kernelSet() string { return "go" }

@@ -181,6 +181,24 @@ func DotRows4Q8K(t Type, rows []byte, a []Q8K, out []float32, ldo int) {
 	dotRows4Q8K(t, rows, a, nr, out, ldo)
 }
 
+// Int8Repacked reports whether t has kernels over a repacked layout on this machine
+// (Repack, DotRepackedQ8K): then every product of t's repacked matrices, of one token or
+// many, should take them.
+func Int8Repacked(t Type) bool { return Int8Dot(t) && int8Repacked(t) }
+
+// KernelSet names the vector kernels this machine runs: on amd64 "avx512vnni", "avx512",
+// "avx2" or "go"; on arm64 "neon+sdot", "neon" or "go".
+func KernelSet() string { return kernelSet() }
+
+// Int8Kernel names the 8-bit kernels of t on this machine ("" if t has none): for the
+// output of `redlite info` and `redlite bench`.
+func Int8Kernel(t Type) string {
+	if !Int8Dot(t) {
+		return ""
+	}
+	return int8Kernel(t)
+}
+
 // Int8Faster reports whether the 8-bit path is the faster one for t on this machine, as
 // measured with BenchmarkDotQ8K (engine/README.md's table; int8Faster per architecture).
 func Int8Faster(t Type) bool { return Int8Dot(t) && int8Faster(t) }
@@ -222,7 +240,9 @@ func dotQ4_KQ8KGo(row []byte, a []Q8K) float32 {
 			sumi += int32(sc) * sh
 			mins += int32(m) * int32(q8.Bsums[4*j+2]+q8.Bsums[4*j+3])
 		}
-		sum += d*float32(sumi) - dmin*float32(mins)
+		// The conversions round each product, as the vector kernels do: without them the
+		// compiler may fuse a product into the subtraction (GOAMD64=v3, arm64).
+		sum += float32(d*float32(sumi)) - float32(dmin*float32(mins))
 	}
 	return sum
 }

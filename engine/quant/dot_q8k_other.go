@@ -20,3 +20,11 @@ func dotRows4Q8K(Type, []byte, []Q8K, int, []float32, int) {
 func absMax256(x []float32) float32 { return absMax256Go(x) }
 
 func quantizeQs(x []float32, iscale float32, b *Q8K) { quantizeQsGo(x, iscale, b) }
+
+func int8Repacked(Type) bool { return false }
+
+func dotRepacked(Type, []byte, int, int, []Q8K, int, []float32, int) {
+	panic("quant: no repacked 8-bit kernel")
+}
+
+func int8Kernel(Type) string { return "go" }

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/redlite/batch/engine/gguf"
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
+)
+
+// cpuKernels describes what the CPU backend runs here for a model's quantized matrices:
+// the vector kernel set of this CPU, and for each type that takes the 8-bit path by
+// default its kernels ("avx512vnni (8-bit: Q4_K avx512vnni, rows repacked by 16; Q6_K avx2,
+// four tokens)"), and the memory the repacked layouts take. Empty for other backends.
+func cpuKernels(b ml.Backend, f *gguf.File) string {
+	if b.Name() != "cpu" {
+		return ""
+	}
+	var types []quant.Type
+	var repacked int
+	for _, t := range f.Tensors {
+		if len(t.Dims) >= 2 && quant.Int8Faster(t.Type) && !slices.Contains(types, t.Type) {
+			types = append(types, t.Type)
+		}
+		// As the backend binds weights: matrices (not expert stacks) of a repacked type.
+		if len(t.Dims) == 2 && quant.Int8Faster(t.Type) && quant.Int8Repacked(t.Type) {
+			repacked += quant.RepackedBytes(t.Type, int(t.Dims[1]), int(t.Dims[0]))
+		}
+	}
+	slices.Sort(types)
+	var parts []string
+	for _, t := range types {
+		parts = append(parts, fmt.Sprintf("%v %s", t, quant.Int8Kernel(t)))
+	}
+	if len(parts) == 0 {
+		return quant.KernelSet()
+	}
+	s := fmt.Sprintf("%s (8-bit: %s)", quant.KernelSet(), strings.Join(parts, "; "))
+	if repacked > 0 {
+		s += fmt.Sprintf(", %.1f MiB of repacked rows beside the file's", float64(repacked)/(1<<20))
+	}
+	return s
+}

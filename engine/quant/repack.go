@@ -1,0 +1,88 @@
+package quant
+
+import "fmt"
+
+// Repacked weights: a layout of a quantized matrix made at load for the kernels that
+// interleave rows (see dot_q4kr_amd64.s), kept beside the GGUF's own bytes, which the
+// other paths (exact dots, dequantization, the GPU) go on reading.
+//
+// Q4_K, sixteen rows at a time ("Q4_Kx16"): per block of the sixteen rows a group-block of
+// 2,368 bytes (the rows' own blocks take 2,304): d[16] and dmin[16] f16, the eight scales
+// and the eight mins of each row as bytes, sub-block by sub-block ([8][16]), then the
+// nibbles, 64 bytes for every four bytes of each of the four 32-byte chunks: row r's
+// bytes 4g…4g+3 of chunk j at 320 + 512j + 64g + 4r. Rows past the matrix's last group
+// are zeros.
+
+// RepackRows is the number of rows a repacked group holds.
+const RepackRows = 16
+
+// q4kr16Block is the bytes of one Q4_K group-block.
+const q4kr16Block = 2368
+
+// RepackedBytes is the size of t's repacked layout of a rows × cols matrix, 0 if t has
+// none.
+func RepackedBytes(t Type, rows, cols int) int {
+	if t != Q4_K || cols%QK_K != 0 {
+		return 0
+	}
+	return (rows + RepackRows - 1) / RepackRows * (cols / QK_K) * q4kr16Block
+}
+
+// Repack returns t's repacked layout of the rows × cols matrix data, or nil if this
+// machine has no kernel for it (Int8Repacked).
+func Repack(t Type, data []byte, rows, cols int) []byte {
+	if !Int8Repacked(t) || RepackedBytes(t, rows, cols) == 0 {
+		return nil
+	}
+	if len(data) != rows*t.RowBytes(cols) {
+		panic(fmt.Sprintf("quant: Repack %v: %d bytes for %d × %d", t, len(data), rows, cols))
+	}
+	return repackQ4_K(data, rows, cols)
+}
+
+func repackQ4_K(data []byte, rows, cols int) []byte {
+	nb := cols / QK_K
+	rb := Q4_K.RowBytes(cols)
+	out := make([]byte, RepackedBytes(Q4_K, rows, cols))
+	for g := 0; g*RepackRows < rows; g++ {
+		for b := 0; b < nb; b++ {
+			dst := out[(g*nb+b)*q4kr16Block:][:q4kr16Block]
+			for r := 0; r < RepackRows && g*RepackRows+r < rows; r++ {
+				src := data[(g*RepackRows+r)*rb+b*144:][:144]
+				copy(dst[2*r:], src[0:2])
+				copy(dst[32+2*r:], src[2:4])
+				for k := 0; k < 8; k++ {
+					sc, m := scaleMinK4(k, src[4:16])
+					dst[64+16*k+r] = sc
+					dst[192+16*k+r] = m
+				}
+				for j := 0; j < 4; j++ {
+					for q := 0; q < 8; q++ {
+						copy(dst[320+512*j+64*q+4*r:][:4], src[16+32*j+4*q:])
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// DotRepackedQ8K sets out[i·ldo + r − r0] to the dot product of row r of a repacked
+// matrix (t, cols) with token i of a, for rows [r0, r1), r0 a multiple of RepackRows, and
+// the len(a)/(cols/256) tokens of a (one after another). Each token's numbers are what it
+// gets alone, and bit for bit what the pure-Go kernel gives it over the GGUF's rows (the
+// AVX2 row kernels of DotRowsQ8K agree with that to rounding only: a matrix takes one or
+// the other for all its products).
+func DotRepackedQ8K(t Type, packed []byte, cols, r0, r1 int, a []Q8K, out []float32, ldo int) {
+	nb := cols / QK_K
+	if !Int8Repacked(t) || r0%RepackRows != 0 || nb == 0 || len(a)%nb != 0 || r1 <= r0 {
+		panic(fmt.Sprintf("quant: DotRepackedQ8K %v: rows [%d, %d), %d blocks of %d", t, r0, r1, len(a), nb))
+	}
+	n := len(a) / nb
+	g0, g1 := r0/RepackRows, (r1+RepackRows-1)/RepackRows
+	gb := nb * q4kr16Block
+	if len(packed) < g1*gb || (n > 0 && len(out) < (n-1)*ldo+r1-r0) {
+		panic(fmt.Sprintf("quant: DotRepackedQ8K %v: %d bytes, rows [%d, %d), %d outputs", t, len(packed), r0, r1, len(out)))
+	}
+	dotRepacked(t, packed[g0*gb:g1*gb], nb, r1-r0, a, n, out, ldo)
+}
