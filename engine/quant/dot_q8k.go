@@ -307,7 +307,7 @@ func dotQ6_KQ8KGo(row []byte, a []Q8K) float32 {
 				sumi += int32(int8(sc[k])) * s
 			}
 		}
-		sum += d * float32(sumi)
+		sum += float32(d * float32(sumi)) // rounded: see dotQ4_KQ8KGo
 	}
 	return sum
 }

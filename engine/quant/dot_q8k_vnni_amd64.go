@@ -14,23 +14,38 @@ func dotQ4_KR16Q8K4VNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32
 //go:noescape
 func dotQ4_KR16Q8KVNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32)
 
+//go:noescape
+func dotQ6_KR16Q8K4VNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32, ldo int)
+
+//go:noescape
+func dotQ6_KR16Q8KVNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32)
+
 // int8Repacked: the types whose repacked kernels run here.
-func int8Repacked(t Type) bool { return useVNNI && t == Q4_K }
+func int8Repacked(t Type) bool { return useVNNI && (t == Q4_K || t == Q6_K) }
+
+// repackedKernels returns t's four-token and one-token kernels.
+func repackedKernels(t Type) (four func(*byte, *Q8K, int, int, *float32, int), one func(*byte, *Q8K, int, int, *float32)) {
+	if t == Q6_K {
+		return dotQ6_KR16Q8K4VNNI, dotQ6_KR16Q8KVNNI
+	}
+	return dotQ4_KR16Q8K4VNNI, dotQ4_KR16Q8KVNNI
+}
 
 // dotRepacked runs the repacked kernels over nr rows (whole groups but maybe the last) and
 // n tokens: four at a time, then one. A last partial group is computed into a scratch
 // tile and copied, so the kernels always write sixteen rows.
 func dotRepacked(t Type, packed []byte, nb, nr int, a []Q8K, n int, out []float32, ldo int) {
+	four, one := repackedKernels(t)
 	full := nr / RepackRows
-	gb := nb * q4kr16Block
+	gb := nb * groupBlock(t)
 	i := 0
 	for ; i+4 <= n; i += 4 {
 		if full > 0 {
-			dotQ4_KR16Q8K4VNNI(&packed[0], &a[i*nb], nb, full, &out[i*ldo], ldo)
+			four(&packed[0], &a[i*nb], nb, full, &out[i*ldo], ldo)
 		}
 		if tail := nr - full*RepackRows; tail > 0 {
 			var tile [4 * RepackRows]float32
-			dotQ4_KR16Q8K4VNNI(&packed[full*gb], &a[i*nb], nb, 1, &tile[0], RepackRows)
+			four(&packed[full*gb], &a[i*nb], nb, 1, &tile[0], RepackRows)
 			for k := range 4 {
 				copy(out[(i+k)*ldo+full*RepackRows:(i+k)*ldo+nr], tile[k*RepackRows:])
 			}
@@ -38,11 +53,11 @@ func dotRepacked(t Type, packed []byte, nb, nr int, a []Q8K, n int, out []float3
 	}
 	for ; i < n; i++ {
 		if full > 0 {
-			dotQ4_KR16Q8KVNNI(&packed[0], &a[i*nb], nb, full, &out[i*ldo])
+			one(&packed[0], &a[i*nb], nb, full, &out[i*ldo])
 		}
 		if tail := nr - full*RepackRows; tail > 0 {
 			var tile [RepackRows]float32
-			dotQ4_KR16Q8KVNNI(&packed[full*gb], &a[i*nb], nb, 1, &tile[0])
+			one(&packed[full*gb], &a[i*nb], nb, 1, &tile[0])
 			copy(out[i*ldo+full*RepackRows:i*ldo+nr], tile[:])
 		}
 	}

@@ -141,7 +141,10 @@ func init() {
 	vnniKernels = append(vnniKernels,
 		repackedKernel("Q4_Kx16/4", Q4_K, 4),
 		repackedKernel("Q4_Kx16/1", Q4_K, 1),
-		repackedKernel("Q4_Kx16/7", Q4_K, 7))
+		repackedKernel("Q4_Kx16/7", Q4_K, 7),
+		repackedKernel("Q6_Kx16/4", Q6_K, 4),
+		repackedKernel("Q6_Kx16/1", Q6_K, 1),
+		repackedKernel("Q6_Kx16/7", Q6_K, 7))
 }
 
 // BenchmarkRepacked times the repacked kernels on the tile of BenchmarkVNNIKernels: 16 rows
@@ -156,12 +159,19 @@ func BenchmarkRepacked(b *testing.B) {
 	a := make([]Q8K, 8*nb)
 	QuantizeQ8K(randomVec(8*n, rng), a)
 	out := make([]float32, 8*rows)
-	for _, t := range []Type{Q4_K} {
+	for _, t := range []Type{Q4_K, Q6_K} {
 		var data []byte
 		for range rows {
 			data = append(data, randomRow(t, n, rng)...)
 		}
 		packed := Repack(t, data, rows, n)
+		b.Run(t.String()+"/avx2", func(b *testing.B) {
+			for b.Loop() {
+				for i := 0; i < 8; i += 4 {
+					dotRows4Q8K(t, data, a[i*nb:(i+4)*nb], rows, out[i*rows:], rows)
+				}
+			}
+		})
 		for _, k := range []int{4, 1} {
 			b.Run(fmt.Sprintf("%v/%d", t, k), func(b *testing.B) {
 				for b.Loop() {

@@ -12,20 +12,40 @@ import "fmt"
 // nibbles, 64 bytes for every four bytes of each of the four 32-byte chunks: row r's
 // bytes 4g…4g+3 of chunk j at 320 + 512j + 64g + 4r. Rows past the matrix's last group
 // are zeros.
+//
+// Q6_K, sixteen rows at a time: per block of the sixteen rows 3,360 bytes, as many as the
+// rows' own blocks: d[16] f16, the sixteen scales of each row ([16][16] int8), then for
+// each sub-block of sixteen values (quads A, B, C, D of four) 192 bytes: A's and B's low
+// nibbles (A in bits 0–3), C's and D's, and the four quads' high two bits (A in bits 0–1,
+// B 2–3, C 4–5, D 6–7), row r's four bytes at 4r in each 64.
 
 // RepackRows is the number of rows a repacked group holds.
 const RepackRows = 16
 
-// q4kr16Block is the bytes of one Q4_K group-block.
-const q4kr16Block = 2368
+// q4kr16Block and q6kr16Block are the bytes of one group-block.
+const (
+	q4kr16Block = 2368
+	q6kr16Block = 3360
+)
+
+// groupBlock is the bytes of t's group-block, 0 if t has no repacked layout.
+func groupBlock(t Type) int {
+	switch t {
+	case Q4_K:
+		return q4kr16Block
+	case Q6_K:
+		return q6kr16Block
+	}
+	return 0
+}
 
 // RepackedBytes is the size of t's repacked layout of a rows × cols matrix, 0 if t has
 // none.
 func RepackedBytes(t Type, rows, cols int) int {
-	if t != Q4_K || cols%QK_K != 0 {
+	if cols%QK_K != 0 {
 		return 0
 	}
-	return (rows + RepackRows - 1) / RepackRows * (cols / QK_K) * q4kr16Block
+	return (rows + RepackRows - 1) / RepackRows * (cols / QK_K) * groupBlock(t)
 }
 
 // Repack returns t's repacked layout of the rows × cols matrix data, or nil if this
@@ -36,6 +56,9 @@ func Repack(t Type, data []byte, rows, cols int) []byte {
 	}
 	if len(data) != rows*t.RowBytes(cols) {
 		panic(fmt.Sprintf("quant: Repack %v: %d bytes for %d × %d", t, len(data), rows, cols))
+	}
+	if t == Q6_K {
+		return repackQ6_K(data, rows, cols)
 	}
 	return repackQ4_K(data, rows, cols)
 }
@@ -67,6 +90,48 @@ func repackQ4_K(data []byte, rows, cols int) []byte {
 	return out
 }
 
+func repackQ6_K(data []byte, rows, cols int) []byte {
+	nb := cols / QK_K
+	rb := Q6_K.RowBytes(cols)
+	out := make([]byte, RepackedBytes(Q6_K, rows, cols))
+	for g := 0; g*RepackRows < rows; g++ {
+		for b := 0; b < nb; b++ {
+			dst := out[(g*nb+b)*q6kr16Block:][:q6kr16Block]
+			for r := 0; r < RepackRows && g*RepackRows+r < rows; r++ {
+				src := data[(g*RepackRows+r)*rb+b*210:][:210]
+				copy(dst[2*r:], src[208:210])
+				q := q6kValues(src)
+				for s := 0; s < 16; s++ {
+					dst[32+16*s+r] = src[192+s]
+					sub := dst[288+192*s:]
+					for i := 0; i < 4; i++ {
+						a, b, c, d := q[16*s+i], q[16*s+4+i], q[16*s+8+i], q[16*s+12+i]
+						sub[4*r+i] = a&15 | b<<4
+						sub[64+4*r+i] = c&15 | d<<4
+						sub[128+4*r+i] = a>>4 | b>>4<<2 | c>>4<<4 | d>>4<<6
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// q6kValues is a Q6_K block's 256 values as stored, 0…63 (the value is q − 32).
+func q6kValues(b []byte) (q [QK_K]byte) {
+	for n := 0; n < 2; n++ {
+		ql, qh := b[64*n:64*n+64], b[128+32*n:160+32*n]
+		for l := 0; l < 32; l++ {
+			h := qh[l]
+			q[128*n+l] = ql[l]&0xf | (h&3)<<4
+			q[128*n+l+32] = ql[l+32]&0xf | (h>>2&3)<<4
+			q[128*n+l+64] = ql[l]>>4 | (h>>4&3)<<4
+			q[128*n+l+96] = ql[l+32]>>4 | (h>>6&3)<<4
+		}
+	}
+	return q
+}
+
 // DotRepackedQ8K sets out[i·ldo + r − r0] to the dot product of row r of a repacked
 // matrix (t, cols) with token i of a, for rows [r0, r1), r0 a multiple of RepackRows, and
 // the len(a)/(cols/256) tokens of a (one after another). Each token's numbers are what it
@@ -80,7 +145,7 @@ func DotRepackedQ8K(t Type, packed []byte, cols, r0, r1 int, a []Q8K, out []floa
 	}
 	n := len(a) / nb
 	g0, g1 := r0/RepackRows, (r1+RepackRows-1)/RepackRows
-	gb := nb * q4kr16Block
+	gb := nb * groupBlock(t)
 	if len(packed) < g1*gb || (n > 0 && len(out) < (n-1)*ldo+r1-r0) {
 		panic(fmt.Sprintf("quant: DotRepackedQ8K %v: %d bytes, rows [%d, %d), %d outputs", t, len(packed), r0, r1, len(out)))
 	}
