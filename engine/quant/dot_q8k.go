@@ -280,7 +280,7 @@ func dotQ5_KQ8KGo(row []byte, a []Q8K) float32 {
 			u1 <<= 2
 			u2 <<= 2
 		}
-		sum += d*float32(sumi) - dmin*float32(mins)
+		sum += float32(d*float32(sumi)) - float32(dmin*float32(mins)) // rounded: see dotQ4_KQ8KGo
 	}
 	return sum
 }

@@ -2,7 +2,8 @@
 
 package quant
 
-// useVNNI selects the AVX-512 VNNI 8-bit kernels over repacked rows (dot_q4kr_amd64.s) for
+// useVNNI selects the AVX-512 VNNI 8-bit kernels over repacked rows (dot_q4kr_amd64.s and the
+// Q5_K and Q6_K files beside it) for
 // the types that have them; tests turn it off to check the AVX2 ones on the same machine.
 // A repacked matrix takes them for every product, of one token or many: they agree bit for
 // bit with each other and with the Go kernels, the AVX2 row kernels only with each other.
@@ -15,17 +16,26 @@ func dotQ4_KR16Q8K4VNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32
 func dotQ4_KR16Q8KVNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32)
 
 //go:noescape
+func dotQ5_KR16Q8K4VNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32, ldo int)
+
+//go:noescape
+func dotQ5_KR16Q8KVNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32)
+
+//go:noescape
 func dotQ6_KR16Q8K4VNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32, ldo int)
 
 //go:noescape
 func dotQ6_KR16Q8KVNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32)
 
 // int8Repacked: the types whose repacked kernels run here.
-func int8Repacked(t Type) bool { return useVNNI && (t == Q4_K || t == Q6_K) }
+func int8Repacked(t Type) bool { return useVNNI && groupBlock(t) > 0 }
 
 // repackedKernels returns t's four-token and one-token kernels.
 func repackedKernels(t Type) (four func(*byte, *Q8K, int, int, *float32, int), one func(*byte, *Q8K, int, int, *float32)) {
-	if t == Q6_K {
+	switch t {
+	case Q5_K:
+		return dotQ5_KR16Q8K4VNNI, dotQ5_KR16Q8KVNNI
+	case Q6_K:
 		return dotQ6_KR16Q8K4VNNI, dotQ6_KR16Q8KVNNI
 	}
 	return dotQ4_KR16Q8K4VNNI, dotQ4_KR16Q8KVNNI

@@ -142,6 +142,9 @@ func init() {
 		repackedKernel("Q4_Kx16/4", Q4_K, 4),
 		repackedKernel("Q4_Kx16/1", Q4_K, 1),
 		repackedKernel("Q4_Kx16/7", Q4_K, 7),
+		repackedKernel("Q5_Kx16/4", Q5_K, 4),
+		repackedKernel("Q5_Kx16/1", Q5_K, 1),
+		repackedKernel("Q5_Kx16/7", Q5_K, 7),
 		repackedKernel("Q6_Kx16/4", Q6_K, 4),
 		repackedKernel("Q6_Kx16/1", Q6_K, 1),
 		repackedKernel("Q6_Kx16/7", Q6_K, 7))
@@ -159,7 +162,7 @@ func BenchmarkRepacked(b *testing.B) {
 	a := make([]Q8K, 8*nb)
 	QuantizeQ8K(randomVec(8*n, rng), a)
 	out := make([]float32, 8*rows)
-	for _, t := range []Type{Q4_K, Q6_K} {
+	for _, t := range []Type{Q4_K, Q5_K, Q6_K} {
 		var data []byte
 		for range rows {
 			data = append(data, randomRow(t, n, rng)...)

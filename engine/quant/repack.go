@@ -13,6 +13,12 @@ import "fmt"
 // bytes 4g…4g+3 of chunk j at 320 + 512j + 64g + 4r. Rows past the matrix's last group
 // are zeros.
 //
+// Q5_K, sixteen rows at a time: per block of the sixteen rows 2,880 bytes (the rows' own
+// take 2,816): Q4_K's header (d, dmin, scales, mins: 320 bytes), then for chunk j 640
+// bytes at 320 + 640j: the nibbles as Q4_K's (row r's bytes 4g…4g+3 at 64g + 4r), then two
+// planes of fifth bits, for the low nibbles' values at 512 and the high ones' at 576: bit g
+// of byte 4r + i is the bit of row r's value at quad g, byte i.
+//
 // Q6_K, sixteen rows at a time: per block of the sixteen rows 3,360 bytes, as many as the
 // rows' own blocks: d[16] f16, the sixteen scales of each row ([16][16] int8), then for
 // each sub-block of sixteen values (quads A, B, C, D of four) 192 bytes: A's and B's low
@@ -25,6 +31,7 @@ const RepackRows = 16
 // q4kr16Block and q6kr16Block are the bytes of one group-block.
 const (
 	q4kr16Block = 2368
+	q5kr16Block = 2880
 	q6kr16Block = 3360
 )
 
@@ -33,6 +40,8 @@ func groupBlock(t Type) int {
 	switch t {
 	case Q4_K:
 		return q4kr16Block
+	case Q5_K:
+		return q5kr16Block
 	case Q6_K:
 		return q6kr16Block
 	}
@@ -57,7 +66,10 @@ func Repack(t Type, data []byte, rows, cols int) []byte {
 	if len(data) != rows*t.RowBytes(cols) {
 		panic(fmt.Sprintf("quant: Repack %v: %d bytes for %d × %d", t, len(data), rows, cols))
 	}
-	if t == Q6_K {
+	switch t {
+	case Q5_K:
+		return repackQ5_K(data, rows, cols)
+	case Q6_K:
 		return repackQ6_K(data, rows, cols)
 	}
 	return repackQ4_K(data, rows, cols)
@@ -82,6 +94,40 @@ func repackQ4_K(data []byte, rows, cols int) []byte {
 				for j := 0; j < 4; j++ {
 					for q := 0; q < 8; q++ {
 						copy(dst[320+512*j+64*q+4*r:][:4], src[16+32*j+4*q:])
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func repackQ5_K(data []byte, rows, cols int) []byte {
+	nb := cols / QK_K
+	rb := Q5_K.RowBytes(cols)
+	out := make([]byte, RepackedBytes(Q5_K, rows, cols))
+	for g := 0; g*RepackRows < rows; g++ {
+		for b := 0; b < nb; b++ {
+			dst := out[(g*nb+b)*q5kr16Block:][:q5kr16Block]
+			for r := 0; r < RepackRows && g*RepackRows+r < rows; r++ {
+				src := data[(g*RepackRows+r)*rb+b*176:][:176]
+				copy(dst[2*r:], src[0:2])
+				copy(dst[32+2*r:], src[2:4])
+				for k := 0; k < 8; k++ {
+					sc, m := scaleMinK4(k, src[4:16])
+					dst[64+16*k+r] = sc
+					dst[192+16*k+r] = m
+				}
+				qh, qs := src[16:48], src[48:176]
+				for j := 0; j < 4; j++ {
+					chunk := dst[320+640*j:][:640]
+					for q := 0; q < 8; q++ {
+						copy(chunk[64*q+4*r:][:4], qs[32*j+4*q:])
+						for i := 0; i < 4; i++ {
+							h := qh[4*q+i] >> (2 * j)
+							chunk[512+4*r+i] |= h & 1 << q
+							chunk[576+4*r+i] |= h >> 1 & 1 << q
+						}
 					}
 				}
 			}
