@@ -26,7 +26,9 @@ func randomQ4K(rng *rand.Rand, blocks int) []byte {
 // token's row gets exactly the kernel's dot with that token's quantized activations, the
 // result stays near the exact path's, and DotExact takes the exact path.
 func TestMatMulInt8(t *testing.T) {
-	const rows, cols = 160, 512 // above smallVector, which is expanded to float32 at load
+	// Above smallVector, which is expanded to float32 at load; not a multiple of the
+	// repacked layout's sixteen rows, so that the last group is partial.
+	const rows, cols = 168, 512
 	rng := rand.New(rand.NewPCG(7, 8))
 	b := New(2)
 	w, err := weightOf(b, "w", quant.Q4_K, []int{cols, rows}, randomQ4K(rng, rows*cols/256))
@@ -34,6 +36,9 @@ func TestMatMulInt8(t *testing.T) {
 		t.Fatal(err)
 	}
 	wt := w.(*weight)
+	if (wt.packed != nil) != quant.Int8Repacked(quant.Q4_K) {
+		t.Fatalf("repacked at load: %v, the machine's kernels want %v", wt.packed != nil, quant.Int8Repacked(quant.Q4_K))
+	}
 	for _, n := range []int{1, 3, 8} {
 		x := randomTensor(rng, n, cols)
 		b.SetDot(DotInt8)

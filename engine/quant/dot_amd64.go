@@ -10,11 +10,12 @@ var useAsm = hasAVX2FMA()
 // they exist; tests turn it off to check the AVX2 ones on the same machine.
 var useAVX512 = useAsm && hasAVX512F()
 
-// hasAVX512F reports AVX-512 Foundation with the OS saving the opmask and ZMM registers.
-func hasAVX512F() bool {
-	if CPUFeatureCap == "avx2" {
-		return false
-	}
+// hasAVX512F reports AVX-512 Foundation with the OS saving the opmask and ZMM registers,
+// unless REDLITE_CPU_FEATURES caps the kernels at AVX2.
+func hasAVX512F() bool { return CPUFeatureCap != "avx2" && cpuAVX512F() }
+
+// cpuAVX512F is hasAVX512F whatever the cap.
+func cpuAVX512F() bool {
 	_, ebx7, _, _ := cpuid(7, 0)
 	xcr0, _ := xgetbv()
 	return ebx7&(1<<16) != 0 && xcr0&0xe6 == 0xe6
