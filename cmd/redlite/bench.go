@@ -10,6 +10,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,7 +52,7 @@ type benchResult struct {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", stderr)
 	modelPath := fs.String("model", "", "GGUF model `file` (required)")
-	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "CPU threads")
+	threadsFlag := fs.String("threads", strconv.Itoa(runtime.GOMAXPROCS(0)), "CPU threads, or a comma-separated `list` of counts to run every test at (llama-bench's -t 1,2)")
 	backend := backendFlag(fs)
 	pp := fs.Int("p", 512, "prompt tokens for the prefill test (0 skips it)")
 	tg := fs.Int("n", 128, "tokens for the decode test (0 skips it)")
@@ -71,11 +73,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageErr("--npl: %v", err)
 		}
 	}
+	threadList, err := parseInts(*threadsFlag)
+	if err != nil {
+		return usageErr("--threads: %v", err)
+	}
 	if *modelPath == "" {
 		return usageErr("--model is required")
 	}
-	if *pp < 0 || *tg < 0 || *depth < 0 || *reps < 1 || *threads < 1 {
-		return usageErr("-p, -n and -d must be ≥ 0, -r and --threads ≥ 1")
+	if *pp < 0 || *tg < 0 || *depth < 0 || *reps < 1 {
+		return usageErr("-p, -n and -d must be ≥ 0, -r ≥ 1")
 	}
 	if *depth > 0 && len(npl) > 0 {
 		return usageErr("-d and --npl cannot be combined")
@@ -87,11 +93,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageErr("--kv: %v", err)
 	}
-	m, err := loadModelDot(*modelPath, *backend, *threads, *dot)
+	// The model is loaded once, with the most threads (for the depth's prefill); each
+	// count of the list then runs every test.
+	m, err := loadModelDot(*modelPath, *backend, slices.Max(threadList), *dot)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	setThreads, canSet := m.Backend.(interface{ SetThreads(int) })
+	if len(threadList) > 1 && !canSet {
+		return usageErr("--threads: a list needs the CPU backend, not %s", m.Backend.Name())
+	}
 	vocab := m.Config().Vocab
 	// Random tokens, as llama-bench uses: the speed does not depend on which ids they are.
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -102,7 +114,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return t
 	}
-	base := benchResult{Model: m.Config().Arch, SizeBytes: m.File.Size(), Backend: m.Backend.Name(), Kernels: cpuKernels(m.Backend, m.File), Threads: *threads, Repetitions: *reps}
+	base := benchResult{Model: m.Config().Arch, SizeBytes: m.File.Size(), Backend: m.Backend.Name(), Kernels: cpuKernels(m.Backend, m.File), Repetitions: *reps}
 	var results []benchResult
 	// prefix is the depth's state, prefilled once: every run restores it, so the timed part
 	// is only the test's own tokens, as llama-bench's -d.
@@ -171,37 +183,43 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		results = append(results, r)
 		return nil
 	}
-	if len(npl) > 0 {
-		for _, n := range npl {
-			rs, err := benchParallel(ctx, m, base, kv, n, tokens, *pp, *tg, *reps)
+	for _, th := range threadList {
+		if canSet {
+			setThreads.SetThreads(th)
+		}
+		base.Threads = th
+		if len(npl) > 0 {
+			for _, n := range npl {
+				rs, err := benchParallel(ctx, m, base, kv, n, tokens, *pp, *tg, *reps)
+				if err != nil {
+					return err
+				}
+				results = append(results, rs...)
+			}
+		}
+		if *pp > 0 && len(npl) == 0 {
+			prompt := tokens(*pp)
+			err := measure(fmt.Sprintf("pp%d", *pp), *pp, func(s *engine.Session) error {
+				_, err := s.Prefill(ctx, prompt, engine.PrefillOptions{})
+				return err
+			})
 			if err != nil {
 				return err
 			}
-			results = append(results, rs...)
 		}
-	}
-	if *pp > 0 && len(npl) == 0 {
-		prompt := tokens(*pp)
-		err := measure(fmt.Sprintf("pp%d", *pp), *pp, func(s *engine.Session) error {
-			_, err := s.Prefill(ctx, prompt, engine.PrefillOptions{})
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if *tg > 0 && len(npl) == 0 {
-		gen := tokens(*tg)
-		err := measure(fmt.Sprintf("tg%d", *tg), *tg, func(s *engine.Session) error {
-			for _, t := range gen {
-				if _, err := s.Decode(ctx, t); err != nil {
-					return err
+		if *tg > 0 && len(npl) == 0 {
+			gen := tokens(*tg)
+			err := measure(fmt.Sprintf("tg%d", *tg), *tg, func(s *engine.Session) error {
+				for _, t := range gen {
+					if _, err := s.Decode(ctx, t); err != nil {
+						return err
+					}
 				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
 	}
 	if *asJSON {

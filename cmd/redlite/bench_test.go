@@ -22,6 +22,21 @@ func TestBench(t *testing.T) {
 	if !strings.Contains(errs, "cpu kernels: ") {
 		t.Errorf("no kernel line on stderr: %q", errs)
 	}
+	// A list of thread counts runs every test at each.
+	code, out, errs = runCmd(t, "bench", "--model", model, "--threads", "1,2", "-p", "16", "-n", "4", "-r", "1", "--json")
+	if code != 0 {
+		t.Fatalf("--threads 1,2: exit %d: %s", code, errs)
+	}
+	var byThreads []benchResult
+	if err := json.Unmarshal([]byte(out), &byThreads); err != nil {
+		t.Fatal(err)
+	}
+	if len(byThreads) != 4 || byThreads[0].Threads != 1 || byThreads[1].Threads != 1 || byThreads[2].Threads != 2 || byThreads[3].Test != "tg4" || byThreads[3].Threads != 2 {
+		t.Errorf("--threads 1,2: %+v", byThreads)
+	}
+	if code, _, errs = runCmd(t, "bench", "--model", model, "--threads", "2,x"); code != 2 || !strings.Contains(errs, "--threads") {
+		t.Errorf("--threads 2,x: exit %d: %s", code, errs)
+	}
 	code, out, errs = runCmd(t, "bench", "--model", model, "-p", "16", "-n", "0", "-r", "1", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

@@ -38,6 +38,11 @@ func New(threads int) *Backend {
 func (b *Backend) Name() string { return "cpu" }
 func (b *Backend) Threads() int { return b.pool.threads }
 
+// SetThreads sets the threads of the operations that start after it (n ≥ 1; not while
+// another goroutine computes): `redlite bench --threads 1,2` measures each count on one
+// loaded model, repacked once.
+func (b *Backend) SetThreads(n int) { b.pool.threads = max(n, 1) }
+
 type weight struct {
 	name string
 	typ  quant.Type
