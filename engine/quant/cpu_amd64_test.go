@@ -3,6 +3,7 @@
 package quant
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -58,6 +59,36 @@ func TestKernelSetCapped(t *testing.T) {
 		}
 		if got := Int8Kernel(typ); strings.Contains(got, "vnni") {
 			t.Errorf("REDLITE_CPU_FEATURES=%s: %v kernels %q", c, typ, got)
+		}
+	}
+}
+
+// TestF32ToF16SliceAsm checks VCVTPS2PH's narrowing against F32ToF16 bit for bit over every
+// exponent and sign with many mantissas (ties, subnormal results, overflow, Inf, quiet
+// and signalling NaN payloads), the tail included; a kernel that truncates instead of
+// rounding, or drops the sign, fails it.
+func TestF32ToF16SliceAsm(t *testing.T) {
+	if !useAsm {
+		t.Skip("no F16C on this machine")
+	}
+	const n = 1<<22 + 13 // not a multiple of 16: the Go tail runs too
+	src := make([]float32, n)
+	for i := range src {
+		// 4,194,317 patterns: the top bits of i walk sign and exponent, the low ones and a
+		// multiplier spread over the mantissa, hitting its 13 dropped bits' ties.
+		b := uint32(i)<<10 ^ uint32(i)*2654435761>>22
+		if i%7 == 0 {
+			b = b&^0x1fff | 0x1000 // exactly half way between two halves
+		}
+		src[i] = math.Float32frombits(b)
+	}
+	got := make([]uint16, n)
+	if !narrowF16(src, got) {
+		t.Fatal("narrowF16 did not run")
+	}
+	for i, f := range src {
+		if want := F32ToF16(f); got[i] != want {
+			t.Fatalf("%#08x: %#04x, Go %#04x", math.Float32bits(f), got[i], want)
 		}
 	}
 }

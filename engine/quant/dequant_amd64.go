@@ -17,6 +17,25 @@ func dequantIQ2_XXSAVX2(row *byte, y *float32, nblocks int, grid *[256][8]float3
 //go:noescape
 func dequantF16AVX2(h *byte, y *float32, n int)
 
+//go:noescape
+func narrowF16AVX2(y *float32, h *uint16, n int)
+
+// narrowF16 narrows floats to halves with VCVTPS2PH, the last n mod 16 in Go: an f16 KV
+// cache is written through it at every position.
+func narrowF16(src []float32, dst []uint16) bool {
+	if !useAsm || len(dst) == 0 {
+		return false
+	}
+	n := len(dst) &^ 15
+	if n > 0 {
+		narrowF16AVX2(&src[0], &dst[0], n)
+	}
+	for i := n; i < len(dst); i++ {
+		dst[i] = F32ToF16(src[i])
+	}
+	return true
+}
+
 // dequantF16 widens halves with VCVTPH2PS, the last n mod 32 in Go.
 func dequantF16(src []byte, dst []float32) bool {
 	if !useAsm || len(dst) == 0 {

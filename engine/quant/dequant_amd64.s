@@ -276,3 +276,29 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// The other way: VCVTPS2PH with rounding mode 0 (to nearest, ties to even) narrows as
+// F32ToF16 does, subnormals and NaN payloads included (TestF32ToF16SliceAsm).
+// func narrowF16AVX2(y *float32, h *uint16, n int); n is a multiple of 16.
+TEXT ·narrowF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ y+0(FP), SI
+	MOVQ h+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   narrowdone
+
+narrowloop:
+	VMOVUPS   (SI), Y0
+	VMOVUPS   32(SI), Y1
+	VCVTPS2PH $0, Y0, X0
+	VCVTPS2PH $0, Y1, X1
+	VMOVDQU   X0, (DI)
+	VMOVDQU   X1, 16(DI)
+	ADDQ      $64, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       narrowloop
+
+narrowdone:
+	VZEROUPPER
+	RET

@@ -6,3 +6,5 @@ package quant
 func dequantFast(Type, []byte, []float32) bool { return false }
 
 func dequantF16([]byte, []float32) bool { return false }
+
+func narrowF16([]float32, []uint16) bool { return false }

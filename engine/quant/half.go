@@ -103,6 +103,9 @@ func F16ToF32Slice(dst []float32, src []uint16) {
 // F32ToF16Slice narrows len(dst) floats; src must be at least as long.
 func F32ToF16Slice(dst []uint16, src []float32) {
 	src = src[:len(dst)]
+	if narrowF16(src, dst) {
+		return
+	}
 	for i, f := range src {
 		dst[i] = F32ToF16(f)
 	}
