@@ -347,6 +347,116 @@ q2block:
 	VZEROUPPER
 	RET
 
+// Q2KPART4(K, N): Q2KPART for four tokens (DI, DI+R8, DI+2·R8, DI+R9) into Y0–Y3: the
+// part's values and scales are decoded once.
+#define Q2KPART4(K, N) \
+	VPSRLW     $(2*K), Y8, Y6; \
+	VPAND      Y15, Y6, Y6; \
+	VPSHUFB    q2kShuf<>+(32*K)(SB), Y11, Y7; \
+	VPMADDUBSW (4+128*N+32*K)(DI), Y6, Y4; \
+	VPMADDWD   Y7, Y4, Y4; \
+	VPADDD     Y4, Y0, Y0; \
+	VPMADDUBSW (4+128*N+32*K)(DI)(R8*1), Y6, Y4; \
+	VPMADDWD   Y7, Y4, Y4; \
+	VPADDD     Y4, Y1, Y1; \
+	VPMADDUBSW (4+128*N+32*K)(DI)(R8*2), Y6, Y4; \
+	VPMADDWD   Y7, Y4, Y4; \
+	VPADDD     Y4, Y2, Y2; \
+	VPMADDUBSW (4+128*N+32*K)(DI)(R9*1), Y6, Y4; \
+	VPMADDWD   Y7, Y4, Y4; \
+	VPADDD     Y4, Y3, Y3
+
+#define Q2KHALF4(N) \
+	VMOVDQU      (16+32*N)(SI), Y8; \
+	VPBROADCASTQ (8*N)(SI), Y11; \
+	VPAND        Y14, Y11, Y11; \
+	Q2KPART4(0, N); \
+	Q2KPART4(1, N); \
+	Q2KPART4(2, N); \
+	Q2KPART4(3, N)
+
+// Q2KFLOAT4(B, M, SY, SX, F): the block's float step for the token whose block is at M
+// (B its Bsums), its integer sums in SY (SX its low half; cleared after), into F: the
+// one-token kernel's steps, so each token gets what it gets alone. Y8 holds the mins as
+// words, X6 the block's d and dmin.
+#define Q2KFLOAT4(B, M, SY, SX, F) \
+	VPMADDWD     B, Y8, Y7; \
+	VPHADDD      Y7, SY, SY; \
+	VEXTRACTI128 $1, SY, X7; \
+	VPADDD       X7, SX, SX; \
+	VPHADDD      SX, SX, SX; \
+	VCVTDQ2PS    SX, SX; \
+	VBROADCASTSS M, X7; \
+	VMULPS       X7, X6, X7; \
+	VMULPS       X7, SX, SX; \
+	VMOVSHDUP    SX, X7; \
+	VSUBSS       X7, SX, SX; \
+	VADDSS       SX, F, F; \
+	VPXOR        SY, SY, SY
+
+// func dotQ2_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+//
+// Four tokens (a, a+nb, a+2nb, a+3nb blocks) against nrows rows; token i's result for row
+// r at out[i·ldo + r]. Registers: Y0–Y3 the tokens' integer sums, X5, X9, X10, X12 their
+// float sums, R8 a token's bytes, R9 three tokens', R14 ldo's bytes, R11 three ldo's.
+TEXT ·dotQ2_KQ8K4AVX2(SB), NOSPLIT, $0-48
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R12
+	MOVQ         out+32(FP), R13
+	MOVQ         ldo+40(FP), R14
+	SHLQ         $2, R14
+	LEAQ         (R14)(R14*2), R11
+	MOVQ         nblocks+16(FP), R8
+	IMUL3Q       $Q8K_SIZE, R8, R8
+	LEAQ         (R8)(R8*2), R9
+	MOVL         $0x03030303, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+
+q2r4row:
+	MOVQ   a+8(FP), DI
+	MOVQ   nblocks+16(FP), CX
+	VXORPS X5, X5, X5
+	VXORPS X9, X9, X9
+	VXORPS X10, X10, X10
+	VXORPS X12, X12, X12
+
+q2r4block:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	Q2KHALF4(0)
+	Q2KHALF4(1)
+	VPMOVZXBW  0(SI), Y8
+	VPSRLW     $4, Y8, Y8
+	VMOVD      80(SI), X6
+	VCVTPH2PS  X6, X6
+	Q2KFLOAT4(260(DI), (DI), Y0, X0, X5)
+	Q2KFLOAT4(260(DI)(R8*1), (DI)(R8*1), Y1, X1, X9)
+	Q2KFLOAT4(260(DI)(R8*2), (DI)(R8*2), Y2, X2, X10)
+	Q2KFLOAT4(260(DI)(R9*1), (DI)(R9*1), Y3, X3, X12)
+
+	ADDQ $84, SI
+	ADDQ $Q8K_SIZE, DI
+	DECQ CX
+	JNZ  q2r4block
+
+	VMOVSS X5, (R13)
+	VMOVSS X9, (R13)(R14*1)
+	VMOVSS X10, (R13)(R14*2)
+	VMOVSS X12, (R13)(R11*1)
+	ADDQ   $4, R13
+	DECQ   R12
+	JNZ    q2r4row
+	VZEROUPPER
+	RET
+
 // q2kShuf zero-extends, for part k, scale byte 2k to int16 in the low 128-bit lane and
 // scale byte 2k+1 in the high lane, from eight scale bytes repeated in every 64-bit lane.
 DATA q2kShuf<>+0(SB)/8, $0x8000800080008000
