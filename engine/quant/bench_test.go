@@ -228,7 +228,7 @@ func BenchmarkDotRows4Q8K(b *testing.B) {
 	a := make([]Q8K, 4*n/QK_K)
 	QuantizeQ8K(randomVec(4*n, rng), a)
 	out := make([]float32, 4*rows)
-	for _, t := range []Type{Q2_K, Q4_K, Q5_K, Q6_K} {
+	for _, t := range []Type{Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XXS} {
 		if !Int8Rows4(t) {
 			continue
 		}

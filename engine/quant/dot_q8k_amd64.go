@@ -32,12 +32,16 @@ func int8Asm(t Type) bool {
 	return false
 }
 
-func int8Rows4(t Type) bool { return (t == Q2_K || t == Q4_K || t == Q5_K || t == Q6_K) && useAsm }
+func int8Rows4(t Type) bool {
+	return (t == Q2_K || t == Q4_K || t == Q5_K || t == Q6_K || t == IQ2_XXS) && useAsm
+}
 
 func dotRows4Q8K(t Type, rows []byte, a []Q8K, nr int, out []float32, ldo int) {
 	switch t {
 	case Q2_K:
 		dotQ2_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
+	case IQ2_XXS:
+		dotIQ2_XXSQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
 	case Q4_K:
 		dotQ4_KQ8K4AVX2(&rows[0], &a[0], len(a)/4, nr, &out[0], ldo)
 	case Q5_K:
@@ -87,6 +91,9 @@ func dotRowsQ8KFast(t Type, rows []byte, a []Q8K, out []float32) bool {
 
 //go:noescape
 func dotQ2_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+
+//go:noescape
+func dotIQ2_XXSQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
 
 //go:noescape
 func dotQ4_KQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)

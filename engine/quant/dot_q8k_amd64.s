@@ -586,6 +586,138 @@ iq2block:
 	VZEROUPPER
 	RET
 
+// IQ2XXSTOK(IB, M, ACC): sub-block IB's products with the activations at M (decoded
+// weights in Y4, signs in Y6, scale in Y5, all kept) into ACC, as IQ2XXSSUB's.
+#define IQ2XXSTOK(IB, M, ACC) \
+	VMOVDQU    M, Y7; \
+	VPSIGNB    Y6, Y7, Y7; \
+	VPMADDUBSW Y7, Y4, Y7; \
+	VPMADDWD   Y5, Y7, Y7; \
+	VPADDD     Y7, ACC, ACC
+
+// IQ2XXSSUB4(IB): IQ2XXSSUB for four tokens (DI, DI+R10, DI+2·R10, DI+R11) into Y0–Y3:
+// grid, signs and scale are decoded once.
+#define IQ2XXSSUB4(IB) \
+	MOVBLZX      (2+8*IB)(SI), AX; \
+	VMOVQ        (R8)(AX*8), X4; \
+	MOVBLZX      (3+8*IB)(SI), AX; \
+	VPINSRQ      $1, (R8)(AX*8), X4, X4; \
+	MOVBLZX      (4+8*IB)(SI), AX; \
+	VMOVQ        (R8)(AX*8), X5; \
+	MOVBLZX      (5+8*IB)(SI), AX; \
+	VPINSRQ      $1, (R8)(AX*8), X5, X5; \
+	VINSERTI128  $1, X5, Y4, Y4; \
+	VPBROADCASTD (6+8*IB)(SI), Y6; \
+	VPSRLVQ      Y14, Y6, Y6; \
+	VPSHUFB      Y13, Y6, Y6; \
+	VPAND        Y12, Y6, Y6; \
+	VPCMPEQB     Y12, Y6, Y6; \
+	VPSADBW      Y11, Y6, Y7; \
+	VPSLLQ       $63, Y7, Y7; \
+	VPXOR        Y7, Y6, Y6; \
+	VPOR         Y10, Y6, Y6; \
+	VPBROADCASTW (8+8*IB)(SI), Y5; \
+	VPSRLW       $11, Y5, Y5; \
+	VPOR         Y9, Y5, Y5; \
+	IQ2XXSTOK(IB, (4+32*IB)(DI), Y0); \
+	IQ2XXSTOK(IB, (4+32*IB)(DI)(R10*1), Y1); \
+	IQ2XXSTOK(IB, (4+32*IB)(DI)(R10*2), Y2); \
+	IQ2XXSTOK(IB, (4+32*IB)(DI)(R11*1), Y3)
+
+// IQ2XXSFLOAT4(M, S, F): the one-token kernel's float step for the token whose block is
+// at M, its integer sums in S (cleared after), into its float lanes at F(SP).
+#define IQ2XXSFLOAT4(M, S, F) \
+	VCVTDQ2PS    S, S; \
+	MOVWLZX      0(SI), AX; \
+	VMOVD        AX, X6; \
+	VCVTPH2PS    X6, X6; \
+	VMULSS       M, X6, X6; \
+	VMULSS       X15, X6, X6; \
+	VBROADCASTSS X6, Y6; \
+	VMOVUPS      F(SP), Y7; \
+	VFMADD231PS  Y6, S, Y7; \
+	VMOVUPS      Y7, F(SP); \
+	VPXOR        S, S, S
+
+// IQ2XXSOUT4(F, O): the float lanes at F(SP) summed as HSUM0 does, to O.
+#define IQ2XXSOUT4(F, O) \
+	VMOVUPS F(SP), Y0; \
+	HSUM0; \
+	VMOVSS  X0, O
+
+// func dotIQ2_XXSQ8K4AVX2(rows *byte, a *Q8K, nblocks, nrows int, out *float32, ldo int)
+//
+// Four tokens (a, a+nb, a+2nb, a+3nb blocks) against nrows rows; token i's result for row
+// r at out[i·ldo + r], bit for bit what the one-token kernel gives it. Registers as
+// there, and Y0–Y3 the tokens' integer sums, their float lanes in the frame, R10 a
+// token's bytes, R11 three tokens', BX ldo's bytes, DX three ldo's.
+TEXT ·dotIQ2_XXSQ8K4AVX2(SB), NOSPLIT, $128-48
+	MOVQ         rows+0(FP), SI
+	MOVQ         nrows+24(FP), R12
+	MOVQ         out+32(FP), R13
+	MOVQ         ldo+40(FP), BX
+	SHLQ         $2, BX
+	LEAQ         (BX)(BX*2), DX
+	MOVQ         nblocks+16(FP), R10
+	IMUL3Q       $Q8K_SIZE, R10, R10
+	LEAQ         (R10)(R10*2), R11
+	LEAQ         ·iq2xxsGrid(SB), R8
+	MOVL         $0x3e000000, AX // 0.125
+	VMOVD        AX, X15
+	VMOVDQU      iq2SignShift<>(SB), Y14
+	VMOVDQU      iq2SignSpread<>(SB), Y13
+	VPBROADCASTQ iq2SignBits<>(SB), Y12
+	VPXOR        Y11, Y11, Y11
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, Y9
+
+iq2r4row:
+	MOVQ    a+8(FP), DI
+	MOVQ    nblocks+16(FP), CX
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VMOVUPS Y0, 0(SP)
+	VMOVUPS Y0, 32(SP)
+	VMOVUPS Y0, 64(SP)
+	VMOVUPS Y0, 96(SP)
+
+iq2r4block:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	IQ2XXSSUB4(0)
+	IQ2XXSSUB4(1)
+	IQ2XXSSUB4(2)
+	IQ2XXSSUB4(3)
+	IQ2XXSSUB4(4)
+	IQ2XXSSUB4(5)
+	IQ2XXSSUB4(6)
+	IQ2XXSSUB4(7)
+	IQ2XXSFLOAT4((DI), Y0, 0)
+	IQ2XXSFLOAT4((DI)(R10*1), Y1, 32)
+	IQ2XXSFLOAT4((DI)(R10*2), Y2, 64)
+	IQ2XXSFLOAT4((DI)(R11*1), Y3, 96)
+
+	ADDQ $66, SI
+	ADDQ $Q8K_SIZE, DI
+	DECQ CX
+	JNZ  iq2r4block
+
+	IQ2XXSOUT4(0, (R13))
+	IQ2XXSOUT4(32, (R13)(BX*1))
+	IQ2XXSOUT4(64, (R13)(BX*2))
+	IQ2XXSOUT4(96, (R13)(DX*1))
+	ADDQ $4, R13
+	DECQ R12
+	JNZ  iq2r4row
+	VZEROUPPER
+	RET
+
 // iq2SignShift: group l's sign index to the bottom of 64-bit lane l.
 DATA iq2SignShift<>+0(SB)/8, $0
 DATA iq2SignShift<>+8(SB)/8, $7

@@ -100,7 +100,7 @@ func TestDotQ8K(t *testing.T) {
 // job's numbers may not depend on what it is batched with.
 func TestDotRows4Q8K(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
-	for _, typ := range []Type{Q2_K, Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []Type{Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XXS} {
 		if !Int8Rows4(typ) {
 			continue
 		}
