@@ -16,7 +16,7 @@ import (
 // TestPoolParallel checks that every index is visited exactly once, including from nested
 // loops and from pools used concurrently, and that no loop uses more threads than its pool.
 func TestPoolParallel(t *testing.T) {
-	for _, threads := range []int{1, 2, 3} {
+	for _, threads := range []int{1, 2, 3, 8} {
 		p := newPool(threads)
 		for _, n := range []int{0, 1, 7, 100, 1000} {
 			for _, grain := range []int{0, 1, 13} {
