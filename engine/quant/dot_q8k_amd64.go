@@ -57,8 +57,9 @@ func dotRows4Q8K(t Type, rows []byte, a []Q8K, nr int, out []float32, ldo int) {
 // Q5_K's 8-bit kernel is 2.7× its exact one; IQ2_XXS's 109 µs against 229 µs for its AVX2
 // exact one (which AVX-512 machines run too); Q2_K's 56 µs against 3.0 ms for the pure-Go
 // exact path. IQ3_XXS has a vector exact kernel and only a pure-Go 8-bit one, so it stays
-// exact. An AVX-512 VNNI Q4_K kernel (VPDPBUSD on 64 bytes, VPMULLD by the scales)
-// measured 1.4× slower than the AVX2 one and was dropped.
+// exact. An AVX-512 VNNI Q4_K kernel over the rows as stored (VPDPBUSD on 64 bytes,
+// VPMULLD by the scales) measured 1.4× slower than the AVX2 one; over rows repacked by
+// sixteen (dot_q8k_vnni_amd64.go) it pays.
 func int8Faster(t Type) bool {
 	if int8Asm(t) { // every assembly 8-bit kernel so far
 		return true
