@@ -6,6 +6,11 @@ import (
 	"github.com/redlite/batch/engine/quant"
 )
 
+// The row kernels of attention and the feed-forward block (softmax, SwiGLU, strided
+// scores and weighted rows over a KV cache, RMS sums, scaled and SiLU rows) in Go; the
+// amd64 assembly forms are in rowkernels_amd64.s, each the same bits or within the bound
+// its test states.
+
 // softmaxGo replaces x by softmax(x·scale) computed as ggml does: s = x·scale, the
 // exponentials of s − max(s) in float32, their sum in float64, then one multiplication by
 // float32(1/sum). The assembly version's exponentials are within 1 ulp of these.
