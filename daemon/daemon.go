@@ -211,6 +211,12 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("memory budget: %w", err)
 	}
+	if host := lm.m.HostWeightBytes(); host > 0 {
+		// The planner counts the mapped file as the weights; the backend's own copies of
+		// them (repacked rows for the 8-bit kernels) are kept out of what it plans into.
+		budget.MarginMiB = max(budget.MarginMiB, planner.DefaultMarginMiB) + (host+planner.MiB-1)/planner.MiB
+		d.log.Info("the backend's copies of the weights are kept out of the budget", "host_weight_mib", host/planner.MiB, "margin_mib", budget.MarginMiB)
+	}
 	d.m.limitBytes.Set(float64(budget.UsableMiB() * planner.MiB))
 	d.checkWiredLimit(budget)
 	d.limitHeap(budget, lm)
@@ -283,7 +289,7 @@ func (d *Daemon) limitHeap(b planner.Budget, lm *loadedModel) {
 	if b.Source == planner.SourceMetal || os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	heap := b.UsableMiB()*planner.MiB - lm.m.File.Size()
+	heap := b.UsableMiB()*planner.MiB - lm.m.File.Size() + lm.m.HostWeightBytes()
 	if heap <= 0 {
 		return
 	}

@@ -93,6 +93,15 @@ func Load(path string, opts Options) (*Model, error) {
 // Close unmaps the file; sessions must not be used afterwards.
 func (m *Model) Close() error { return m.File.Close() }
 
+// HostWeightBytes is the heap the backend holds for the model's weights beside the mapped
+// file (the CPU backend's repacked rows); 0 for a backend that holds none.
+func (m *Model) HostWeightBytes() int64 {
+	if b, ok := m.Backend.(interface{ HostWeightBytes() int64 }); ok {
+		return b.HostWeightBytes()
+	}
+	return 0
+}
+
 // Tokenizer builds (once) the tokenizer from the file's tokenizer.ggml.* metadata.
 func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) {
 	m.tokOnce.Do(func() {

@@ -26,7 +26,15 @@ type Backend struct {
 	// dot is the Dot path of quantized products (dot.go); atomic so that SetDot may be
 	// called while another goroutine's pass reads it.
 	dot atomic.Int32
+	// hostWeights counts the heap bytes bound weights hold beside the mapping.
+	hostWeights atomic.Int64
 }
+
+// HostWeightBytes is the heap the bound weights hold beside the mapped file: the repacked
+// rows of the 8-bit kernels, about the size of those matrices again (the float32 copies of
+// small vectors are too small to count). The planner's weight term counts the file only,
+// so the daemon keeps this out of the budget.
+func (b *Backend) HostWeightBytes() int64 { return b.hostWeights.Load() }
 
 // New returns a CPU backend using threads goroutines (0: GOMAXPROCS).
 func New(threads int) *Backend {
@@ -104,6 +112,7 @@ func (b *Backend) Weight(m ml.Mapping, name string, typ quant.Type, dims []int, 
 	if len(dims) == 2 && w.f32 == nil && b.Dot() != DotExact && b.int8(typ) {
 		w.packed = quant.Repack(typ, w.data, w.rows, w.cols)
 	}
+	b.hostWeights.Add(int64(len(w.packed)))
 	return w, nil
 }
 
