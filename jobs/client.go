@@ -35,7 +35,8 @@ type clientConfig struct {
 	poll      time.Duration
 	retention time.Duration
 	maxRetry  int
-	anyway    bool // EnqueueAnyway
+	anyway    bool   // EnqueueAnyway
+	id        string // JobID
 	hookAllow WebhookAllow
 	resolver  Resolver
 }
@@ -84,6 +85,12 @@ func MaxRetry(n int) EnqueueOption { return func(c *clientConfig) { c.maxRetry =
 // EnqueueAnyway enqueues a job that no live worker can take (RouteJob) instead of refusing
 // it: for workers not started yet.
 func EnqueueAnyway() EnqueueOption { return func(c *clientConfig) { c.anyway = true } }
+
+// JobID gives a job without an idempotency key this id instead of a fresh UUID, for a
+// caller that records something under the id before the job exists (redlite-api records the
+// job's owner first, so that no moment shows the job without one). A payload's idempotency
+// key wins over it.
+func JobID(id string) EnqueueOption { return func(c *clientConfig) { c.id = id } }
 
 // NewClient connects lazily to the Redis at redisURL (see RedisURL); use Ping to check.
 func NewClient(redisURL string, opts ...ClientOption) (*Client, error) {
@@ -256,6 +263,8 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 			return Job{}, redisx.Classify(err)
 		}
 		aopts = append(aopts, asynq.TaskID(o.IdempotencyKey))
+	} else if cfg.id != "" {
+		aopts = append(aopts, asynq.TaskID(cfg.id))
 	}
 	task := asynq.NewTaskWithHeaders(p.TaskType(), data, map[string]string{
 		HeaderEnqueuedAt: strconv.FormatInt(time.Now().UnixNano(), 10),

@@ -113,6 +113,15 @@ func decodeStrict(data []byte, v any) error {
 	if err := checkShape(doc, reflect.TypeOf(v).Elem(), ""); err != nil {
 		return err
 	}
+	// Timeout is omitted when zero, so once decoded an explicit 0 would read as "none given"
+	// (the default of an hour): refuse it here, where it is still visible.
+	if m, ok := doc.(map[string]any); ok {
+		if n, ok := m["timeout"].(json.Number); ok {
+			if f, err := n.Float64(); err == nil && f == 0 {
+				return invalid("timeout", "must be between 1 and %d seconds, got %s (leave it out for the default)", MaxTimeoutSeconds, n)
+			}
+		}
+	}
 	if err := json.Unmarshal(data, v); err != nil {
 		// checkShape accepts what Unmarshal accepts; this is a bug if it happens.
 		return invalid("", "payload: %v", err)

@@ -101,6 +101,10 @@ const (
 	MaxModelBytes        = 256
 	MaxIdempotencyKeyLen = 128
 	MaxMetadataBytes     = 16 << 10
+	// MaxMetadataDepth bounds how deeply metadata nests (objects and arrays): metadata is
+	// echoed back in results, and a reader with a recursive JSON parser (Python's json
+	// stops near 1,000 levels) must be able to read every result.
+	MaxMetadataDepth     = 32
 	MaxWebhookURLBytes   = 2048
 	MaxTimeoutSeconds    = 7 * 24 * 3600
 	MaxInstructionLength = 200

@@ -321,6 +321,9 @@ func (c *Common) validate() error {
 		if t := jsonKind(c.Metadata); t != "object" && t != "null" {
 			return invalid("metadata", "must be a JSON object, got %s", t)
 		}
+		if d := jsonDepth(c.Metadata); d > MaxMetadataDepth {
+			return invalid("metadata", "must nest at most %d levels of objects and arrays, got %d", MaxMetadataDepth, d)
+		}
 	}
 	if u := c.WebhookURL; u != "" {
 		if len(u) > MaxWebhookURLBytes {
@@ -392,6 +395,27 @@ func printable(s string) bool {
 func idKeyByte(b byte) bool {
 	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' ||
 		b == '.' || b == '_' || b == ':' || b == '-'
+}
+
+// jsonDepth is how deeply objects and arrays nest in a valid JSON text, counted without
+// recursion so that any depth is measured in constant stack.
+func jsonDepth(raw []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(raw); i++ {
+		switch b := raw[i]; {
+		case inString && b == '\\':
+			i++ // the escaped byte cannot end the string
+		case b == '"':
+			inString = !inString
+		case inString:
+		case b == '{' || b == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case b == '}' || b == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // jsonKind names the JSON type of a raw value, for error messages.

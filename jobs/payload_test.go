@@ -116,6 +116,14 @@ func commonCases[P any](on func(func(*Common)) func(P)) []struct {
 		{"MetadataInvalid", on(func(c *Common) { c.Metadata = json.RawMessage(`{"a":`) }), "metadata: must be valid JSON"},
 		{"MetadataBig", on(func(c *Common) { c.Metadata = json.RawMessage(`{"a":"` + strings.Repeat("x", MaxMetadataBytes) + `"}`) }),
 			"metadata: must be at most 16384 bytes of JSON, got 16392"},
+		{"MetadataDeep", on(func(c *Common) {
+			c.Metadata = json.RawMessage(`{"a":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}`)
+		}),
+			"metadata: must nest at most 32 levels of objects and arrays, got 2001"},
+		{"MetadataDeepObjects", on(func(c *Common) {
+			c.Metadata = json.RawMessage(strings.Repeat(`{"a":`, 33) + "1" + strings.Repeat("}", 33))
+		}),
+			"metadata: must nest at most 32 levels of objects and arrays, got 33"},
 		{"WebhookScheme", on(func(c *Common) { c.WebhookURL = "ftp://example.com/x" }), `webhook_url: scheme must be http or https, got "ftp"`},
 		{"WebhookRelative", on(func(c *Common) { c.WebhookURL = "/hook" }), `webhook_url: scheme must be http or https, got ""`},
 		{"WebhookNoHost", on(func(c *Common) { c.WebhookURL = "http:///x" }), "webhook_url: must have a host"},
@@ -194,6 +202,7 @@ func TestDecode(t *testing.T) {
 		{"Deadline", TypeSummarize, `{"version":1,"input":"x","deadline":"tomorrow"}`,
 			`deadline: must be an RFC 3339 time like 2025-01-02T15:04:05Z, got "tomorrow"`},
 		{"DeadlineType", TypeSummarize, `{"version":1,"input":"x","deadline":1700000000}`, "deadline: must be an RFC 3339 time string, got number"},
+		{"TimeoutZero", TypeGenerate, `{"version":1,"prompt":"x","timeout":0}`, "timeout: must be between 1 and 604800 seconds, got 0 (leave it out for the default)"},
 		{"TimeoutString", TypeSummarize, `{"version":1,"input":"x","timeout":"90s"}`, "timeout: must be an integer, got string"},
 		{"NotObject", TypeSummarize, `["x"]`, "payload must be a JSON object, got array"},
 		{"Syntax", TypeSummarize, `{"version":1,"input":"x",}`, "payload is not valid JSON at byte offset 25: invalid character '}' looking for beginning of object key string"},
@@ -290,4 +299,18 @@ func TestEncodePayload(t *testing.T) {
 			t.Errorf("err = %v", err)
 		}
 	})
+}
+
+// TestMetadataDepthAccepted: nesting up to MaxMetadataDepth passes, and brackets inside
+// strings (escaped quotes included) are text, not nesting.
+func TestMetadataDepthAccepted(t *testing.T) {
+	for _, m := range []string{
+		strings.Repeat(`{"a":`, MaxMetadataDepth) + "1" + strings.Repeat("}", MaxMetadataDepth),
+		`{"s":"` + strings.Repeat("[{", 100) + `","q":"\"[[[[","b":"\\"}`,
+	} {
+		g := &Generate{Version: Version, Prompt: "x", Common: Common{Metadata: json.RawMessage(m)}}
+		if err := g.Validate(); err != nil {
+			t.Errorf("metadata %.60s…: %v", m, err)
+		}
+	}
 }

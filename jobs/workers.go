@@ -62,7 +62,8 @@ type WorkerServer struct {
 
 // ActiveJob is a job a worker is running.
 type ActiveJob struct {
-	ID       string    `json:"id"`
+	// ID is empty where redlite-api lists another tenant's job.
+	ID       string    `json:"id,omitempty"`
 	Type     string    `json:"type"`
 	Queue    string    `json:"queue"`
 	Started  time.Time `json:"started"`
