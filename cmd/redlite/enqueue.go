@@ -352,6 +352,9 @@ func applyCommon(c *jobs.Common, set map[string]bool, priority, deadline, key, m
 		if err != nil {
 			return usageErr("--deadline: want an RFC 3339 time like 2025-06-01T12:00:00Z, got %q", deadline)
 		}
+		if !d.After(time.Now()) {
+			return usageErr("--deadline %s is not in the future", deadline)
+		}
 		c.Deadline = &d
 	}
 	setIf(set["idempotency-key"], &c.IdempotencyKey, key)

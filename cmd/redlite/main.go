@@ -14,6 +14,8 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlite/batch/internal/buildinfo"
 )
 
@@ -40,11 +42,24 @@ func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }
 
-func main() {
+func main() { os.Exit(runMain(os.Args[1:])) }
+
+// runMain is the process around run: signals, and the libraries' own loggers.
+func runMain(args []string) int {
+	// go-redis logs through its own logger, straight to stderr, from inside the library:
+	// sentinel.go announces each primary it selects and every sentinel it fails to reach
+	// during a failover. The CLI's stderr is for its own messages; every Redis failure that
+	// matters reaches the command as an error. Process-wide, hence here and not in run.
+	redis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	return run(ctx, args, os.Stdout, os.Stderr)
 }
+
+// quietLogger drops what go-redis logs by itself.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
