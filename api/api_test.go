@@ -69,13 +69,18 @@ type setupOpts struct {
 	config   func(*api.Config)
 	// webhookSecret is REDLITE_WEBHOOK_SECRET of the daemon and the API.
 	webhookSecret string
+	// redis is the Redis to use, started with options of the test's; nil starts one.
+	redis *redistest.Server
 }
 
 // setup starts a Redis, a real daemon on the tiny fixture model (unless noDaemon) and an API
 // server on a loopback port.
 func setup(t *testing.T, o setupOpts) *bundle {
 	t.Helper()
-	r := redistest.Start(t)
+	r := o.redis
+	if r == nil {
+		r = redistest.Start(t)
+	}
 	b := &bundle{redis: r}
 	b.rdb = redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { b.rdb.Close() })
@@ -360,13 +365,23 @@ func TestNativeJobs(t *testing.T) {
 		v1 := b.submit(t, tokenA, generate(2), http.StatusCreated, "Idempotency-Key", "idem-1")
 		v2 := b.submit(t, tokenA, generate(2), http.StatusOK, "Idempotency-Key", "idem-1")
 		v3 := b.submit(t, tokenA, generate(2, "idempotency_key", "idem-1"), http.StatusOK)
-		if v1.ID != "idem-1" || v2.ID != "idem-1" || v3.ID != "idem-1" || !v2.Duplicate || v1.Duplicate {
+		// The key is the id within the token's namespace: "<token digest>.<key>".
+		if !strings.HasSuffix(v1.ID, ".idem-1") || v2.ID != v1.ID || v3.ID != v1.ID || !v2.Duplicate || v1.Duplicate {
 			t.Errorf("ids %q %q %q, duplicate %v %v", v1.ID, v2.ID, v3.ID, v1.Duplicate, v2.Duplicate)
 		}
 		code, data := b.call(t, tokenA, "POST", "/v1/jobs", generate(2, "idempotency_key", "idem-2"), "Idempotency-Key", "idem-3")
 		wantError(t, "header and field differ", code, data, http.StatusBadRequest, "invalid_request", "differ")
-		code, data = b.call(t, tokenB, "POST", "/v1/jobs", generate(2), "Idempotency-Key", "idem-1")
-		wantError(t, "another token's key", code, data, http.StatusForbidden, "forbidden", "another token")
+		// Another token's equal key is its own job.
+		vb := b.submit(t, tokenB, generate(2), http.StatusCreated, "Idempotency-Key", "idem-1")
+		if vb.ID == v1.ID || vb.Duplicate || !strings.HasSuffix(vb.ID, ".idem-1") {
+			t.Errorf("token B's key idem-1: %+v, want a job of its own (A's is %s)", vb, v1.ID)
+		}
+		// A key as long as a key may be still fits in a job id.
+		long := strings.Repeat("k", jobs.MaxIdempotencyKeyLen)
+		vl := b.submit(t, tokenA, generate(2), http.StatusCreated, "Idempotency-Key", long)
+		if vl2 := b.submit(t, tokenA, generate(2), http.StatusOK, "Idempotency-Key", long); vl2.ID != vl.ID || len(vl.ID) > jobs.MaxIdempotencyKeyLen {
+			t.Errorf("a 128-byte key: ids %q and %q", vl.ID, vl2.ID)
+		}
 	})
 
 	t.Run("CancelRunning", func(t *testing.T) {
@@ -467,6 +482,15 @@ func TestBadRequests(t *testing.T) {
 		{"UnknownJob", tokenA, "GET", "/v1/jobs/nope", nil, nil, 404, "not_found", "nope"},
 		{"CancelUnknown", tokenA, "DELETE", "/v1/jobs/nope", nil, nil, 404, "not_found", "nope"},
 		{"UnknownRoute", tokenA, "GET", "/v2/things", nil, nil, 404, "unknown_route", "/v2/things"},
+		{"TimeoutZero", tokenA, "POST", "/v1/jobs", generate(4, "timeout", 0), nil, 400, "invalid_payload", "timeout: must be between 1 and 604800"},
+		{"MetadataDeep", tokenA, "POST", "/v1/jobs", `{"type":"generate","version":1,"prompt":"x","metadata":{"a":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}}`,
+			nil, 400, "invalid_payload", "metadata: must nest at most 32 levels"},
+		{"StreamOptionsAlone", tokenA, "POST", "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "x"}},
+			"stream_options": map[string]any{"include_usage": true}}, nil, 400, "invalid_request", "stream_options is only allowed when stream is true"},
+		{"StreamOptionsStreamFalse", tokenA, "POST", "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "x"}},
+			"stream": false, "stream_options": map[string]any{"include_usage": true}}, nil, 400, "invalid_request", "stream_options"},
+		{"MethodNotAllowed", tokenA, "PUT", "/v1/jobs/x", nil, nil, 405, "method_not_allowed", "allowed: GET, DELETE"},
+		{"MethodNotAllowedNoToken", "", "PATCH", "/v1/files", nil, nil, 405, "method_not_allowed", "allowed: GET, POST"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -474,6 +498,15 @@ func TestBadRequests(t *testing.T) {
 			wantError(t, c.name, code, data, c.status, c.code, c.msg)
 		})
 	}
+	t.Run("AllowHeader", func(t *testing.T) {
+		for path, want := range map[string]string{"/v1/jobs": "POST", "/v1/jobs/x": "GET, DELETE", "/v1/batches/x/cancel": "POST", "/healthz": "GET"} {
+			resp := b.send(t, tokenA, "PUT", path, nil)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != want {
+				t.Errorf("PUT %s: %d, Allow %q; want 405 and Allow %q", path, resp.StatusCode, resp.Header.Get("Allow"), want)
+			}
+		}
+	})
 	t.Run("OversizeFile", func(t *testing.T) {
 		var form bytes.Buffer
 		mw := multipart.NewWriter(&form)
@@ -493,9 +526,9 @@ func TestBadRequests(t *testing.T) {
 	t.Run("OwnerOnly", func(t *testing.T) {
 		v := b.submit(t, tokenA, generate(2), http.StatusCreated)
 		code, data := b.call(t, tokenB, "GET", "/v1/jobs/"+v.ID, nil)
-		wantError(t, "another token's job", code, data, http.StatusForbidden, "forbidden", "another token")
+		wantError(t, "another token's job", code, data, http.StatusNotFound, "not_found", v.ID)
 		code, data = b.call(t, tokenB, "DELETE", "/v1/jobs/"+v.ID, nil)
-		wantError(t, "cancel another token's job", code, data, http.StatusForbidden, "forbidden", "another token")
+		wantError(t, "cancel another token's job", code, data, http.StatusNotFound, "not_found", v.ID)
 		code, data = b.call(t, tokenA, "DELETE", "/v1/jobs/"+v.ID, nil)
 		if code != http.StatusOK {
 			t.Errorf("cancel own pending job: %d %s", code, data)

@@ -140,13 +140,19 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	data, _ := json.Marshal(b)
 	ctx := r.Context()
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	if err := s.reserveBatch(ctx, who, b.ID); err != nil {
+		return err
+	}
+	err = s.tx(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, keyBatch(b.ID), data, 0)
 		p.ZAdd(ctx, keyBatches(who), redis.Z{Score: float64(now.UnixMicro()), Member: b.ID})
 		p.SAdd(ctx, keyBatchesOpen, b.ID)
 		return nil
 	})
 	if err != nil {
+		if rerr := s.rdb.SRem(context.WithoutCancel(ctx), keyQueuedBatches(who), b.ID).Err(); rerr != nil {
+			s.log.Warn("release the place of a batch not stored", "batch", b.ID, "err", rerr)
+		}
 		return serverError(fmt.Errorf("store batch: %w", err))
 	}
 	s.batches.kick()

@@ -314,6 +314,19 @@ func (br *batchRunner) enqueue(ctx context.Context, b *batchState) error {
 	if err != nil {
 		return err
 	}
+	// Each line's job belongs to the batch's owner from before it exists (owner.go). The
+	// ids are the batch's own, which no token's ids can equal.
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, v := range vals {
+			if _, ok := v.(string); ok {
+				p.Set(ctx, keyOwner(batchJobID(b.ID, b.Next+i)), b.Owner, ownerTTL)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record the owner of the lines of batch %s: %w", b.ID, err)
+	}
 	for i, v := range vals {
 		n := b.Next + i
 		data, ok := v.(string)
@@ -332,7 +345,7 @@ func (br *batchRunner) enqueue(ctx context.Context, b *batchState) error {
 			// Refused at the door (no worker can hold it, say): the line's answer.
 			req, _ := s.lineReq(ctx, b.ID, n)
 			line, _ := json.Marshal(errorResponse(batchJobID(b.ID, n), req.CustomID, err))
-			_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			err = s.tx(ctx, func(p redis.Pipeliner) error {
 				p.HSet(ctx, keyBatchErr(b.ID), strconv.Itoa(n), line)
 				p.SRem(ctx, keyBatchPending(b.ID), n)
 				return nil
@@ -464,7 +477,7 @@ func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error
 
 // record writes a finished line and takes it off the pending set in one transaction.
 func (br *batchRunner) record(ctx context.Context, batchID string, n int, key string, line []byte) error {
-	_, err := br.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	err := br.s.tx(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, key, strconv.Itoa(n), line)
 		p.SRem(ctx, keyBatchPending(batchID), n)
 		p.HDel(ctx, keyBatchPayloads(batchID), strconv.Itoa(n))
@@ -498,14 +511,14 @@ func (br *batchRunner) finish(ctx context.Context, b *batchState) error {
 	errLines = append(errLines, cancelled...)
 	slices.SortFunc(errLines, func(a, b numbered) int { return cmp.Compare(a.n, b.n) })
 	if len(out) > 0 {
-		f, err := s.storeFile(ctx, b.Owner, "file-"+b.ID+"-output", b.ID+"_output.jsonl", purposeBatchOutput, joinLines(out))
+		f, err := s.storeFile(ctx, b.Owner, "file-"+b.ID+"-output", b.ID+"_output.jsonl", purposeBatchOutput, joinLines(out), 0)
 		if err != nil {
 			return err
 		}
 		b.OutputFileID = f.ID
 	}
 	if len(errLines) > 0 {
-		f, err := s.storeFile(ctx, b.Owner, "file-"+b.ID+"-errors", b.ID+"_error.jsonl", purposeBatchOutput, joinLines(errLines))
+		f, err := s.storeFile(ctx, b.Owner, "file-"+b.ID+"-errors", b.ID+"_error.jsonl", purposeBatchOutput, joinLines(errLines), 0)
 		if err != nil {
 			return err
 		}
@@ -530,10 +543,11 @@ func (br *batchRunner) finish(ctx context.Context, b *batchState) error {
 
 // cleanup drops a final batch's working keys and takes it off the open set.
 func (br *batchRunner) cleanup(ctx context.Context, b *batchState) error {
-	_, err := br.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	err := br.s.tx(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, keyBatchReqs(b.ID), keyBatchPending(b.ID), keyBatchOut(b.ID), keyBatchErr(b.ID),
 			keyBatchCancelled(b.ID), keyBatchPayloads(b.ID), keyBatchCancel(b.ID))
 		p.SRem(ctx, keyBatchesOpen, b.ID)
+		p.SRem(ctx, keyQueuedBatches(b.Owner), b.ID)
 		return nil
 	})
 	return err

@@ -130,6 +130,9 @@ func ParseChatRequest(body []byte) (*jobs.Generate, ChatOptions, error) {
 	if g.Messages == nil {
 		return nil, opts, badRequest("messages", "messages is required")
 	}
+	if so := doc["stream_options"]; so != nil && string(so) != "null" && !opts.Stream {
+		return nil, opts, badRequest("stream_options", "stream_options is only allowed when stream is true")
+	}
 	if err := g.Validate(); err != nil {
 		return nil, opts, err
 	}

@@ -43,6 +43,14 @@ type Config struct {
 	// completions) one token may have; 0 turns the limit off. Batch requests are bounded by
 	// the batch size instead.
 	MaxQueuedJobs int `env:"REDLITE_API_MAX_QUEUED_JOBS" envDefault:"1000"`
+	// MaxStoredBytes is how many bytes of files one token may keep stored (its uploads and
+	// its batches' output and error files, all held in Redis); an upload that would pass it
+	// is refused (413 storage_quota_exceeded) until the token deletes files. Output files are
+	// always written, and count. 0 turns the limit off.
+	MaxStoredBytes int64 `env:"REDLITE_API_MAX_STORED_BYTES" envDefault:"1073741824"`
+	// MaxQueuedBatches is how many batches not yet in a final status (validating,
+	// in_progress, finalizing, cancelling) one token may have; 0 turns the limit off.
+	MaxQueuedBatches int `env:"REDLITE_API_MAX_QUEUED_BATCHES" envDefault:"20"`
 	// MaxWait caps a long poll (?wait= of GET /v1/jobs/{id}/result) and how long a
 	// synchronous chat completion waits for its job.
 	MaxWait time.Duration `env:"REDLITE_API_MAX_WAIT" envDefault:"10m"`
@@ -98,6 +106,10 @@ func (c Config) Validate() error {
 		return bad("REDLITE_API_RATE_LIMIT", "must be ≥ 0 (0: off), got %d", c.RateLimit)
 	case c.MaxQueuedJobs < 0:
 		return bad("REDLITE_API_MAX_QUEUED_JOBS", "must be ≥ 0 (0: off), got %d", c.MaxQueuedJobs)
+	case c.MaxStoredBytes < 0:
+		return bad("REDLITE_API_MAX_STORED_BYTES", "must be ≥ 0 (0: off), got %d", c.MaxStoredBytes)
+	case c.MaxQueuedBatches < 0:
+		return bad("REDLITE_API_MAX_QUEUED_BATCHES", "must be ≥ 0 (0: off), got %d", c.MaxQueuedBatches)
 	case c.MaxWait < time.Second:
 		return bad("REDLITE_API_MAX_WAIT", "must be at least 1s, got %v", c.MaxWait)
 	case c.BatchInterval <= 0:

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redlite/batch/internal/redisx"
 	"github.com/redlite/batch/jobs"
 )
 
@@ -26,11 +27,10 @@ type errorBody struct {
 
 // Error types, as OpenAI names them.
 const (
-	typeInvalid    = "invalid_request_error"
-	typeAuth       = "authentication_error"
-	typePermission = "permission_error"
-	typeRate       = "rate_limit_error"
-	typeServer     = "server_error"
+	typeInvalid = "invalid_request_error"
+	typeAuth    = "authentication_error"
+	typeRate    = "rate_limit_error"
+	typeServer  = "server_error"
 )
 
 // apiError is an error a handler returns: the status, and the body's fields.
@@ -55,8 +55,21 @@ func conflict(code, format string, args ...any) *apiError {
 	return &apiError{status: http.StatusConflict, typ: typeInvalid, code: code, msg: fmt.Sprintf(format, args...)}
 }
 
+// serverError is a 500, or the 503 redis_unavailable of a Redis that refuses (out of memory,
+// bad credentials): every Redis error of the API passes through here or asAPIError.
 func serverError(err error) *apiError {
+	if err := redisx.Classify(err); errors.Is(err, jobs.ErrRedisOOM) || errors.Is(err, jobs.ErrRedisAuth) {
+		return redisUnavailable(err)
+	}
 	return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "server_error", msg: err.Error()}
+}
+
+// redisUnavailableRetry is the Retry-After of a 503 redis_unavailable: memory is freed as
+// results expire and clients delete files, in seconds to minutes.
+const redisUnavailableRetry = 10 * time.Second
+
+func redisUnavailable(err error) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: typeServer, code: "redis_unavailable", msg: err.Error(), retryAfter: redisUnavailableRetry}
 }
 
 // asAPIError maps the errors of jobs and of request decoding to statuses.
@@ -82,7 +95,7 @@ func asAPIError(err error) *apiError {
 	case errors.Is(err, jobs.ErrFinished):
 		return conflict("job_finished", "%v", err)
 	case errors.Is(err, jobs.ErrRedisOOM), errors.Is(err, jobs.ErrRedisAuth):
-		return &apiError{status: http.StatusServiceUnavailable, typ: typeServer, code: "redis_unavailable", msg: err.Error()}
+		return redisUnavailable(err)
 	}
 	return serverError(err)
 }

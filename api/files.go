@@ -112,7 +112,7 @@ func (s *Server) postFile(w http.ResponseWriter, r *http.Request) error {
 	if name == "" {
 		name = "upload.jsonl"
 	}
-	f, err := s.storeFile(r.Context(), caller(r), newID("file-"), name, purpose, content)
+	f, err := s.storeFile(r.Context(), caller(r), newID("file-"), name, purpose, content, s.cfg.MaxStoredBytes)
 	if err != nil {
 		return err
 	}
@@ -129,19 +129,29 @@ func wrapBodyErr(err error, what string) error {
 	return badRequest("", "%s: %v", what, err)
 }
 
-// storeFile writes a file's bytes and metadata in one transaction.
-func (s *Server) storeFile(ctx context.Context, who, id, name, purpose string, content []byte) (File, error) {
+// storeFile books the file's bytes in the token's count (refused past limit, unless limit
+// is 0), then writes its bytes and metadata in one transaction. A file written again under
+// its id (a batch's output, when a finish is repeated) replaces its count.
+func (s *Server) storeFile(ctx context.Context, who, id, name, purpose string, content []byte, limit int64) (File, error) {
 	now := time.Now()
 	m := fileMeta{File: File{ID: id, Object: "file", Bytes: int64(len(content)), CreatedAt: now.Unix(),
 		Filename: name, Purpose: purpose, Status: "processed"}, Owner: who}
 	meta, _ := json.Marshal(m)
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	if err := s.reserveBytes(ctx, who, id, m.Bytes, limit); err != nil {
+		return File{}, err
+	}
+	err := s.tx(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, keyFileContent(id), content, 0)
 		p.Set(ctx, keyFile(id), meta, 0)
 		p.ZAdd(ctx, keyFiles(who), redis.Z{Score: float64(now.UnixMicro()), Member: id})
 		return nil
 	})
 	if err != nil {
+		// Nothing was written. A batch's output that was there before goes uncounted until
+		// the finish, which is repeated until it succeeds, books it again.
+		if rerr := s.releaseBytes(context.WithoutCancel(ctx), who, id); rerr != nil {
+			s.log.Warn("release the bytes of a file not stored", "file", id, "err", rerr)
+		}
 		return File{}, serverError(fmt.Errorf("store file %s: %w", id, err))
 	}
 	return m.File, nil
@@ -199,18 +209,28 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ctx := r.Context()
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, keyFile(m.ID), keyFileContent(m.ID))
-		p.ZRem(ctx, keyFiles(who), m.ID)
-		return nil
-	})
-	if err != nil {
+	if err := deleteFileScript.Run(r.Context(), s.rdb, []string{keyFile(m.ID), keyFileContent(m.ID), keyFiles(who),
+		keyStoredBytes(who), keyFileBytes(who)}, m.ID).Err(); err != nil {
 		return serverError(fmt.Errorf("delete file %s: %w", m.ID, err))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": m.ID, "object": "file", "deleted": true})
 	return nil
 }
+
+// deleteFileScript deletes a file (KEYS[1] metadata, KEYS[2] bytes, ARGV[1] in the token's
+// list KEYS[3]) and takes it out of the token's count (KEYS[4], KEYS[5]: see
+// releaseBytesScript). A script, not a MULTI: at maxmemory Redis refuses every command
+// queued in a MULTI, but runs a script whose first write is a deletion, and deleting files
+// is how a full Redis gets memory back.
+var deleteFileScript = redis.NewScript(`
+redis.call("DEL", KEYS[1], KEYS[2])
+redis.call("ZREM", KEYS[3], ARGV[1])
+local old = redis.call("HGET", KEYS[5], ARGV[1])
+if old then
+  redis.call("HDEL", KEYS[5], ARGV[1])
+  redis.call("DECRBY", KEYS[4], old)
+end
+return 1`)
 
 // page is OpenAI's cursor list: newest first, "after" an id, at most "limit" entries.
 type page[T any] struct {

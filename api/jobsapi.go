@@ -13,14 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlite/batch/jobs"
 )
-
-// ownerTTL keeps a job's owner at least as long as the job can exist: the longest timeout
-// plus the result's retention.
-const ownerTTL = jobs.MaxTimeoutSeconds*time.Second + jobs.DefaultRetention
 
 // cancelTimeout bounds DELETE /v1/jobs/{id}: our worker lets go of a cancelled job within
 // one prefill chunk or one token.
@@ -196,31 +190,40 @@ func (s *Server) postJob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// submit enqueues p for the token who within its limit of queued jobs and records the
-// owner. dup reports an existing job with the same idempotency key.
+// submit enqueues p for the token who within its limit of queued jobs, its owner recorded
+// first (owner.go); an idempotency key is taken in the token's namespace. dup reports an
+// existing job with the same key.
 func (s *Server) submit(ctx context.Context, who string, p jobs.Payload, source string) (job jobs.Job, dup bool, err error) {
 	if err := s.checkQuota(ctx, who); err != nil {
 		return jobs.Job{}, false, err
 	}
-	job, err = s.client.Enqueue(ctx, p)
-	if errors.Is(err, jobs.ErrDuplicate) && job.ID != "" {
-		if err := s.checkOwner(ctx, who, job.ID); err != nil {
-			return jobs.Job{}, false, err
-		}
-		return job, true, nil
+	c := common(p)
+	var opts []jobs.EnqueueOption
+	id := newJobID()
+	if c.IdempotencyKey != "" {
+		c.IdempotencyKey = scopedKey(who, c.IdempotencyKey)
+		id = c.IdempotencyKey
+	} else {
+		opts = append(opts, jobs.JobID(id))
 	}
+	created, err := s.claimOwner(ctx, who, id)
 	if err != nil {
 		return jobs.Job{}, false, err
 	}
-	s.m.enqueued.WithLabelValues(source).Inc()
-	_, err = s.rdb.TxPipelined(ctx, func(pp redis.Pipeliner) error {
-		pp.Set(ctx, keyOwner(job.ID), who, ownerTTL)
-		pp.SAdd(ctx, keyOpen(who), job.ID)
-		return nil
-	})
+	job, err = s.client.Enqueue(ctx, p, opts...)
+	if errors.Is(err, jobs.ErrDuplicate) && job.ID == id {
+		return job, true, nil
+	}
 	if err != nil {
-		// The job is enqueued; losing its owner only makes it readable by every token.
-		s.log.Warn("record job owner", "job", job.ID, "err", err)
+		if created {
+			s.dropOwner(ctx, id)
+		}
+		return jobs.Job{}, false, err
+	}
+	s.m.enqueued.WithLabelValues(source).Inc()
+	if err := s.rdb.SAdd(ctx, keyOpen(who), job.ID).Err(); err != nil {
+		// The job is enqueued and owned; it only escapes the count of queued jobs.
+		s.log.Warn("count a queued job", "job", job.ID, "err", err)
 	}
 	return job, false, nil
 }
@@ -258,30 +261,14 @@ func (s *Server) checkQuota(ctx context.Context, who string) error {
 	return nil
 }
 
-// checkOwner refuses a job another token submitted. Jobs enqueued without the API (the Go
-// client, the CLI) have no owner and are open to every token.
-func (s *Server) checkOwner(ctx context.Context, who, id string) error {
-	owner, err := s.rdb.Get(ctx, keyOwner(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
-	if err != nil {
-		return serverError(fmt.Errorf("look up the owner of job %s: %w", id, err))
-	}
-	if owner != who {
-		return &apiError{status: http.StatusForbidden, typ: typePermission, code: "forbidden",
-			msg: fmt.Sprintf("job %s belongs to another token", id)}
-	}
-	return nil
-}
-
 // status is a job's status after the owner check.
 func (s *Server) status(r *http.Request) (jobs.Status, error) {
 	id := r.PathValue("id")
 	if err := s.checkOwner(r.Context(), caller(r), id); err != nil {
 		return jobs.Status{}, err
 	}
-	return s.client.Status(r.Context(), id)
+	st, err := s.client.Status(r.Context(), id)
+	return st, statusNotFound(id, err)
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) error {
@@ -331,8 +318,9 @@ func (s *Server) getResult(w http.ResponseWriter, r *http.Request) error {
 		if werr != nil && r.Context().Err() != nil {
 			return nil // the client went away
 		}
-		if st, err = s.client.Status(r.Context(), st.ID); err != nil {
-			return err
+		id := st.ID
+		if st, err = s.client.Status(r.Context(), id); err != nil {
+			return statusNotFound(id, err)
 		}
 	}
 	switch st.State {
@@ -399,11 +387,11 @@ func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), cancelTimeout)
 	defer cancel()
 	if err := s.client.Cancel(ctx, id); err != nil {
-		return err
+		return statusNotFound(id, err)
 	}
 	st, err := s.client.Status(r.Context(), id)
 	if err != nil {
-		return err
+		return statusNotFound(id, err)
 	}
 	writeJSON(w, http.StatusOK, viewOf(st))
 	return nil
@@ -414,12 +402,20 @@ type list[T any] struct {
 	Data   []T    `json:"data"`
 }
 
+// getWorkers lists the fleet to every token; the jobs of other tenants show without their
+// ids (redactWorkers).
 func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.client.Workers(r.Context())
 	if err != nil {
 		return serverError(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": ws})
+	out := list[jobs.WorkerServer]{Object: "list", Data: []jobs.WorkerServer{}}
+	if len(ws) > 0 {
+		if out.Data, err = s.redactWorkers(r.Context(), caller(r), ws); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -22,6 +22,16 @@ func keyOwner(jobID string) string { return jobs.JobOwnerKey(jobID) }
 // keyOpen (set of job ids): the token's submitted jobs not yet seen finished.
 func keyOpen(who string) string { return keyPrefix + "token:" + who + ":open" }
 
+// keyStoredBytes (string, counter) and keyFileBytes (hash file id → bytes): the bytes of the
+// token's stored files, for REDLITE_API_MAX_STORED_BYTES; only the scripts of quota.go change
+// them, together.
+func keyStoredBytes(who string) string { return keyPrefix + "token:" + who + ":stored_bytes" }
+func keyFileBytes(who string) string   { return keyPrefix + "token:" + who + ":file_bytes" }
+
+// keyQueuedBatches (set of batch ids): the token's batches not in a final status, for
+// REDLITE_API_MAX_QUEUED_BATCHES.
+func keyQueuedBatches(who string) string { return keyPrefix + "token:" + who + ":queued_batches" }
+
 // keyFile (string, JSON fileMeta) and keyFileContent (string, the bytes): one file.
 func keyFile(id string) string        { return keyPrefix + "file:" + id }
 func keyFileContent(id string) string { return keyPrefix + "file:" + id + ":content" }

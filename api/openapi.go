@@ -43,7 +43,13 @@ func operations() []operation {
 	sse := func(desc string) map[string]any {
 		return map[string]any{"description": desc, "content": map[string]any{"text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}}
 	}
-	common := map[string]any{"401": errResp("missing or invalid bearer token"), "429": errResp("rate or queued-job limit of the token")}
+	common := map[string]any{"401": errResp("missing or invalid bearer token"), "429": errResp("rate limit of the token (rate_limit_exceeded)"),
+		"503": errResp("Redis refuses writes (at its maxmemory) or credentials: redis_unavailable, with Retry-After")}
+	notYours := "no such job, or another token's (every token sees only its own)"
+	limits := func(m map[string]any, desc string) map[string]any {
+		m["429"] = errResp("rate limit of the token (rate_limit_exceeded), or " + desc)
+		return m
+	}
 	with := func(m map[string]any) map[string]any {
 		for k, v := range common {
 			m[k] = v
@@ -51,43 +57,50 @@ func operations() []operation {
 		return m
 	}
 	return []operation{
-		{method: "POST", path: "/v1/jobs", summary: "Submit a summarize or generate job", request: jobReq, responses: with(map[string]any{
-			"201": jsonResp("enqueued", ref("Job")), "200": jsonResp("a job with this idempotency key exists", ref("Job")),
-			"400": errResp("invalid payload, naming the field"), "403": errResp("the idempotency key is another token's job"), "413": errResp("body too large")})},
+		{method: "POST", path: "/v1/jobs", summary: "Submit a summarize or generate job", request: jobReq, responses: limits(with(map[string]any{
+			"201": jsonResp("enqueued; an idempotency key becomes the id \"<token digest>.<key>\"", ref("Job")), "200": jsonResp("this token has a job with this idempotency key", ref("Job")),
+			"400": errResp("invalid payload, naming the field"), "404": errResp("model_not_found: no live worker serves the model"),
+			"409": errResp("idempotency_key_in_use: the id is taken by a job enqueued outside the API"), "413": errResp("body too large"),
+			"422": errResp("job_too_large: no live worker can hold the job")}), "too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
 		{method: "GET", path: "/v1/jobs/{id}", summary: "A job's state, progress, last error and result", responses: with(map[string]any{
-			"200": jsonResp("the job", ref("Job")), "403": errResp("another token's job"), "404": errResp("no such job")})},
+			"200": jsonResp("the job", ref("Job")), "404": errResp(notYours)})},
 		{method: "GET", path: "/v1/jobs/{id}/result", summary: "A job's result; ?wait=30s long-polls", query: []string{"wait"}, responses: with(map[string]any{
 			"200": jsonResp("completed", ref("Result")), "202": jsonResp("not done yet", ref("Job")),
-			"409": errResp("failed or cancelled"), "404": errResp("no such job")})},
+			"409": errResp("failed or cancelled"), "400": errResp("bad wait"), "404": errResp(notYours)})},
 		{method: "GET", path: "/v1/jobs/{id}/events", summary: "Server-Sent Events: progress, then result or error", responses: with(map[string]any{
-			"200": sse("event: progress (data: Progress), then event: result (data: Result) or event: error (data: ErrorBody)"), "404": errResp("no such job")})},
+			"200": sse("event: progress (data: Progress), then event: result (data: Result) or event: error (data: ErrorBody)"), "404": errResp(notYours)})},
 		{method: "DELETE", path: "/v1/jobs/{id}", summary: "Cancel a job", responses: with(map[string]any{
-			"200": jsonResp("cancelled", ref("Job")), "409": errResp("already finished"), "404": errResp("no such job")})},
-		{method: "GET", path: "/v1/workers", summary: "The worker fleet", responses: with(map[string]any{"200": jsonResp("workers", map[string]any{"type": "object"})})},
+			"200": jsonResp("cancelled", ref("Job")), "409": errResp("already finished"), "404": errResp(notYours)})},
+		{method: "GET", path: "/v1/workers", summary: "The worker fleet; other tokens' running jobs show without their ids", responses: with(map[string]any{"200": jsonResp("workers", listOf("Worker"))})},
 		{method: "GET", path: "/v1/models", summary: "Models the fleet serves (OpenAI's shape)", responses: with(map[string]any{"200": jsonResp("models", listOf("Model"))})},
 		{method: "POST", path: "/v1/files", summary: "Upload a batch input file (multipart: purpose=batch, file)", requestType: "multipart/form-data",
 			request: map[string]any{"type": "object", "required": []string{"purpose", "file"}, "properties": map[string]any{
 				"purpose": map[string]any{"const": purposeBatch}, "file": map[string]any{"type": "string", "contentMediaType": "application/octet-stream"}}},
-			responses: with(map[string]any{"200": jsonResp("stored", ref("File")), "400": errResp("bad form"), "413": errResp("file too large")})},
+			responses: with(map[string]any{"200": jsonResp("stored", ref("File")), "400": errResp("bad form"),
+				"413": errResp("request_too_large: the file is above REDLITE_API_MAX_FILE_BYTES; storage_quota_exceeded: the token's stored files would pass REDLITE_API_MAX_STORED_BYTES")})},
 		{method: "GET", path: "/v1/files", summary: "The token's files, newest first (after, limit)", query: []string{"after", "limit"}, responses: with(map[string]any{"200": jsonResp("files", listOf("File"))})},
-		{method: "GET", path: "/v1/files/{id}", summary: "A file's metadata", responses: with(map[string]any{"200": jsonResp("file", ref("File")), "404": errResp("no such file")})},
+		{method: "GET", path: "/v1/files/{id}", summary: "A file's metadata", responses: with(map[string]any{"200": jsonResp("file", ref("File")), "404": errResp("no such file, or another token's")})},
 		{method: "GET", path: "/v1/files/{id}/content", summary: "A file's bytes", responses: with(map[string]any{
 			"200": map[string]any{"description": "the bytes", "content": map[string]any{"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
-			"404": errResp("no such file")})},
-		{method: "DELETE", path: "/v1/files/{id}", summary: "Delete a file", responses: with(map[string]any{"200": jsonResp("deleted", map[string]any{"type": "object"}), "404": errResp("no such file")})},
-		{method: "POST", path: "/v1/batches", summary: "Create a batch from an uploaded file", request: BatchRequest{}, responses: with(map[string]any{
-			"200": jsonResp("created (validating)", ref("Batch")), "400": errResp("bad request"), "404": errResp("no such input file")})},
+			"404": errResp("no such file, or another token's")})},
+		{method: "DELETE", path: "/v1/files/{id}", summary: "Delete a file (and its bytes from the token's stored bytes)", responses: with(map[string]any{"200": jsonResp("deleted", map[string]any{"type": "object"}), "404": errResp("no such file, or another token's")})},
+		{method: "POST", path: "/v1/batches", summary: "Create a batch from an uploaded file", request: BatchRequest{}, responses: limits(with(map[string]any{
+			"200": jsonResp("created (validating)", ref("Batch")), "400": errResp("bad request"), "404": errResp("no such input file, or another token's")}),
+			"too_many_queued_batches: the token's unfinished batches are at REDLITE_API_MAX_QUEUED_BATCHES")},
 		{method: "GET", path: "/v1/batches", summary: "The token's batches, newest first (after, limit)", query: []string{"after", "limit"}, responses: with(map[string]any{"200": jsonResp("batches", listOf("Batch"))})},
-		{method: "GET", path: "/v1/batches/{id}", summary: "A batch", responses: with(map[string]any{"200": jsonResp("batch", ref("Batch")), "404": errResp("no such batch")})},
+		{method: "GET", path: "/v1/batches/{id}", summary: "A batch", responses: with(map[string]any{"200": jsonResp("batch", ref("Batch")), "404": errResp("no such batch, or another token's")})},
 		{method: "POST", path: "/v1/batches/{id}/cancel", summary: "Cancel a batch", responses: with(map[string]any{
-			"200": jsonResp("cancelling", ref("Batch")), "409": errResp("already final"), "404": errResp("no such batch")})},
+			"200": jsonResp("cancelling", ref("Batch")), "409": errResp("already final"), "404": errResp("no such batch, or another token's")})},
 		{method: "GET", path: "/v1/webhook_secret", summary: "The secret that signs the webhooks of this token's jobs", responses: with(map[string]any{
 			"200": jsonResp("the secret", ref("WebhookSecret")), "404": errResp("webhooks are not signed")})},
 		{method: "POST", path: "/v1/chat/completions", summary: "Run one chat as a job and wait (stream: true for SSE chunks)",
-			request: map[string]any{"type": "object", "required": []string{"messages"}, "description": "OpenAI's chat completion request; unsupported parameters are refused by name"},
-			responses: with(map[string]any{"200": map[string]any{"description": "chat.completion, or chat.completion.chunk events with stream",
+			request: map[string]any{"type": "object", "required": []string{"messages"},
+				"description": "OpenAI's chat completion request; unsupported parameters are refused by name; stream_options only with stream: true"},
+			responses: limits(with(map[string]any{"200": map[string]any{"description": "chat.completion, or chat.completion.chunk events with stream",
 				"content": map[string]any{"application/json": map[string]any{"schema": ref("ChatCompletion")}, "text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
-				"400": errResp("unsupported or invalid parameter"), "409": errResp("the job was cancelled")})},
+				"400": errResp("unsupported or invalid parameter"), "404": errResp("model_not_found"), "409": errResp("the job was cancelled"),
+				"422": errResp("job_too_large"), "500": errResp("job_failed"), "504": errResp("timeout: the job outlasted REDLITE_API_MAX_WAIT")}),
+				"too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
 	}
 }
 
@@ -106,6 +119,7 @@ var schemaTypes = map[string]reflect.Type{
 	"ErrorBody":      reflect.TypeFor[errorBody](),
 	"BatchLine":      reflect.TypeFor[BatchOutputLine](),
 	"WebhookSecret":  reflect.TypeFor[WebhookSecret](),
+	"Worker":         reflect.TypeFor[jobs.WorkerServer](),
 }
 
 // goSchema is the JSON Schema of what encoding/json writes for t.
@@ -226,7 +240,9 @@ var openAPIDoc = sync.OnceValues(func() ([]byte, error) {
 	doc := map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "Red Lite Batch API", "version": "1",
-			"description": "Jobs from any language: the native job API, OpenAI-compatible files, batches and chat completions. See jobs/README.md."},
+			"description": "Jobs from any language: the native job API, OpenAI-compatible files, batches and chat completions. " +
+				"Every job, file and batch belongs to the token that made it; to any other token every route answers 404, as for an id that does not exist. " +
+				"A method a path does not have answers 405 with an Allow header. See jobs/README.md and api/README.md."},
 		"paths": paths,
 		"components": map[string]any{
 			"schemas":         schemas,

@@ -154,10 +154,32 @@ func (s *Server) routes() http.Handler {
 	}
 
 	open("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowed(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: typeInvalid, code: "method_not_allowed",
+				msg: fmt.Sprintf("%s is not allowed on %s; allowed: %s", clip(r.Method), r.URL.Path, strings.Join(allow, ", "))})
+			return
+		}
 		writeError(w, &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "unknown_route",
-			msg: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
+			msg: fmt.Sprintf("no route %s %s; see /v1/openapi.json", clip(r.Method), r.URL.Path)})
 	})
 	return s.instrument(s.cors(mux))
+}
+
+// routeMethods are the methods the API's routes use, which allowed tries.
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodDelete}
+
+// allowed lists the methods that have a route for r's path, for a 405's Allow header: the
+// catch-all "/" matches every method, so the mux never answers 405 by itself.
+func allowed(mux *http.ServeMux, r *http.Request) []string {
+	var out []string
+	for _, m := range routeMethods {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 type ctxKey struct{}
@@ -213,11 +235,16 @@ func (s *Server) rateLimit(ctx context.Context, who string) error {
 	now := time.Now()
 	key := keyRate(who, now.Unix())
 	var n *redis.IntCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	err := s.tx(ctx, func(p redis.Pipeliner) error {
 		n = p.Incr(ctx, key)
 		p.Expire(ctx, key, 2*time.Second)
 		return nil
 	})
+	if err != nil && errors.Is(redisx.Classify(err), jobs.ErrRedisOOM) {
+		// A full Redis refuses the count, not the request: reads, and the deletions that
+		// give memory back, must still work; every write is refused on its own anyway.
+		return nil
+	}
 	if err != nil {
 		return serverError(fmt.Errorf("rate limit: %w", err))
 	}
@@ -252,11 +279,17 @@ func (s *Server) cors(next http.Handler) http.Handler {
 	})
 }
 
-// readyz answers 200 when Redis answers, 503 with the reason otherwise.
+// readyz answers 200 when Redis answers and takes writes, 503 with the reason otherwise.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
-	if err := s.client.Ping(ctx); err != nil {
+	err := s.client.Ping(ctx)
+	if err == nil {
+		// PING answers while Redis refuses every write at its maxmemory, when no job, file
+		// or batch can be stored: not ready, so that operators and probes see it.
+		err = s.client.CheckMemory(ctx)
+	}
+	if err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not ready: %v\n", err)
 		return
