@@ -17,6 +17,8 @@ func FuzzParseJobRequest(f *testing.F) {
 	f.Add([]byte(`{"type":1}`), "")
 	f.Add([]byte(`[{"type":"generate"}]`), "")
 	f.Add([]byte(`{"type":"generate","type":"summarize","version":1,"input":"x"}`), "")
+	f.Add([]byte(`{"type":"generate","version":1,"prompt":"x","timeout":0}`), "")
+	f.Add([]byte(`{"type":"generate","version":1,"prompt":"x","metadata":{"a":`+strings.Repeat("[", 100)+strings.Repeat("]", 100)+`}}`), "")
 	f.Fuzz(func(t *testing.T, body []byte, idem string) {
 		p, err := ParseJobRequest(body, idem)
 		if err != nil {
@@ -40,6 +42,8 @@ func FuzzParseChatRequest(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"tool","content":"x"}],"tools":[]}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"max_completion_tokens":4,"metadata":{"a":"b"},"seed":7}`))
 	f.Add([]byte(`{"messages":null}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"stream":false,"stream_options":{"include_usage":true}}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"stream_options":null}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		g, _, err := ParseChatRequest(body)
 		if err != nil {

@@ -17,6 +17,8 @@ var generateSeeds = []string{
 	`{"version":1,"messages":[{"role":"user","content":"a","x":1}]}`,
 	`{"version":1,"prompt":null,"messages":null}`,
 	`[]`, `null`, `{"version":1e0}`, `{"version":"1"}`,
+	`{"version":1,"prompt":"x","timeout":0}`,
+	`{"version":1,"prompt":"x","metadata":{"a":[[[[{"b":"]]\"["}]]]]}}`,
 }
 
 var summarizeSeeds = []string{
@@ -105,4 +107,38 @@ func FuzzDecodeSummarize(f *testing.F) {
 			t.Fatalf("document not safely delimited by %q", tag)
 		}
 	})
+}
+
+// FuzzJSONDepth checks jsonDepth, which reads metadata without recursion, against the
+// depth of the decoded value on every valid JSON text.
+func FuzzJSONDepth(f *testing.F) {
+	for _, s := range []string{`{}`, `[[[]]]`, `{"a":[1,{"b":"]}\\"}]}`, `"[{"`, `{"a":"\\\""}`, `[[],[[]],{}]`, `1`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var v any
+		if json.Unmarshal(data, &v) != nil {
+			return
+		}
+		if got, want := jsonDepth(data), depthOf(v); got != want {
+			t.Fatalf("jsonDepth(%q) = %d, want %d", data, got, want)
+		}
+	})
+}
+
+func depthOf(v any) int {
+	d := 0
+	switch v := v.(type) {
+	case []any:
+		for _, e := range v {
+			d = max(d, depthOf(e))
+		}
+		return d + 1
+	case map[string]any:
+		for _, e := range v {
+			d = max(d, depthOf(e))
+		}
+		return d + 1
+	}
+	return 0
 }
