@@ -85,3 +85,46 @@ func SetTaskFailure(msg []byte, reason string, at time.Time) ([]byte, error) {
 	out = protowire.AppendTag(out, taskMessageLastFailedAt, protowire.VarintType)
 	return protowire.AppendVarint(out, uint64(at.Unix())), nil
 }
+
+// The retry fields of a TaskMessage, which a worker sets when it does what asynq's recoverer
+// would (jobs.Client.RetryOrphan).
+const (
+	taskMessageRetry   = 5 // int32 retry: attempts allowed after the first
+	taskMessageRetried = 6 // int32 retried: failed attempts so far
+)
+
+// TaskRetries reads a TaskMessage's retry limit and its failed attempts so far (0 when
+// absent, as protobuf has it); a malformed message is an error.
+func TaskRetries(msg []byte) (retry, retried int64, err error) {
+	err = walkTaskMessage(msg, func(field protowire.Number, _, value []byte) {
+		v, _ := protowire.ConsumeVarint(value)
+		switch field {
+		case taskMessageRetry:
+			retry = int64(v)
+		case taskMessageRetried:
+			retried = int64(v)
+		}
+	})
+	return retry, retried, err
+}
+
+// SetTaskRetried returns TaskMessage msg with retried failed attempts, its last error and the
+// time of its last failure set, as asynq writes them when it retries a job, and every other
+// field as it was.
+func SetTaskRetried(msg []byte, retried int64, reason string, at time.Time) ([]byte, error) {
+	failed, err := SetTaskFailure(msg, reason, at)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(failed)+8)
+	err = walkTaskMessage(failed, func(field protowire.Number, whole, _ []byte) {
+		if field != taskMessageRetried {
+			out = append(out, whole...)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out = protowire.AppendTag(out, taskMessageRetried, protowire.VarintType)
+	return protowire.AppendVarint(out, uint64(retried)), nil
+}
