@@ -252,13 +252,13 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.hooks.start()
 	d.w = newWorker(&worker{hb: d.hb, hooks: d.hooks, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
 		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs}, d.rdb)
-	// Before the asynq server starts: its recoverer runs at start and takes the jobs of a
-	// predecessor on this host that the finder proves dead (orphans.go).
-	if d.of, err = newOrphanFinder(d.rdb, d.insp, d.cfg.Queues, d.log); err != nil {
+	// Before the asynq server starts, the only time the finder can prove a predecessor with
+	// our own PID (a container's PID 1) dead: its jobs go to retry (orphans.go).
+	if d.of, err = newOrphanFinder(d.rdb, d.client, d.insp, d.cfg.Queues, d.log); err != nil {
 		return err
 	}
 	if n := d.of.sweep(ctx, true); n > 0 {
-		d.log.Info("jobs of dead workers handed to asynq's recoverer", "jobs", n)
+		d.log.Info("jobs of dead workers sent to retry", "jobs", n)
 	}
 	d.of.start()
 	if err := d.w.start(); err != nil {

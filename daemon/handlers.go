@@ -94,13 +94,14 @@ func (w *worker) attempt(next asynq.Handler) asynq.Handler {
 		r.id, _ = asynq.GetTaskID(ctx)
 		r.queue, _ = asynq.GetQueueName(ctx)
 		defer w.track(r.queue, r.id)()
-		if w.hb != nil {
-			// Before the engine runs: a restarted worker proves the job orphaned by this
-			// record (orphans.go).
-			w.hb.claim(r.id)
-			defer w.hb.release(r.id)
-		}
 		retried, _ := asynq.GetRetryCount(ctx)
+		if w.hb != nil {
+			// Before the engine runs: a restarted worker proves the attempt orphaned by this
+			// record (orphans.go).
+			a := attemptMember(r.id, retried)
+			w.hb.claim(a)
+			defer w.hb.release(a)
+		}
 		r.log = w.log.With("job", r.id, "type", task.Type(), "queue", r.queue, "attempt", retried+1)
 		r.out = taskWriter{ctx: ctx, client: w.client, queue: r.queue, id: r.id}
 		r.prog = newProgressWriter(r.out, w.cfg.ProgressInterval, r.log, w.m)

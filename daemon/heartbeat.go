@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,8 +69,24 @@ func (h *heartbeat) start() {
 	}()
 }
 
-// claim records that the worker runs job id; release forgets it. Best effort: without the
-// record, a job of a worker that dies is recovered by its lease (orphans.go).
+// attemptMember names an attempt in the worker's record of running jobs: the job id, a space
+// and the number of failed attempts before it. The attempt, not the job: once a dead worker's
+// job runs again elsewhere, the record of the dead attempt must not touch the new one.
+func attemptMember(id string, retried int) string { return id + " " + strconv.Itoa(retried) }
+
+// parseAttemptMember reads attemptMember's form (the id may hold spaces).
+func parseAttemptMember(m string) (id string, retried int64, ok bool) {
+	i := strings.LastIndexByte(m, ' ')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseInt(m[i+1:], 10, 32)
+	return m[:i], n, err == nil && n >= 0
+}
+
+// claim records that the worker runs an attempt (attemptMember); release forgets it. Best
+// effort: without the record, a job of a worker that dies is recovered by its lease
+// (orphans.go).
 func (h *heartbeat) claim(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

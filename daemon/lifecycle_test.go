@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -75,11 +80,11 @@ func TestSIGTERM(t *testing.T) {
 	})
 }
 
-// TestKill9 kills the daemon mid-job. asynq's lease brings the job back: the dead worker
-// stops extending its 30-second lease, and a live server's recoverer moves a job whose lease
-// expired 30 seconds ago or more to retry. That takes a minute of wall time, so the test
-// moves the lease's expiry one minute back in Redis, as if that minute had passed, and starts
-// a new daemon, whose recoverer runs at start.
+// TestKill9 kills the daemon mid-job. The job's lease brings it back: the dead worker stops
+// extending its 30-second lease, and a live server's recoverer moves a job whose lease
+// expired 30 seconds ago or more to retry (asynq's, or the orphan finder's first, which
+// also has the dead process's record). The test moves the lease's expiry one minute back
+// in Redis, as if that minute had passed, and starts a new daemon.
 func TestKill9(t *testing.T) {
 	b := setup(t)
 	p := startDaemonProcess(t, b.cfg)
@@ -441,9 +446,9 @@ func TestRedisTLS(t *testing.T) {
 
 // TestKill9Restart: a worker killed with SIGKILL mid-job and started again (as launchd or
 // Docker restart it) runs the job again at once, rather than after asynq's 60–120 s of
-// lease expiry, skew allowance and recoverer period: the orphan finder proves the old
-// process gone and hands the job to asynq's recoverer, which runs when the server starts,
-// and the recovered job skips the retry back-off.
+// lease expiry, skew allowance and recoverer period: the restarted worker's orphan finder
+// proves the old process gone by its record of running attempts and sends the job to retry
+// itself, and the recovered job skips the retry back-off.
 func TestKill9Restart(t *testing.T) {
 	b := setup(t)
 	// A worker's death is not the job's fault: the re-run must not wait out the back-off of
@@ -458,8 +463,7 @@ func TestKill9Restart(t *testing.T) {
 	p.wait(t)
 	killed := time.Now()
 	b.cfg.WorkerName = "restarted-worker"
-	startDaemonProcess(t, b.cfg)
-	// waitLimit (30 s) is below what asynq alone needs (at least 60 s after the death).
+	restarted := startDaemonProcess(t, b.cfg)
 	res, err := waitResult(t, b.client, job.ID, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -469,21 +473,37 @@ func TestKill9Restart(t *testing.T) {
 	if res.Worker != "restarted-worker" || res.Usage.CompletionTokens != 200 || st.Retried != 1 || !strings.Contains(st.LastError, "lease expired") {
 		t.Errorf("rerun: worker %q, %d tokens, retried %d, last error %q", res.Worker, res.Usage.CompletionTokens, st.Retried, st.LastError)
 	}
+	// The finder, not asynq's recoverer (which needs the lease expired 30 s ago), sent it.
+	sent := regexp.MustCompile(`msg="job orphaned by a dead worker: sent to retry"[^\n]*job=` + regexp.QuoteMeta(job.ID) + `[^\n]*why="its worker process on this host is gone"`)
+	if n := len(sent.FindAllString(restarted.out.String(), -1)); n != 1 {
+		t.Errorf("the restarted worker sent the job to retry %d times, want once:\n%s", n, restarted.out.String())
+	}
 }
 
-// TestKill9NoReturn measures how long a job waits when its worker is killed with SIGKILL
-// and never comes back while another worker runs: that worker's orphan finder proves the
-// job orphaned (on another host: its lease unextended for 15 s and no live heartbeat
-// listing it), and its asynq recoverer, which runs once a minute from the worker's start
-// and cannot be made to run more often (asynq v0.26), takes it at its next run. The dead
-// worker is killed just after the survivor's recoverer ran at start, the case where the
-// recoverer's minute is paid almost whole. The figures are logged, not asserted; what is
-// asserted is that the survivor runs the job again exactly once.
+// TestKill9NoReturn: a worker killed with SIGKILL that never comes back while another worker
+// runs. The survivor's orphan finder proves the job orphaned (on another host: its lease
+// unextended for 15 s and no live heartbeat listing it) and sends it to asynq's retry set
+// itself, without waiting for asynq's recoverer, which runs once a minute (asynq v0.26).
+// Asserted: the survivor runs the job again exactly once, as its second attempt, after one
+// hand-over. Logged, not asserted (load decides them): the times from the kill to the proof
+// and to the job decoding again. REDLITE_TEST_KILL9_TRIALS=20 repeats it and logs the
+// minimum, median and maximum (docs/operations.md has the figures).
 func TestKill9NoReturn(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits out asynq's one-minute recoverer period")
+		t.Skip("waits out three missed heartbeats per trial")
+	}
+	trials := 1
+	if s := os.Getenv("REDLITE_TEST_KILL9_TRIALS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("REDLITE_TEST_KILL9_TRIALS=%q: want a count of trials", s)
+		}
+		trials = n
 	}
 	b := setup(t)
+	// asynq's polling as in production: the re-run waits for its forwarder and dequeue.
+	def := DefaultConfig()
+	b.cfg.TaskCheckInterval, b.cfg.DelayedTaskCheckInterval = def.TaskCheckInterval, def.DelayedTaskCheckInterval
 	// The doomed worker on another host when this machine allows a UTS namespace (root),
 	// else on this one, where the finder proves it gone by its PID.
 	host := "other-mac"
@@ -491,27 +511,47 @@ func TestKill9NoReturn(t *testing.T) {
 		t.Logf("no UTS namespace (%v): the dead worker runs on this host", err)
 		host = ""
 	}
-	b.cfg.WorkerName = "doomed-worker"
-	doomed := startDaemonProcessOn(t, b.cfg, host)
+	where := "another host"
+	if host == "" {
+		where = "this host"
+	}
+	var proven, rerun []time.Duration
+	for i := range trials {
+		p, r := kill9NoReturn(t, b, host, i)
+		proven, rerun = append(proven, p), append(rerun, r)
+		t.Logf("trial %d: kill -9 of a worker on %s that never returns: proven orphaned after %v, decoding again on the survivor after %v",
+			i+1, where, p.Round(100*time.Millisecond), r.Round(100*time.Millisecond))
+	}
+	if trials > 1 {
+		stats := func(d []time.Duration) string {
+			slices.Sort(d)
+			return fmt.Sprintf("min %v, median %v, max %v", d[0].Round(100*time.Millisecond), d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond))
+		}
+		t.Logf("%d trials, worker on %s: proven orphaned %s; decoding again %s", trials, where, stats(proven), stats(rerun))
+	}
+}
+
+// kill9NoReturn is one trial of TestKill9NoReturn; it returns the times from the kill to the
+// survivor's proof and to the job decoding again.
+func kill9NoReturn(t *testing.T, b *testBundle, host string, trial int) (proven, rerun time.Duration) {
+	cfg := b.cfg
+	cfg.WorkerName = fmt.Sprintf("doomed-worker-%d", trial)
+	doomed := startDaemonProcessOn(t, cfg, host)
 	job := enqueue(t, b.client, longGenerate())
 	waitFor(t, b.client, job.ID, "decoding", decoding)
 
-	b.cfg.WorkerName = "survivor"
-	survivor := startDaemonProcess(t, b.cfg)
-	waitServer := func() bool {
+	// The survivor starts once the job runs, so that it cannot take the job first.
+	cfg.WorkerName = fmt.Sprintf("survivor-%d", trial)
+	survivor := startDaemonProcess(t, cfg)
+	up := func() bool {
 		servers, err := b.insp.Servers()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range servers {
-			if s.PID == survivor.cmd.Process.Pid {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(servers, func(s *asynq.ServerInfo) bool { return s.PID == survivor.cmd.Process.Pid })
 	}
 	deadline := time.Now().Add(waitLimit)
-	for !waitServer() { // its recoverer has run once it heartbeats
+	for !up() {
 		if time.Now().After(deadline) {
 			t.Fatal("the survivor's asynq server did not start")
 		}
@@ -526,24 +566,10 @@ func TestKill9NoReturn(t *testing.T) {
 	doomed.wait(t)
 	killed := time.Now()
 
-	// asynq's minute plus the finder's proof: longer than waitLimit.
-	const recoveryLimit = 3 * time.Minute
-	var rerun jobs.Status
-	for {
-		st, err := b.client.Status(context.Background(), job.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if decoding(st) && st.Progress.UpdatedAt.After(killed) {
-			rerun = st
-			break
-		}
-		if time.Since(killed) > recoveryLimit {
-			t.Fatalf("the job did not run again within %v of the kill; last status %+v\nsurvivor:\n%s", recoveryLimit, st, survivor.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	restarted := time.Since(killed)
+	again := waitFor(t, b.client, job.ID, "decoding again", func(st jobs.Status) bool {
+		return decoding(st) && st.Progress.UpdatedAt.After(killed)
+	})
+	rerun = time.Since(killed)
 	handover := regexp.MustCompile(`time=(\S+) level=INFO msg="job orphaned by a dead worker[^\n]*job=` + regexp.QuoteMeta(job.ID))
 	m := handover.FindAllStringSubmatch(survivor.out.String(), -1)
 	if len(m) != 1 {
@@ -553,15 +579,8 @@ func TestKill9NoReturn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	where := "another host"
-	if host == "" {
-		where = "this host"
-	}
-	t.Logf("kill -9 of a worker on %s that never returns: proven orphaned after %v, running again on the survivor after %v",
-		where, at.Sub(killed).Round(100*time.Millisecond), restarted.Round(100*time.Millisecond))
-
-	if rerun.Retried != 1 || !strings.Contains(rerun.LastError, "lease expired") {
-		t.Errorf("rerun: retried %d, last error %q; want one retry after the lease expired", rerun.Retried, rerun.LastError)
+	if again.Retried != 1 || !strings.Contains(again.LastError, "lease expired") {
+		t.Errorf("rerun: retried %d, last error %q; want one retry after the lease expired", again.Retried, again.LastError)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -572,13 +591,21 @@ func TestKill9NoReturn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Result == nil || st.Result.Worker != "survivor" {
+	if st.Result == nil || st.Result.Worker != cfg.WorkerName {
 		t.Errorf("after the cancel: result %+v; want the survivor's", st.Result)
 	}
 	ended := regexp.MustCompile(`msg="job ended" job=` + regexp.QuoteMeta(job.ID) + `\S* type=\S+ queue=\S+ attempt=(\d+)`)
 	if m := ended.FindAllStringSubmatch(survivor.out.String(), -1); len(m) != 1 || m[0][1] != "2" {
 		t.Errorf("the survivor's attempts at the job: %v; want one, the second attempt", m)
 	}
+	// The survivor goes, so that the next trial's doomed worker takes its job.
+	if err := survivor.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := survivor.wait(t); err != nil {
+		t.Fatalf("survivor's exit: %v", err)
+	}
+	return at.Sub(killed), rerun
 }
 
 // TestWiredLimit checks the Mac's wired-limit check with a stand-in for the sysctl (macOS

@@ -24,19 +24,23 @@ import (
 // None of the three is configurable, so on its own asynq re-runs such a job 60–120 s after
 // the death (measured: 90–100 s).
 //
-// The orphan finder shortens that for jobs it can prove orphaned, by moving their lease
-// back so that asynq's recoverer takes them at its next run:
+// The orphan finder of every worker looks every orphanInterval for jobs it can prove
+// orphaned and sends each to asynq's retry set itself, as asynq's recoverer would
+// (jobs.RetryOrphan: one more failed attempt, "lease expired"); retryDelay lets it run at
+// once, and asynq's forwarder makes it pending within REDLITE_DELAYED_TASK_CHECK_INTERVAL.
+// Heartbeats decide which jobs are orphaned:
 //   - held by a worker process of this host that no longer exists (a worker restarted by
 //     launchd or Docker: its predecessor's PID is gone, or is our own PID in a container
-//     and the predecessor started before us): proven at once, and since it runs before our
-//     asynq server starts, whose recoverer runs at start, the job runs again within the
-//     restart;
+//     and the predecessor started before us): proven at once;
 //   - no live worker lists it in its heartbeat and its lease has not been extended for
-//     orphanLeaseAge (three missed heartbeats): a dead worker on another host. asynq's next
-//     recoverer run on any worker (each runs one a minute) then takes it.
-//
-// A lease is moved back far enough (leaseBackdate) that asynq's 30 s skew allowance is
-// passed.
+//     orphanLeaseAge (three missed heartbeats): a dead worker on another host. A worker
+//     that is merely slow still heartbeats, lists its jobs and extends their leases, and
+//     RetryOrphan acts only under the lease as read, so an extension in between keeps the
+//     job where it is.
+// So the job runs again 15–25 s after its worker's last heartbeat, and of several finders
+// only one moves it. A job whose retries are spent has its lease moved back instead
+// (leaseBackdate), past asynq's 30 s skew allowance: asynq's recoverer archives it at its
+// next run, as it would have.
 
 const (
 	leaseDuration  = 30 * time.Second // asynq's rdb.LeaseDuration
@@ -49,9 +53,10 @@ const (
 // same PID (PID 1 in a container).
 var processStart = time.Now()
 
-// orphanFinder moves back the leases of jobs whose worker is provably gone.
+// orphanFinder retries the jobs whose worker is provably gone.
 type orphanFinder struct {
 	rdb    redis.UniversalClient
+	client *jobs.Client
 	insp   *asynq.Inspector
 	queues []string
 	host   string
@@ -60,12 +65,12 @@ type orphanFinder struct {
 	done   chan struct{}
 }
 
-func newOrphanFinder(rdb redis.UniversalClient, insp *asynq.Inspector, queues map[string]int, log *slog.Logger) (*orphanFinder, error) {
+func newOrphanFinder(rdb redis.UniversalClient, client *jobs.Client, insp *asynq.Inspector, queues map[string]int, log *slog.Logger) (*orphanFinder, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown-host" // as asynq does
 	}
-	f := &orphanFinder{rdb: rdb, insp: insp, host: host, log: log.With("component", "orphans"),
+	f := &orphanFinder{rdb: rdb, client: client, insp: insp, host: host, log: log.With("component", "orphans"),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	for q := range queues {
 		f.queues = append(f.queues, q)
@@ -95,7 +100,7 @@ func (f *orphanFinder) terminate() {
 	<-f.done
 }
 
-// sweep moves back the leases of the jobs it can prove orphaned and returns how many.
+// sweep retries the jobs it can prove orphaned and returns how many.
 // atStart is true for the sweep before this process's asynq server starts, when a record of
 // running jobs under our own PID can only be a predecessor's (PID 1 in a container).
 func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
@@ -107,18 +112,19 @@ func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
 		return 0
 	}
 	claimed := map[string]bool{} // task ids live workers hold
-	dead := map[string]bool{}    // task ids of workers of this host that are gone
 	for _, s := range servers {
 		gone := s.Host == f.host && (s.PID == os.Getpid() && s.Started.Before(processStart) ||
 			s.PID != os.Getpid() && !processAlive(s.PID))
+		if gone {
+			// Its listing outlives it by up to 10 s, by which time the job may run again
+			// elsewhere: the proof of a dead attempt is its record below.
+			continue
+		}
 		for _, w := range s.ActiveWorkers {
-			if gone {
-				dead[w.TaskID] = true
-			} else {
-				claimed[w.TaskID] = true
-			}
+			claimed[w.TaskID] = true
 		}
 	}
+	dead := map[string]int64{} // the attempts of worker processes of this host that are gone
 	// The running jobs each worker process of this host recorded when they started
 	// (heartbeat.go): asynq lists a worker's jobs only with its next heartbeat.
 	prefix := "redlite:worker:" + f.host + ":"
@@ -137,8 +143,10 @@ func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
 		if err != nil {
 			continue
 		}
-		for _, id := range ids {
-			dead[id] = true
+		for _, m := range ids {
+			if id, retried, ok := parseAttemptMember(m); ok {
+				dead[id] = retried
+			}
 		}
 		deadKeys = append(deadKeys, key)
 	}
@@ -161,31 +169,49 @@ func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
 		}
 		for _, z := range leases {
 			id, _ := z.Member.(string)
-			staleLease := z.Score <= stale
-			if !dead[id] && (claimed[id] || !staleLease) {
+			attempt, isDead := dead[id]
+			if claimed[id] || !isDead && z.Score > stale {
 				continue
 			}
-			back := float64(now.Add(-leaseBackdate).Unix())
-			if z.Score <= back {
-				continue // asynq's recoverer will take it as it is
+			why := "its worker process on this host is gone"
+			if !isDead {
+				why = "no live worker holds it and its lease has not been extended for " + orphanLeaseAge.String()
+				attempt = -1
 			}
-			// XX: only a lease that still exists (the job may have just finished).
-			if err := f.rdb.ZAddXX(ctx, key, redis.Z{Score: back, Member: id}).Err(); err != nil {
-				f.log.Debug("move a lease back", "job", id, "err", err)
-				continue
+			err := f.client.RetryOrphan(ctx, q, id, z.Score, attempt, asynq.ErrLeaseExpired.Error())
+			switch {
+			case err == nil:
+				f.log.Info("job orphaned by a dead worker: sent to retry", "job", id, "queue", q, "why", why)
+				n++
+			case errors.Is(err, jobs.ErrRetriesSpent):
+				if f.backdate(ctx, key, id, z.Score, now) {
+					f.log.Info("job orphaned by a dead worker: no retries left, handed to asynq's recoverer to archive", "job", id, "queue", q, "why", why)
+					n++
+				}
+			case !errors.Is(err, jobs.ErrNotActive): // not active: finished, or a live worker's
+				f.log.Debug("retry an orphaned job", "job", id, "err", err)
 			}
-			why := "no live worker holds it and its lease has not been extended for " + orphanLeaseAge.String()
-			if dead[id] {
-				why = "its worker process on this host is gone"
-			}
-			f.log.Info("job orphaned by a dead worker: handing it to asynq's recoverer", "job", id, "queue", q, "why", why)
-			n++
 		}
 	}
 	if len(deadKeys) > 0 {
 		f.rdb.Del(ctx, deadKeys...)
 	}
 	return n
+}
+
+// backdate moves the lease of job id in lease set key back past asynq's skew allowance, so
+// that asynq's recoverer takes the job at its next run.
+func (f *orphanFinder) backdate(ctx context.Context, key, id string, score float64, now time.Time) bool {
+	back := float64(now.Add(-leaseBackdate).Unix())
+	if score <= back {
+		return false // asynq's recoverer will take it as it is
+	}
+	// XX: only a lease that still exists (the job may have just finished).
+	if err := f.rdb.ZAddXX(ctx, key, redis.Z{Score: back, Member: id}).Err(); err != nil {
+		f.log.Debug("move a lease back", "job", id, "err", err)
+		return false
+	}
+	return true
 }
 
 // processAlive says whether a process with pid exists (signal 0; EPERM means it exists but

@@ -48,12 +48,14 @@ redis.call("INCR", KEYS[8])
 return 1`)
 
 // RetryOrphan sends job id of queue, active under a lease that expires at lease (Unix
-// seconds, as read from the queue's lease set) and whose worker is known dead, to asynq's
+// seconds, as read from the queue's lease set) in its attempt after retried failed ones (-1:
+// whichever) and whose worker is known dead, to asynq's
 // retry set to run again at once, counting the attempt as failed with errMsg, as asynq's
 // recoverer would a minute or more later. ErrNotActive: the job is no longer active under
-// that lease (finished, cancelled, extended by a live worker, or already moved);
+// that lease or in that attempt (finished, cancelled, extended by a live worker, or already
+// moved);
 // ErrRetriesSpent: it has no retries left and is left as it is.
-func (c *Client) RetryOrphan(ctx context.Context, queue, id string, lease float64, errMsg string) error {
+func (c *Client) RetryOrphan(ctx context.Context, queue, id string, lease float64, attempt int64, errMsg string) error {
 	old, err := c.rdb.HGet(ctx, redisx.TaskKey(queue, id), "msg").Bytes()
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("retry job %s: %w", id, ErrNotActive)
@@ -64,6 +66,9 @@ func (c *Client) RetryOrphan(ctx context.Context, queue, id string, lease float6
 	retry, retried, err := redisx.TaskRetries(old)
 	if err != nil {
 		return fmt.Errorf("retry job %s: %w", id, err)
+	}
+	if attempt >= 0 && retried != attempt {
+		return fmt.Errorf("retry job %s: %w: it is in a later attempt", id, ErrNotActive)
 	}
 	if retried >= retry {
 		return fmt.Errorf("retry job %s: %w (%d of %d)", id, ErrRetriesSpent, retried, retry)

@@ -40,7 +40,7 @@ func TestRetryOrphan(t *testing.T) {
 	}
 
 	const lost = "asynq: task lease expired"
-	if err := c.RetryOrphan(ctx, job.Queue, job.ID, 1, lost); !errors.Is(err, ErrNotActive) {
+	if err := c.RetryOrphan(ctx, job.Queue, job.ID, 1, -1, lost); !errors.Is(err, ErrNotActive) {
 		t.Fatalf("under a lease it does not hold: %v, want ErrNotActive", err)
 	}
 	// The live worker extends its lease every 5 s: a read that straddles an extension is
@@ -50,9 +50,12 @@ func TestRetryOrphan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = c.RetryOrphan(ctx, job.Queue, job.ID, lease, lost)
+		if err := c.RetryOrphan(ctx, job.Queue, job.ID, lease, 1, lost); !errors.Is(err, ErrNotActive) {
+			t.Fatalf("in an attempt it is not in: %v, want ErrNotActive", err)
+		}
+		err = c.RetryOrphan(ctx, job.Queue, job.ID, lease, 0, lost)
 		if err == nil {
-			if err := c.RetryOrphan(ctx, job.Queue, job.ID, lease, lost); !errors.Is(err, ErrNotActive) {
+			if err := c.RetryOrphan(ctx, job.Queue, job.ID, lease, -1, lost); !errors.Is(err, ErrNotActive) {
 				t.Fatalf("a second retry of the same attempt: %v, want ErrNotActive", err)
 			}
 			break
@@ -95,7 +98,7 @@ func TestRetryOrphan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RetryOrphan(ctx, spent.Queue, spent.ID, 1, lost); !errors.Is(err, ErrRetriesSpent) {
+	if err := c.RetryOrphan(ctx, spent.Queue, spent.ID, 1, -1, lost); !errors.Is(err, ErrRetriesSpent) {
 		t.Errorf("a job without retries: %v, want ErrRetriesSpent", err)
 	}
 }
