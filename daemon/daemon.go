@@ -52,7 +52,16 @@ type Options struct {
 	Backend ml.Backend
 	// Resolver looks up webhook hosts; nil means the system's. Tests map names with it.
 	Resolver jobs.Resolver
+	// Orphaned is called when a write of one of this process's attempts is refused because
+	// another worker found it orphaned (this process's heartbeats had stopped: it was frozen,
+	// and was taken for dead) and sent its job to run again. It must end the process at once,
+	// without the graceful shutdown, whose hand-back to the queue would take the job from its
+	// new attempt. nil: only that attempt stops. Run sets it to exit with ExitOrphaned.
+	Orphaned func()
 }
+
+// ExitOrphaned is redlited's exit status when it was taken for dead (Options.Orphaned).
+const ExitOrphaned = 3
 
 // Daemon is a running redlited.
 type Daemon struct {
@@ -66,6 +75,8 @@ type Daemon struct {
 	insp   *asynq.Inspector // over rdb: closing rdb closes it
 	http   *httpServer      // nil with REDLITE_HTTP_ADDR=off
 	obs    Observer
+	// orphaned is Options.Orphaned.
+	orphaned func()
 	// backend is Options.Backend.
 	backend ml.Backend
 	// resolver is Options.Resolver.
@@ -121,7 +132,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		_ = rdb.Close()
 		return nil, configErr(fmt.Errorf("REDLITE_REDIS_URL: %w", err))
 	}
-	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, rdb: rdb, client: client, obs: o.Observer, backend: o.Backend, resolver: o.Resolver,
+	d := &Daemon{cfg: cfg, log: log, reg: reg, m: m, redis: ru, rdb: rdb, client: client, obs: o.Observer, orphaned: o.Orphaned, backend: o.Backend, resolver: o.Resolver,
 		insp: asynq.NewInspectorFromRedisClient(rdb)}
 	if err := reg.Register(asynqmetrics.NewQueueMetricsCollector(d.insp)); err != nil {
 		d.closeClients()
@@ -251,7 +262,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.hooks.start()
 	d.w = newWorker(&worker{hb: d.hb, hooks: d.hooks, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
-		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs}, d.rdb)
+		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs, orphaned: d.orphaned}, d.rdb)
 	// Before the asynq server starts, the only time the finder can prove a predecessor with
 	// our own PID (a container's PID 1) dead: its jobs go to retry (orphans.go).
 	if d.of, err = newOrphanFinder(d.rdb, d.client, d.insp, d.cfg.Queues, d.log); err != nil {
@@ -409,6 +420,9 @@ func (d *Daemon) closeClients() {
 // Run starts the daemon, serves until ctx ends (SIGTERM or SIGINT in redlited), then shuts
 // it down gracefully.
 func Run(ctx context.Context, cfg Config, o Options) error {
+	if o.Orphaned == nil {
+		o.Orphaned = func() { os.Exit(ExitOrphaned) }
+	}
 	d, err := New(cfg, o)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"log/slog"
 
 	"github.com/hibiken/asynq"
 )
@@ -37,6 +38,24 @@ func (e *permanentError) Unwrap() []error { return []error{e.err, asynq.SkipRetr
 // errShuttingDown is the cause of the handlers' context when the daemon stops a job that did
 // not finish within the shutdown timeout; asynq has already put the job back in its queue.
 var errShuttingDown = errors.New("daemon shutting down: job handed back to its queue")
+
+// errOrphaned is the cause of an attempt's context when its job was found orphaned by another
+// worker (this one's heartbeats stopped: frozen, not dead) and sent to run again: its
+// writes are refused (taskWriter) and it stops.
+var errOrphaned = errors.New("this attempt was taken for orphaned (its worker's heartbeats stopped) and the job runs again elsewhere")
+
+// onOrphaned is what a taskWriter does when its attempt was found orphaned: log it and call
+// Options.Orphaned, which ends the process. asynq would otherwise, when the handler returns,
+// remove the job from the active list and the lease set by its id, which its new attempt
+// holds now.
+func (w *worker) onOrphaned(log *slog.Logger) func() {
+	return func() {
+		log.Error("this worker was taken for dead: its heartbeats had stopped (the process was frozen) and another worker runs the job again; exiting at once so as not to touch it", "err", errOrphaned)
+		if w.orphaned != nil {
+			w.orphaned()
+		}
+	}
+}
 
 // ErrConfig matches every error of the configuration: an invalid REDLITE_* value, or a
 // file it names that cannot be used (a model that does not load, a bad calibration).

@@ -103,7 +103,9 @@ func (w *worker) attempt(next asynq.Handler) asynq.Handler {
 			defer w.hb.release(a)
 		}
 		r.log = w.log.With("job", r.id, "type", task.Type(), "queue", r.queue, "attempt", retried+1)
-		r.out = taskWriter{ctx: ctx, client: w.client, queue: r.queue, id: r.id}
+		ctx, stop := context.WithCancelCause(ctx)
+		defer stop(nil)
+		r.out = taskWriter{ctx: ctx, client: w.client, queue: r.queue, id: r.id, retried: retried, stop: stop, orphaned: w.onOrphaned(r.log)}
 		r.prog = newProgressWriter(r.out, w.cfg.ProgressInterval, r.log, w.m)
 		r.prog.start()
 		defer func() {

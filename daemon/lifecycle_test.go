@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -594,18 +595,78 @@ func kill9NoReturn(t *testing.T, b *testBundle, host string, trial int) (proven,
 	if st.Result == nil || st.Result.Worker != cfg.WorkerName {
 		t.Errorf("after the cancel: result %+v; want the survivor's", st.Result)
 	}
-	ended := regexp.MustCompile(`msg="job ended" job=` + regexp.QuoteMeta(job.ID) + `\S* type=\S+ queue=\S+ attempt=(\d+)`)
-	if m := ended.FindAllStringSubmatch(survivor.out.String(), -1); len(m) != 1 || m[0][1] != "2" {
-		t.Errorf("the survivor's attempts at the job: %v; want one, the second attempt", m)
-	}
-	// The survivor goes, so that the next trial's doomed worker takes its job.
+	// The survivor goes, so that the next trial's doomed worker takes its job; once it has
+	// exited its log is whole (the cancelled attempt's last line may come after Cancel).
 	if err := survivor.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := survivor.wait(t); err != nil {
 		t.Fatalf("survivor's exit: %v", err)
 	}
+	ended := regexp.MustCompile(`msg="job ended" job=` + regexp.QuoteMeta(job.ID) + `\S* type=\S+ queue=\S+ attempt=(\d+)`)
+	if m := ended.FindAllStringSubmatch(survivor.out.String(), -1); len(m) != 1 || m[0][1] != "2" {
+		t.Errorf("the survivor's attempts at the job: %v; want one, the second attempt", m)
+	}
 	return at.Sub(killed), rerun
+}
+
+// TestFrozenWorker: a worker whose process is frozen (SIGSTOP) long enough to miss three
+// heartbeats is taken for dead, and another worker runs its job again; when it wakes
+// (SIGCONT), its next write of the old attempt is refused and it exits at once
+// (ExitOrphaned), so that the job runs exactly once more, on the other worker, untouched.
+func TestFrozenWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out three missed heartbeats")
+	}
+	b := setup(t)
+	b.cfg.WorkerName = "frozen-worker"
+	frozen := startDaemonProcess(t, b.cfg)
+	job := enqueue(t, b.client, longGenerate())
+	waitFor(t, b.client, job.ID, "decoding", decoding)
+	b.cfg.WorkerName = "survivor"
+	survivor := startDaemonProcess(t, b.cfg)
+	waitFor(t, b.client, job.ID, "decoding, with the survivor up", func(st jobs.Status) bool {
+		servers, err := b.insp.Servers()
+		return err == nil && len(servers) == 2 && decoding(st)
+	})
+	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	again := waitFor(t, b.client, job.ID, "decoding again on the survivor", func(st jobs.Status) bool { return decoding(st) && st.Retried == 1 })
+	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var exit *exec.ExitError
+	if err := frozen.wait(t); !errors.As(err, &exit) || exit.ExitCode() != ExitOrphaned {
+		t.Fatalf("the woken worker: %v, want exit status %d\n%s", err, ExitOrphaned, frozen.out.String())
+	}
+	if !strings.Contains(frozen.out.String(), "this worker was taken for dead") {
+		t.Errorf("the woken worker did not say why it exits:\n%s", frozen.out.String())
+	}
+	exited := time.Now()
+	// The survivor still runs the job, in the same attempt, after the woken worker is gone.
+	st := waitFor(t, b.client, job.ID, "progress after the woken worker exited", func(st jobs.Status) bool {
+		return st.Progress != nil && st.Progress.UpdatedAt.After(exited)
+	})
+	if st.State != jobs.StateActive || st.Retried != 1 || st.Progress.Generated < again.Progress.Generated {
+		t.Errorf("the re-run after the woken worker exited: %+v; want it still active in its second attempt", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.client.Cancel(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.client.Status(context.Background(), job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Result == nil || st.Result.Worker != "survivor" {
+		t.Errorf("after the cancel: result %+v; want the survivor's", st.Result)
+	}
+	handover := regexp.MustCompile(`msg="job orphaned by a dead worker: sent to retry"[^\n]*job=` + regexp.QuoteMeta(job.ID))
+	if n := len(handover.FindAllString(survivor.out.String(), -1)); n != 1 {
+		t.Errorf("the survivor sent the job to retry %d times, want once:\n%s", n, survivor.out.String())
+	}
 }
 
 // TestWiredLimit checks the Mac's wired-limit check with a stand-in for the sysctl (macOS

@@ -17,6 +17,7 @@ const (
 	outcomeDoesNotFit = "does_not_fit" // no plan fits: archived with the planner's explanation
 	outcomeFault      = "engine_fault" // retried with back-off
 	outcomeRequeued   = "requeued"     // shutdown took the job back to its queue
+	outcomeOrphaned   = "orphaned"     // taken for dead, the job ran again elsewhere
 	outcomeBusy       = "busy"         // waited REDLITE_ADMISSION_TIMEOUT unrun: retried
 	outcomeWaiting    = "waiting"      // a hierarchical summary's parent checked its children
 	outcomeFailed     = "failed"       // a hierarchical summary's child failed for good: archived

@@ -56,10 +56,16 @@ type run struct {
 // asynq's ResultWriter sets the field whether or not the task is there, so once a Redis
 // failover has lost a job (its enqueue never reached the replica) it would bring back a hash
 // that is no task at all, which no inspector can read and nothing ever deletes.
+//
+// It writes for one attempt: once another worker has found the attempt orphaned (its worker
+// taken for dead, jobs.RetryOrphan), the write is refused and the attempt stopped.
 type taskWriter struct {
 	ctx       context.Context // the task's: nothing is written once asynq has let the job go
 	client    *jobs.Client
 	queue, id string
+	retried   int                     // the attempt: failed attempts before it
+	stop      context.CancelCauseFunc // the attempt's context
+	orphaned  func()                  // the worker's onOrphaned
 }
 
 func (t taskWriter) Write(p []byte) (int, error) {
@@ -68,7 +74,11 @@ func (t taskWriter) Write(p []byte) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
 	defer cancel()
-	if err := t.client.WriteEnvelope(ctx, t.queue, t.id, p); err != nil {
+	if err := t.client.WriteAttemptEnvelope(ctx, t.queue, t.id, t.retried, p); err != nil {
+		if errors.Is(err, jobs.ErrAttemptOrphaned) {
+			t.stop(errOrphaned)
+			t.orphaned()
+		}
 		return 0, err
 	}
 	return len(p), nil
@@ -313,6 +323,10 @@ func (r *run) writeResult(ctx context.Context, env []byte) error {
 		if errors.Is(err, jobs.ErrNotFound) {
 			return fmt.Errorf("write result: the job is no longer in Redis (deleted, or lost in a Redis failover): %w", err)
 		}
+		if errors.Is(err, jobs.ErrAttemptOrphaned) {
+			r.outcome = outcomeOrphaned
+			return fmt.Errorf("write result: %w", err)
+		}
 		if f := r.w.observer.ResultWriteFailed; f != nil {
 			f(ctx, r.id, attempt, err)
 		}
@@ -336,6 +350,11 @@ func (r *run) cancelled(ctx context.Context, res jobs.Result, genErr error) erro
 		r.outcome = outcomeRequeued
 		return genErr
 	}
+	if errors.Is(context.Cause(ctx), errOrphaned) {
+		// Another attempt has the job: what this one did is not its result.
+		r.outcome = outcomeOrphaned
+		return fmt.Errorf("%w: %w", errOrphaned, genErr)
+	}
 	r.outcome = outcomeCancelled
 	r.prog.terminate()
 	env, err := jobs.EncodeResult(res)
@@ -343,7 +362,7 @@ func (r *run) cancelled(ctx context.Context, res jobs.Result, genErr error) erro
 		// asynq's ResultWriter refuses once the task context is done; WriteEnvelope writes
 		// the same field while the task exists.
 		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = w.client.WriteEnvelope(wctx, r.queue, r.id, env)
+		err = w.client.WriteAttemptEnvelope(wctx, r.queue, r.id, r.out.retried, env)
 		cancel()
 	}
 	if err != nil {

@@ -32,6 +32,7 @@ type worker struct {
 	cal      planner.Calibration
 	policy   planner.Policy
 	observer Observer
+	orphaned func() // Options.Orphaned; nil in tests that run the daemon in-process
 	// pool and sched run the jobs together when REDLITE_CONCURRENCY > 1 (batch.go); nil
 	// otherwise.
 	pool  *planner.Pool

@@ -497,8 +497,15 @@ func (c *Client) markCancelled(ctx context.Context, info *asynq.TaskInfo) error 
 	return nil
 }
 
+// writeEnvelopeScript writes ARGV[1] as the result of the task KEYS[1] if it exists and,
+// for ARGV[2] ≥ 0, unless the attempt after ARGV[2] failed ones was found orphaned
+// (retryOrphanScript's field): 1 written, 0 no task, 2 refused.
 var writeEnvelopeScript = redis.NewScript(`
 if redis.call("EXISTS", KEYS[1]) == 0 then return 0 end
+if tonumber(ARGV[2]) >= 0 then
+	local o = redis.call("HGET", KEYS[1], "orphaned")
+	if o and tonumber(o) >= tonumber(ARGV[2]) then return 2 end
+end
 redis.call("HSET", KEYS[1], "result", ARGV[1])
 return 1`)
 
@@ -507,12 +514,23 @@ return 1`)
 // refuses to write once a job is cancelled or past its deadline, yet the partial result with
 // finish_reason "cancelled" must still be recorded.
 func (c *Client) WriteEnvelope(ctx context.Context, queue, id string, env []byte) error {
-	n, err := writeEnvelopeScript.Run(ctx, c.rdb, []string{redisx.TaskKey(queue, id)}, env).Int()
+	return c.WriteAttemptEnvelope(ctx, queue, id, -1, env)
+}
+
+// WriteAttemptEnvelope is WriteEnvelope for the attempt after retried failed ones, which it
+// refuses (ErrAttemptOrphaned) once a worker has found that attempt orphaned and sent the
+// job to run again (RetryOrphan): a worker taken for dead that wakes must not write over
+// what the job's next attempt writes.
+func (c *Client) WriteAttemptEnvelope(ctx context.Context, queue, id string, retried int, env []byte) error {
+	n, err := writeEnvelopeScript.Run(ctx, c.rdb, []string{redisx.TaskKey(queue, id)}, env, retried).Int()
 	if err != nil {
 		return fmt.Errorf("write result of job %s: %w", id, redisx.Classify(err))
 	}
-	if n == 0 {
+	switch n {
+	case 0:
 		return fmt.Errorf("write result of job %s in queue %s: %w", id, queue, ErrNotFound)
+	case 2:
+		return fmt.Errorf("write result of job %s: %w", id, ErrAttemptOrphaned)
 	}
 	return nil
 }

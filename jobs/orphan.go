@@ -16,6 +16,10 @@ import (
 // archives such a job when its lease has expired.
 var ErrRetriesSpent = errors.New("job has no retries left")
 
+// ErrAttemptOrphaned: WriteAttemptEnvelope found the attempt orphaned; the job runs again
+// (or has run) in a later attempt.
+var ErrAttemptOrphaned = errors.New("this attempt was found orphaned and the job sent to run again")
+
 // statsTTL is how long asynq keeps a queue's daily processed and failed counts (asynq v0.26
 // internal/rdb).
 const statsTTL = 90 * 24 * time.Hour
@@ -26,12 +30,14 @@ const statsTTL = 90 * 24 * time.Hour
 // the error, the time), and the queue's processed and failed counts grow by one. It acts
 // only if the message and the lease are still those the caller read: a worker that extended
 // the lease in between (it is alive) or finished the job keeps it, and of two callers only
-// the first moves it.
+// the first moves it. Field "orphaned" keeps the failed attempts counted before the orphaned
+// one, for WriteAttemptEnvelope's fence.
 //
 // KEYS: 1 the task hash, 2 the active list, 3 the lease set, 4 the retry set, 5 and 6 the
 // processed and failed counts of the day, 7 and 8 the totals.
 // ARGV: 1 id, 2 the message as read, 3 the lease as read, 4 the new message, 5 when to run
-// again (Unix s), 6 when the counts of the day expire (Unix s).
+// again (Unix s), 6 when the counts of the day expire (Unix s), 7 the failed attempts before
+// the orphaned one.
 var retryOrphanScript = redis.NewScript(`
 if redis.call("HGET", KEYS[1], "msg") ~= ARGV[2] then return 0 end
 local lease = redis.call("ZSCORE", KEYS[3], ARGV[1])
@@ -39,7 +45,7 @@ if not lease or tonumber(lease) ~= tonumber(ARGV[3]) then return 0 end
 if redis.call("LREM", KEYS[2], 0, ARGV[1]) == 0 then return 0 end
 redis.call("ZREM", KEYS[3], ARGV[1])
 redis.call("ZADD", KEYS[4], ARGV[5], ARGV[1])
-redis.call("HSET", KEYS[1], "msg", ARGV[4], "state", "retry")
+redis.call("HSET", KEYS[1], "msg", ARGV[4], "state", "retry", "orphaned", ARGV[7])
 for i = 5, 6 do
 	if redis.call("INCR", KEYS[i]) == 1 then redis.call("EXPIREAT", KEYS[i], ARGV[6]) end
 end
@@ -83,7 +89,7 @@ func (c *Client) RetryOrphan(ctx context.Context, queue, id string, lease float6
 	keys := []string{redisx.TaskKey(queue, id), pfx + "active", pfx + "lease", pfx + "retry",
 		pfx + "processed:" + day, pfx + "failed:" + day, pfx + "processed", pfx + "failed"}
 	n, err := retryOrphanScript.Run(ctx, c.rdb, keys, id, old, strconv.FormatFloat(lease, 'f', -1, 64), msg,
-		now.Unix(), now.Add(statsTTL).Unix()).Int()
+		now.Unix(), now.Add(statsTTL).Unix(), retried).Int()
 	if err != nil {
 		return fmt.Errorf("retry job %s: %w", id, redisx.Classify(err))
 	}

@@ -65,6 +65,13 @@ func TestRetryOrphan(t *testing.T) {
 		}
 	}
 
+	// The orphaned attempt, should its worker wake, writes nothing; the next one does.
+	if err := c.WriteAttemptEnvelope(ctx, job.Queue, job.ID, 0, EncodeProgress(Progress{Generated: 1})); !errors.Is(err, ErrAttemptOrphaned) {
+		t.Errorf("a write of the orphaned attempt: %v, want ErrAttemptOrphaned", err)
+	}
+	if err := c.WriteAttemptEnvelope(ctx, job.Queue, job.ID, 1, EncodeProgress(Progress{Generated: 2})); err != nil {
+		t.Errorf("a write of the next attempt: %v", err)
+	}
 	info, err := c.insp.GetTaskInfo(job.Queue, job.ID)
 	if err != nil {
 		t.Fatal(err)
