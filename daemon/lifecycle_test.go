@@ -516,25 +516,27 @@ func TestKill9NoReturn(t *testing.T) {
 	if host == "" {
 		where = "this host"
 	}
-	var proven, rerun []time.Duration
+	var proven, rerun, sinceBeat []time.Duration
 	for i := range trials {
-		p, r := kill9NoReturn(t, b, host, i)
-		proven, rerun = append(proven, p), append(rerun, r)
-		t.Logf("trial %d: kill -9 of a worker on %s that never returns: proven orphaned after %v, decoding again on the survivor after %v",
-			i+1, where, p.Round(100*time.Millisecond), r.Round(100*time.Millisecond))
+		p, r, h := kill9NoReturn(t, b, host, i)
+		proven, rerun, sinceBeat = append(proven, p), append(rerun, r), append(sinceBeat, h)
+		t.Logf("trial %d: kill -9 of a worker on %s that never returns: proven orphaned after %v, decoding again on the survivor after %v (%v after its last heartbeat)",
+			i+1, where, p.Round(100*time.Millisecond), r.Round(100*time.Millisecond), h.Round(100*time.Millisecond))
 	}
 	if trials > 1 {
 		stats := func(d []time.Duration) string {
 			slices.Sort(d)
 			return fmt.Sprintf("min %v, median %v, max %v", d[0].Round(100*time.Millisecond), d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond))
 		}
-		t.Logf("%d trials, worker on %s: proven orphaned %s; decoding again %s", trials, where, stats(proven), stats(rerun))
+		t.Logf("%d trials, worker on %s: after the kill, proven orphaned %s, decoding again %s; after the last heartbeat, decoding again %s",
+			trials, where, stats(proven), stats(rerun), stats(sinceBeat))
 	}
 }
 
 // kill9NoReturn is one trial of TestKill9NoReturn; it returns the times from the kill to the
-// survivor's proof and to the job decoding again.
-func kill9NoReturn(t *testing.T, b *testBundle, host string, trial int) (proven, rerun time.Duration) {
+// survivor's proof and to the job decoding again, and from the doomed worker's last
+// heartbeat to the job decoding again.
+func kill9NoReturn(t *testing.T, b *testBundle, host string, trial int) (proven, rerun, sinceBeat time.Duration) {
 	cfg := b.cfg
 	cfg.WorkerName = fmt.Sprintf("doomed-worker-%d", trial)
 	doomed := startDaemonProcessOn(t, cfg, host)
@@ -561,16 +563,26 @@ func kill9NoReturn(t *testing.T, b *testBundle, host string, trial int) (proven,
 	if st, err := b.client.Status(context.Background(), job.ID); err != nil || !decoding(st) {
 		t.Fatalf("before the kill: %+v, %v; want the job decoding on the doomed worker", st, err)
 	}
+	// The doomed worker's last heartbeat extended the job's lease to 30 s after it (asynq
+	// keeps whole seconds: ±1 s).
+	rdb := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
+	defer rdb.Close()
+	lease, err := rdb.ZScore(context.Background(), "asynq:{"+job.Queue+"}:lease", job.ID).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := doomed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	doomed.wait(t)
 	killed := time.Now()
+	lastBeat := time.Unix(int64(lease), 0).Add(-leaseDuration)
 
 	again := waitFor(t, b.client, job.ID, "decoding again", func(st jobs.Status) bool {
 		return decoding(st) && st.Progress.UpdatedAt.After(killed)
 	})
 	rerun = time.Since(killed)
+	sinceBeat = time.Since(lastBeat)
 	handover := regexp.MustCompile(`time=(\S+) level=INFO msg="job orphaned by a dead worker[^\n]*job=` + regexp.QuoteMeta(job.ID))
 	m := handover.FindAllStringSubmatch(survivor.out.String(), -1)
 	if len(m) != 1 {
@@ -588,6 +600,16 @@ func kill9NoReturn(t *testing.T, b *testBundle, host string, trial int) (proven,
 	if err := b.client.Cancel(ctx, job.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The survivor goes, so that the next trial's doomed worker takes its job. Once it has
+	// exited, its cancelled attempt has written its partial result and its last log line:
+	// asynq moves a cancelled job on without waiting for its handler, so Cancel can return
+	// first.
+	if err := survivor.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := survivor.wait(t); err != nil {
+		t.Fatalf("survivor's exit: %v", err)
+	}
 	st, err := b.client.Status(context.Background(), job.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -595,19 +617,11 @@ func kill9NoReturn(t *testing.T, b *testBundle, host string, trial int) (proven,
 	if st.Result == nil || st.Result.Worker != cfg.WorkerName {
 		t.Errorf("after the cancel: result %+v; want the survivor's", st.Result)
 	}
-	// The survivor goes, so that the next trial's doomed worker takes its job; once it has
-	// exited its log is whole (the cancelled attempt's last line may come after Cancel).
-	if err := survivor.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := survivor.wait(t); err != nil {
-		t.Fatalf("survivor's exit: %v", err)
-	}
 	ended := regexp.MustCompile(`msg="job ended" job=` + regexp.QuoteMeta(job.ID) + `\S* type=\S+ queue=\S+ attempt=(\d+)`)
 	if m := ended.FindAllStringSubmatch(survivor.out.String(), -1); len(m) != 1 || m[0][1] != "2" {
 		t.Errorf("the survivor's attempts at the job: %v; want one, the second attempt", m)
 	}
-	return at.Sub(killed), rerun
+	return at.Sub(killed), rerun, sinceBeat
 }
 
 // TestFrozenWorker: a worker whose process is frozen (SIGSTOP) long enough to miss three
@@ -655,6 +669,13 @@ func TestFrozenWorker(t *testing.T) {
 	defer cancel()
 	if err := b.client.Cancel(ctx, job.ID); err != nil {
 		t.Fatal(err)
+	}
+	// Once the survivor has exited, its cancelled attempt has written its partial result.
+	if err := survivor.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := survivor.wait(t); err != nil {
+		t.Fatalf("survivor's exit: %v", err)
 	}
 	st, err := b.client.Status(context.Background(), job.ID)
 	if err != nil {

@@ -153,8 +153,8 @@ func (f *orphanFinder) sweep(ctx context.Context, atStart bool) int {
 	now := time.Now()
 	stale := float64(now.Add(leaseDuration - orphanLeaseAge).Unix())
 	// Every queue, not only this worker's: a dead worker of this host may have served other
-	// classes' queues, and its record of running jobs is deleted below once read; the
-	// recoverer of whichever worker serves a queue takes the job.
+	// classes' queues, and its record of running jobs is deleted below once read; asynq's
+	// forwarder of whichever worker serves a queue makes the retried job pending.
 	queues := f.queues
 	if all, err := f.rdb.SMembers(ctx, redisx.AllQueues).Result(); err == nil {
 		queues = all
