@@ -23,9 +23,10 @@ import (
 // IdentityKey is the Redis key of the worker process on host with pid.
 func IdentityKey(host string, pid int) string { return fmt.Sprintf("redlite:worker:%s:%d", host, pid) }
 
-// WorkerJobsKey is the set of the job ids the worker process on host with pid is running:
-// written when a job starts, before the engine runs (asynq's own list of a worker's jobs is
-// written only with its next heartbeat), so that a restarted worker can prove them orphaned.
+// WorkerJobsKey is the set of the attempts the worker process on host with pid is running,
+// each "<job id> <failed attempts before it>": written when an attempt starts, before the
+// engine runs (asynq's own list of a worker's jobs is written only with its next heartbeat),
+// so that a restarted worker can prove them orphaned.
 func WorkerJobsKey(host string, pid int) string { return IdentityKey(host, pid) + ":jobs" }
 
 // Identity is what a worker publishes about itself under IdentityKey.
