@@ -646,7 +646,12 @@ func TestFrozenWorker(t *testing.T) {
 	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	again := waitFor(t, b.client, job.ID, "decoding again on the survivor", func(st jobs.Status) bool { return decoding(st) && st.Retried == 1 })
+	stopped := time.Now()
+	// Progress written after the freeze is the survivor's (until its first write, the job
+	// shows the frozen attempt's last progress).
+	again := waitFor(t, b.client, job.ID, "decoding again on the survivor", func(st jobs.Status) bool {
+		return decoding(st) && st.Retried == 1 && st.Progress.UpdatedAt.After(stopped)
+	})
 	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
