@@ -81,13 +81,15 @@ func ExampleClient_Wait() {
 	if err != nil {
 		panic(err)
 	}
-	// The fixture model has random weights: its text is meaningless, its counts are not.
+	// The fixture model has random weights: its text is meaningless, and it may sample its
+	// end-of-text token before max_tokens (finish "stop") or run to the limit ("length").
+	n := res.Usage.CompletionTokens
 	fmt.Println("type:", job.Type)
-	fmt.Println("finish:", res.FinishReason, "tokens:", res.Usage.CompletionTokens)
+	fmt.Println("ended:", res.FinishReason == jobs.FinishStop && n <= 8 || res.FinishReason == jobs.FinishLength && n == 8)
 	fmt.Println("worker:", res.Worker)
 	// Output:
 	// type: summarize
-	// finish: length tokens: 8
+	// ended: true
 	// worker: example-worker
 }
 
