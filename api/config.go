@@ -63,17 +63,13 @@ type Config struct {
 	// looks at its job.
 	PollInterval time.Duration `env:"REDLITE_API_POLL_INTERVAL" envDefault:"250ms"`
 
-	// WebhookSecret (or WebhookSecretFile) is the workers' REDLITE_WEBHOOK_SECRET: with it,
-	// GET /v1/webhook_secret tells each token the secret its jobs' webhooks are signed with.
-	WebhookSecret     string `env:"REDLITE_WEBHOOK_SECRET"`
-	WebhookSecretFile string `env:"REDLITE_WEBHOOK_SECRET_FILE"`
-	// WebhookAllow is the workers' REDLITE_WEBHOOK_ALLOW: the internal receivers a job's
-	// webhook_url may name. Empty (the default): public addresses only, others get a 400.
-	WebhookAllow jobs.WebhookAllow `env:"REDLITE_WEBHOOK_ALLOW"`
+	// The workers' REDLITE_WEBHOOK_SECRET (GET /v1/webhook_secret tells each token the
+	// secret its jobs' webhooks are signed with) and REDLITE_WEBHOOK_ALLOW (a webhook_url
+	// on another internal address gets a 400).
+	jobs.WebhookEnv
 
-	// LogFormat is text or json; LogLevel is debug, info, warn or error.
-	LogFormat string `env:"REDLITE_LOG_FORMAT" envDefault:"text"`
-	LogLevel  string `env:"REDLITE_LOG_LEVEL" envDefault:"info"`
+	// REDLITE_LOG_FORMAT and REDLITE_LOG_LEVEL.
+	envconf.Log
 }
 
 // ConfigFromEnv reads the configuration from environ (os.Environ() form), fills defaults,
@@ -130,23 +126,10 @@ func (c Config) Validate() error {
 			return bad("REDLITE_API_CORS_ORIGINS", "want origins like https://app.example.com or *, got %q", o)
 		}
 	}
-	if _, err := c.webhookSecret(); err != nil {
+	if _, err := c.Secret(); err != nil {
 		return err
 	}
-	switch c.LogFormat {
-	case "text", "json":
-	default:
-		return bad("REDLITE_LOG_FORMAT", "want text or json, got %q", c.LogFormat)
-	}
-	if _, err := c.logLevel(); err != nil {
-		return err
-	}
-	return nil
-}
-
-// webhookSecret is the workers' signing secret, read as they read it.
-func (c Config) webhookSecret() ([]byte, error) {
-	return jobs.WebhookSecret(c.WebhookSecret, c.WebhookSecretFile)
+	return c.Log.Check()
 }
 
 // HashToken is what a tokens file holds for token: "sha256:" and the hex SHA-256.

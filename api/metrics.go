@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/redlite/batch/internal/envconf"
 )
 
 type metrics struct {
@@ -93,7 +91,5 @@ func NewLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
 	if w == nil {
 		w = os.Stderr
 	}
-	return envconf.Logger(cfg.LogFormat, cfg.LogLevel, w)
+	return cfg.NewLogger(w)
 }
-
-func (c Config) logLevel() (slog.Level, error) { return envconf.LogLevel(c.LogLevel) }

@@ -80,7 +80,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	hookSecret, err := cfg.webhookSecret()
+	hookSecret, err := cfg.Secret()
 	if err != nil {
 		return nil, err
 	}

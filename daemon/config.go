@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -103,29 +102,21 @@ type Config struct {
 	HierarchyPoll time.Duration `env:"REDLITE_HIERARCHY_POLL" envDefault:"2s"`
 	// WebhookTimeout bounds one POST of a result to a payload's webhook_url.
 	WebhookTimeout time.Duration `env:"REDLITE_WEBHOOK_TIMEOUT" envDefault:"10s"`
-	// WebhookSecret signs webhook POSTs (HMAC-SHA256, see jobs.VerifyWebhook);
-	// WebhookSecretFile reads it from a file instead (trailing newline dropped). With
-	// neither, webhooks are sent unsigned.
-	WebhookSecret     string `env:"REDLITE_WEBHOOK_SECRET"`
-	WebhookSecretFile string `env:"REDLITE_WEBHOOK_SECRET_FILE"`
+	// REDLITE_WEBHOOK_SECRET, _SECRET_FILE and _ALLOW.
+	jobs.WebhookEnv
 	// WebhookRetryDelay is the first back-off after a failed delivery; it doubles per
 	// attempt up to 5m, or is what the receiver's Retry-After asks if that is longer.
 	WebhookRetryDelay time.Duration `env:"REDLITE_WEBHOOK_RETRY_DELAY" envDefault:"2s"`
 	// WebhookRetryFor is how long after the first attempt a delivery is retried.
 	WebhookRetryFor time.Duration `env:"REDLITE_WEBHOOK_RETRY_FOR" envDefault:"1h"`
-	// WebhookAllow lists the receivers on internal addresses (loopback, private, link-local,
-	// …) that webhooks may reach: CIDRs, addresses and host names, comma-separated. Empty
-	// (the default) allows public addresses only. The API and clients need the same list.
-	WebhookAllow jobs.WebhookAllow `env:"REDLITE_WEBHOOK_ALLOW"`
 	// WorkerName is what results report as "worker"; empty means the host name.
 	WorkerName string `env:"REDLITE_WORKER_NAME"`
 	// CapabilityTTL is how long the worker's capability document outlives its last refresh
 	// (refreshed every TTL/6): a worker that dies stops being routed to within it.
 	CapabilityTTL time.Duration `env:"REDLITE_CAPABILITY_TTL" envDefault:"30s"`
 
-	// LogFormat is text or json; LogLevel is debug, info, warn or error.
-	LogFormat string `env:"REDLITE_LOG_FORMAT" envDefault:"text"`
-	LogLevel  string `env:"REDLITE_LOG_LEVEL" envDefault:"info"`
+	// REDLITE_LOG_FORMAT and REDLITE_LOG_LEVEL.
+	envconf.Log
 }
 
 // ConfigFromEnv reads the configuration from environ (os.Environ() form, "KEY=value"), fills
@@ -215,7 +206,7 @@ func (c Config) Validate() error {
 	case c.WebhookRetryFor < 0:
 		return bad("REDLITE_WEBHOOK_RETRY_FOR", "must be ≥ 0 (0: one attempt), got %v", c.WebhookRetryFor)
 	}
-	if _, err := c.webhookSecret(); err != nil {
+	if _, err := c.Secret(); err != nil {
 		return err
 	}
 	if _, err := c.policy(); err != nil {
@@ -231,20 +222,7 @@ func (c Config) Validate() error {
 			return bad("REDLITE_CHAT_TEMPLATE", "want one of %s, got %q", strings.Join(chat.BuiltinNames(), ", "), c.ChatTemplate)
 		}
 	}
-	switch c.LogFormat {
-	case "text", "json":
-	default:
-		return bad("REDLITE_LOG_FORMAT", "want text or json, got %q", c.LogFormat)
-	}
-	if _, err := c.logLevel(); err != nil {
-		return err
-	}
-	return nil
-}
-
-// webhookSecret is REDLITE_WEBHOOK_SECRET or the contents of REDLITE_WEBHOOK_SECRET_FILE.
-func (c Config) webhookSecret() ([]byte, error) {
-	return jobs.WebhookSecret(c.WebhookSecret, c.WebhookSecretFile)
+	return c.Log.Check()
 }
 
 // policy is the planner policy the KV, chunk, MTP and preference settings make.
@@ -272,5 +250,3 @@ func (c Config) policy() (planner.Policy, error) {
 	}
 	return p, nil
 }
-
-func (c Config) logLevel() (slog.Level, error) { return envconf.LogLevel(c.LogLevel) }

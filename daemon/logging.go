@@ -10,13 +10,11 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redlite/batch/internal/envconf"
 )
 
 // NewLogger makes the daemon's logger from REDLITE_LOG_FORMAT and REDLITE_LOG_LEVEL.
 func NewLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
-	return envconf.Logger(cfg.LogFormat, cfg.LogLevel, w)
+	return cfg.NewLogger(w)
 }
 
 // asynqLogger sends asynq's log lines to slog.

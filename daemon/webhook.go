@@ -73,7 +73,7 @@ type webhookSender struct {
 }
 
 func newWebhookSender(rdb redis.UniversalClient, cfg Config, r jobs.Resolver, log *slog.Logger, m *metrics) (*webhookSender, error) {
-	secret, err := cfg.webhookSecret()
+	secret, err := cfg.Secret()
 	if err != nil {
 		return nil, configErr(err)
 	}

@@ -30,6 +30,26 @@ const (
 // delivery cannot be replayed later.
 const DefaultWebhookWindow = 5 * time.Minute
 
+// WebhookEnv is the webhook environment workers, the API and the CLI share (embed it in a
+// configuration read with caarlos0/env).
+type WebhookEnv struct {
+	// WebhookSecret signs webhook POSTs (HMAC-SHA256, see VerifyWebhook); WebhookSecretFile
+	// reads it from a file instead (trailing newline dropped). With neither, webhooks are
+	// sent unsigned. The API tells each token the secret its jobs' webhooks are signed with.
+	WebhookSecret     string `env:"REDLITE_WEBHOOK_SECRET"`
+	WebhookSecretFile string `env:"REDLITE_WEBHOOK_SECRET_FILE"`
+	// WebhookAllow lists the receivers on internal addresses (loopback, private,
+	// link-local, …) that webhooks may reach: CIDRs, addresses and host names,
+	// comma-separated. Empty (the default) allows public addresses only; a webhook_url on
+	// another address is refused at submit. Workers, the API and clients need the same list.
+	WebhookAllow WebhookAllow `env:"REDLITE_WEBHOOK_ALLOW"`
+}
+
+// Secret is the signing secret of REDLITE_WEBHOOK_SECRET or REDLITE_WEBHOOK_SECRET_FILE.
+func (e WebhookEnv) Secret() ([]byte, error) {
+	return WebhookSecret(e.WebhookSecret, e.WebhookSecretFile)
+}
+
 // WebhookSecret reads the signing secret the way workers and the API both do: value
 // (REDLITE_WEBHOOK_SECRET), or the contents of file (REDLITE_WEBHOOK_SECRET_FILE) without a
 // trailing newline; not both. Empty means unsigned webhooks.

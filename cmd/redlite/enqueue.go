@@ -27,8 +27,8 @@ type jobsEnv struct {
 	redisx.Env
 	Retention time.Duration `env:"REDLITE_RESULT_RETENTION" envDefault:"24h"`
 	MaxRetry  int           `env:"REDLITE_MAX_RETRY" envDefault:"3"`
-	// WebhookAllow is the workers' REDLITE_WEBHOOK_ALLOW (jobs.WithWebhookAllow).
-	WebhookAllow jobs.WebhookAllow `env:"REDLITE_WEBHOOK_ALLOW"`
+	// The workers' REDLITE_WEBHOOK_ALLOW (jobs.WithWebhookAllow).
+	jobs.WebhookEnv
 }
 
 // jobsFlags are the connection flags every job command takes.

@@ -85,6 +85,35 @@ func parseErrText(pe env.ParseError) string {
 	return pe.Err.Error()
 }
 
+// Log is the logging environment the daemon and the API server share (embed it).
+type Log struct {
+	// LogFormat is text or json; LogLevel is debug, info, warn or error.
+	LogFormat string `env:"REDLITE_LOG_FORMAT" envDefault:"text"`
+	LogLevel  string `env:"REDLITE_LOG_LEVEL" envDefault:"info"`
+}
+
+// Check reports a bad REDLITE_LOG_FORMAT or REDLITE_LOG_LEVEL, naming it.
+func (l Log) Check() error {
+	if l.LogFormat != "text" && l.LogFormat != "json" {
+		return fmt.Errorf("REDLITE_LOG_FORMAT: want text or json, got %q", l.LogFormat)
+	}
+	_, err := LogLevel(l.LogLevel)
+	return err
+}
+
+// NewLogger makes the logger of these settings (text or json, at the level), writing to w.
+func (l Log) NewLogger(w io.Writer) (*slog.Logger, error) {
+	level, err := LogLevel(l.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if l.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
 // LogLevel reads REDLITE_LOG_LEVEL's value.
 func LogLevel(s string) (slog.Level, error) {
 	var l slog.Level
@@ -92,18 +121,4 @@ func LogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("REDLITE_LOG_LEVEL: want debug, info, warn or error, got %q", s)
 	}
 	return l, nil
-}
-
-// Logger makes the logger of REDLITE_LOG_FORMAT (text or json) and REDLITE_LOG_LEVEL,
-// writing to w.
-func Logger(format, level string, w io.Writer) (*slog.Logger, error) {
-	l, err := LogLevel(level)
-	if err != nil {
-		return nil, err
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
 }

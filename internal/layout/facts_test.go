@@ -25,6 +25,8 @@ func TestOneDefinition(t *testing.T) {
 		{regexp.MustCompile(`"asynq:`), "internal/redisx", "an asynq key name (call redisx.TaskKey, LeaseKey, …)"},
 		{regexp.MustCompile(`MakeRedisClient\(\)|redis\.New(Client|FailoverClient|UniversalClient)\(`), "internal/redisx", "a Redis client (call redisx.NewClient, once per process)"},
 		{regexp.MustCompile(`env:"REDLITE_REDIS_`), "internal/redisx", "a REDLITE_REDIS_* variable (embed redisx.Env)"},
+		{regexp.MustCompile(`env:"REDLITE_LOG_`), "internal/envconf", "a REDLITE_LOG_* variable (embed envconf.Log)"},
+		{regexp.MustCompile(`env:"REDLITE_WEBHOOK_(SECRET|ALLOW)`), "jobs", "a webhook secret or allowlist variable (embed jobs.WebhookEnv)"},
 	}
 	root := "../.."
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
