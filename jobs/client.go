@@ -580,13 +580,14 @@ func (c *Client) find(ctx context.Context, id string) (*asynq.TaskInfo, error) {
 		switch {
 		case err == nil:
 			return info, nil
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-			// Deleted or moved in between.
-			return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
-		case movedMeanwhile(err) && attempt < 5:
-			// A worker moved the job to another queue between the two reads (MoveActive
-			// leaves a stub without a message, which asynq cannot describe): look again.
+		case (errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) || movedMeanwhile(err)) && attempt < 5:
+			// Deleted, or moved to another queue between the two reads (a worker's
+			// MoveActive leaves a stub without a message, which asynq cannot describe; the
+			// stranded-job sweep moves the whole hash): look again. A deleted job is then
+			// found nowhere.
 			continue
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
 		}
 		return nil, fmt.Errorf("look up job %s in queue %s: %w", id, q, redisx.Classify(err))
 	}
