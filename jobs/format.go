@@ -113,16 +113,6 @@ func (f *ResponseFormat) Program() (*grammar.Program, error) {
 	return p, nil
 }
 
-// Key identifies f's grammar for sharing a compiled Program: equal keys, equal grammars.
-// Empty for text.
-func (f *ResponseFormat) Key() string {
-	g, err := f.Grammar()
-	if err != nil || g == nil {
-		return ""
-	}
-	return g.String()
-}
-
 // validateSampling checks the logprobs and penalty fields of a generate payload.
 func (g *Generate) validateSampling() error {
 	if v := g.TopLogprobs; v != nil {

@@ -82,6 +82,9 @@ func TestValidateGenerate(t *testing.T) {
 		{"FormatName", func(g *Generate) {
 			g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema, JSONSchema: &JSONSchema{Name: "a b", Schema: []byte(`{}`)}}
 		}, `response_format.json_schema.name: may contain only A-Z a-z 0-9 _ -, got ' ' at byte 1`},
+		{"FormatThinking", func(g *Generate) {
+			g.ResponseFormat, g.EnableThinking = &ResponseFormat{Type: FormatJSONObject}, ptr(true)
+		}, "enable_thinking: cannot be combined with a response_format other than text"},
 		{"TopLogprobsBig", func(g *Generate) { g.Logprobs = ptr(true); g.TopLogprobs = ptr(21) }, "top_logprobs: must be between 0 and 20, got 21"},
 		{"TopLogprobsAlone", func(g *Generate) { g.TopLogprobs = ptr(2) }, "top_logprobs: needs logprobs: true"},
 		{"Presence", func(g *Generate) { g.PresencePenalty = ptr(2.5) }, "presence_penalty: must be between -2 and 2, got 2.5"},
