@@ -51,11 +51,12 @@ func TestStructuredOutputs(t *testing.T) {
 		if err := json.Unmarshal(schema, &sch); err != nil {
 			t.Fatal(err)
 		}
-		cc, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(400),
+		params := openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(400),
 			Temperature: openai.Float(1), Seed: openai.Int(7), Logprobs: openai.Bool(true), TopLogprobs: openai.Int(3),
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("An order as JSON.")},
 			ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
-				JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "order", Strict: openai.Bool(true), Schema: sch}}}})
+				JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "order", Strict: openai.Bool(true), Schema: sch}}}}
+		cc, err := c.Chat.Completions.New(ctx, params)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,6 +98,24 @@ func TestStructuredOutputs(t *testing.T) {
 			}
 		}
 		t.Logf("%s (%d tokens)", ch.Message.Content, cc.Usage.CompletionTokens)
+
+		// Streamed, the same seed gives the same text and logprobs.
+		stream := c.Chat.Completions.NewStreaming(ctx, params)
+		var acc openai.ChatCompletionAccumulator
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(acc.Choices) != 1 || acc.Choices[0].Message.Content != ch.Message.Content || len(acc.Choices[0].Logprobs.Content) != len(lp) {
+			t.Fatalf("stream: %+v", acc.ChatCompletion)
+		}
+		for i, got := range acc.Choices[0].Logprobs.Content {
+			if got.Token != lp[i].Token || got.Logprob != lp[i].Logprob {
+				t.Fatalf("stream token %d: %+v, plain %+v", i, got, lp[i])
+			}
+		}
 	})
 
 	t.Run("Batch", func(t *testing.T) {
