@@ -85,6 +85,20 @@ func TestResponseFormat(t *testing.T) {
 	}
 }
 
+// TestSummarizeFormat: a summary under a JSON Schema is valid against it on the
+// random-weight fixture, whose free output is noise.
+func TestSummarizeFormat(t *testing.T) {
+	b := setup(t)
+	startDaemon(t, b.cfg, Observer{})
+	schema := `{"type":"object","properties":{"points":{"type":"array","items":{"enum":["budget","vote"]},"minItems":1,"maxItems":3},"ok":{"type":"boolean"}},"required":["points","ok"],"additionalProperties":false}`
+	job := enqueue(t, b.client, &jobs.Summarize{Input: "The meeting approved the budget.", MaxTokens: ptr(100),
+		ResponseFormat: &jobs.ResponseFormat{Type: jobs.FormatJSONSchema, JSONSchema: &jobs.JSONSchema{Schema: json.RawMessage(schema)}}})
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil || res.FinishReason != jobs.FinishStop || grammartest.Validate([]byte(schema), []byte(res.Text)) != nil {
+		t.Fatalf("%q (finish %s): %v", res.Text, res.FinishReason, err)
+	}
+}
+
 // checkLogprobs checks res's logprobs against its own text and usage.
 func checkLogprobs(t *testing.T, i int, res jobs.Result, top int) {
 	t.Helper()
