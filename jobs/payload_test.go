@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redlite/batch/grammar/grammartest"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -336,6 +338,18 @@ func TestMetadataDepthAccepted(t *testing.T) {
 		g := &Generate{Version: Version, Prompt: "x", Common: Common{Metadata: json.RawMessage(m)}}
 		if err := g.Validate(); err != nil {
 			t.Errorf("metadata %.60s…: %v", m, err)
+		}
+	}
+}
+
+// BenchmarkValidateSchema is the cost a json_schema adds at submit: Validate compiles the
+// schema (grammartest's person schema: patterns, formats, enums, bounds).
+func BenchmarkValidateSchema(b *testing.B) {
+	g := validGenerate()
+	g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema, JSONSchema: &JSONSchema{Schema: []byte(grammartest.Schemas["person"])}}
+	for b.Loop() {
+		if err := g.Validate(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
