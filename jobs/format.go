@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/redlite/batch/grammar"
 )
@@ -138,8 +139,37 @@ func (g *Generate) validateSampling() error {
 }
 
 // validateFormat compiles f, so that a schema the workers cannot enforce is refused at
-// submit, naming the keyword.
+// submit, naming the keyword. The answers for recent schemas are kept: a batch's lines
+// usually share one, and each line is validated more than once (parse, then Enqueue).
 func validateFormat(f *ResponseFormat) error {
-	_, err := f.Program()
+	if f == nil || f.Type == "" || f.Type == FormatText && f.JSONSchema == nil {
+		return nil
+	}
+	key, err := json.Marshal(f)
+	if err != nil {
+		return invalid("response_format", "%v", err)
+	}
+	checked.mu.Lock()
+	prev, ok := checked.m[string(key)]
+	checked.mu.Unlock()
+	if ok {
+		return prev
+	}
+	_, err = f.Program()
+	checked.mu.Lock()
+	if checked.m == nil || len(checked.m) >= maxCheckedFormats {
+		checked.m = map[string]error{}
+	}
+	checked.m[string(key)] = err
+	checked.mu.Unlock()
 	return err
+}
+
+// maxCheckedFormats bounds the formats whose answer validateFormat keeps (at most
+// MaxSchemaBytes each).
+const maxCheckedFormats = 64
+
+var checked struct {
+	mu sync.Mutex
+	m  map[string]error
 }

@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -343,13 +344,24 @@ func TestMetadataDepthAccepted(t *testing.T) {
 }
 
 // BenchmarkValidateSchema is the cost a json_schema adds at submit: Validate compiles the
-// schema (grammartest's person schema: patterns, formats, enums, bounds).
+// schema (grammartest's person schema: patterns, formats, enums, bounds), once per distinct
+// format (cold: the description differs every time), then remembers the answer (warm).
 func BenchmarkValidateSchema(b *testing.B) {
-	g := validGenerate()
-	g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema, JSONSchema: &JSONSchema{Schema: []byte(grammartest.Schemas["person"])}}
-	for b.Loop() {
-		if err := g.Validate(); err != nil {
-			b.Fatal(err)
-		}
+	for _, warm := range []bool{false, true} {
+		b.Run(map[bool]string{false: "cold", true: "warm"}[warm], func(b *testing.B) {
+			g := validGenerate()
+			js := &JSONSchema{Schema: []byte(grammartest.Schemas["person"])}
+			g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema, JSONSchema: js}
+			i := 0
+			for b.Loop() {
+				if !warm {
+					i++
+					js.Description = strconv.Itoa(i)
+				}
+				if err := g.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
