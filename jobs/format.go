@@ -14,8 +14,8 @@ import (
 // format is never ignored: one the grammar cannot express is refused when the job is
 // submitted.
 type ResponseFormat struct {
-	// Type is text (the default: no constraint), json_object (any JSON object) or
-	// json_schema (JSONSchema.Schema).
+	// Type is text (no constraint), json_object (any JSON object) or json_schema
+	// (JSONSchema.Schema); required, as OpenAI's.
 	Type       string      `json:"type"`
 	JSONSchema *JSONSchema `json:"json_schema,omitempty"`
 }
@@ -57,7 +57,10 @@ func (f *ResponseFormat) Grammar() (*grammar.Grammar, error) {
 		return nil, nil
 	}
 	switch f.Type {
-	case "", FormatText:
+	case "":
+		// Never read a format without a type as text: that would ignore a schema.
+		return nil, invalid("response_format.type", "is required: text, json_object or json_schema")
+	case FormatText:
 		if f.JSONSchema != nil {
 			return nil, invalid("response_format.json_schema", "applies to type json_schema, not %q", f.Type)
 		}
@@ -142,7 +145,7 @@ func (g *Generate) validateSampling() error {
 // submit, naming the keyword. The answers for recent schemas are kept: a batch's lines
 // usually share one, and each line is validated more than once (parse, then Enqueue).
 func validateFormat(f *ResponseFormat) error {
-	if f == nil || f.Type == "" || f.Type == FormatText && f.JSONSchema == nil {
+	if f == nil || f.Type == FormatText && f.JSONSchema == nil {
 		return nil
 	}
 	key, err := json.Marshal(f)

@@ -277,7 +277,7 @@ func (g *Generate) Validate() error {
 	if err := validateFormat(g.ResponseFormat); err != nil {
 		return err
 	}
-	if g.EnableThinking != nil && *g.EnableThinking && g.ResponseFormat != nil && g.ResponseFormat.Type != FormatText && g.ResponseFormat.Type != "" {
+	if g.EnableThinking != nil && *g.EnableThinking && g.ResponseFormat != nil && g.ResponseFormat.Type != FormatText {
 		// The grammar holds from the first token: the reasoning could not be written.
 		return invalid("enable_thinking", "cannot be combined with a response_format other than text")
 	}

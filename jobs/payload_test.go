@@ -70,6 +70,9 @@ func TestValidateGenerate(t *testing.T) {
 		{"StopUTF8", func(g *Generate) { g.Stop = []string{"\xff"} }, "stop[0]: must be valid UTF-8: invalid byte at offset 0"},
 		{"FormatType", func(g *Generate) { g.ResponseFormat = &ResponseFormat{Type: "xml"} },
 			`response_format.type: must be one of text, json_object, json_schema, got "xml"`},
+		{"FormatNoType", func(g *Generate) {
+			g.ResponseFormat = &ResponseFormat{JSONSchema: &JSONSchema{Schema: []byte(`{"type":"integer"}`)}}
+		}, "response_format.type: is required: text, json_object or json_schema"},
 		{"FormatNoSchema", func(g *Generate) { g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema} },
 			"response_format.json_schema: is required when type is json_schema"},
 		{"FormatSchemaOnText", func(g *Generate) {
