@@ -65,10 +65,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer sse.close()
 	created := time.Now().Unix()
-	chunk := func(delta map[string]any, finish *string, usage *ChatUsage, model string) {
+	chunk := func(delta map[string]any, finish *string, usage *ChatUsage, model string, lp *jobs.Logprobs) {
 		choices := []map[string]any{}
 		if delta != nil {
-			choices = append(choices, map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil})
+			choices = append(choices, map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lp})
 		}
 		c := map[string]any{"id": "chatcmpl-" + job.ID, "object": "chat.completion.chunk", "created": created,
 			"model": model, "choices": choices}
@@ -77,7 +77,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		}
 		sse.event("", c)
 	}
-	chunk(map[string]any{"role": jobs.RoleAssistant, "content": ""}, nil, nil, g.Model)
+	chunk(map[string]any{"role": jobs.RoleAssistant, "content": ""}, nil, nil, g.Model, nil)
 	res, err := s.client.Wait(ctx, job.ID, func(p jobs.Progress) {
 		sse.comment(fmt.Sprintf("%s %d/%d", p.Phase, p.Generated, p.MaxTokens))
 	})
@@ -94,12 +94,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if res.Reasoning != "" {
 		delta["reasoning_content"] = res.Reasoning
 	}
-	chunk(delta, nil, nil, res.Model)
+	chunk(delta, nil, nil, res.Model, res.Logprobs) // the text's tokens, with the text
 	finish := string(res.FinishReason)
-	chunk(map[string]any{}, &finish, nil, res.Model)
+	chunk(map[string]any{}, &finish, nil, res.Model, nil)
 	if opts.IncludeUsage {
 		u := ChatUsage(res.Usage)
-		chunk(nil, nil, &u, res.Model)
+		chunk(nil, nil, &u, res.Model, nil)
 	}
 	sse.event("", "[DONE]")
 	return nil

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,12 +24,13 @@ var ignoredChatFields = []string{"user", "store", "service_tier", "parallel_tool
 
 // refusedChatFields are OpenAI parameters of features the engine lacks.
 var refusedChatFields = []string{"tools", "tool_choice", "functions", "function_call", "audio", "modalities",
-	"prediction", "web_search_options", "top_logprobs", "reasoning_effort", "verbosity", "logit_bias"}
+	"prediction", "web_search_options", "reasoning_effort", "verbosity", "logit_bias"}
 
 // ParseChatRequest maps an OpenAI chat completion request body onto a generate payload.
 // Parameters of features we lack are refused with an OpenAI-shaped error naming the
 // parameter, never dropped quietly, except those that change nothing (ignoredChatFields)
-// and neutral values (n 1, penalties 0, logprobs false, response_format text).
+// and neutral values (n 1). response_format is enforced by the workers' grammar: a schema
+// it cannot express is refused here, naming the keyword.
 func ParseChatRequest(body []byte) (*jobs.Generate, ChatOptions, error) {
 	var opts ChatOptions
 	var doc map[string]json.RawMessage
@@ -70,6 +72,10 @@ func ParseChatRequest(body []byte) (*jobs.Generate, ChatOptions, error) {
 			err = unmarshalParam(k, raw, &g.Temperature)
 		case "top_p":
 			err = unmarshalParam(k, raw, &g.TopP)
+		case "top_k": // not OpenAI's; vLLM's and llama.cpp's name
+			err = unmarshalParam(k, raw, &g.TopK)
+		case "min_p":
+			err = unmarshalParam(k, raw, &g.MinP)
 		case "seed":
 			err = unmarshalParam(k, raw, &g.Seed)
 		case "stop":
@@ -97,23 +103,18 @@ func ParseChatRequest(body []byte) (*jobs.Generate, ChatOptions, error) {
 			if err = unmarshalParam(k, raw, &n); err == nil && n != 1 {
 				err = unsupported(k, "n must be 1: one choice per request")
 			}
-		case "frequency_penalty", "presence_penalty":
-			var f float64
-			if err = unmarshalParam(k, raw, &f); err == nil && f != 0 {
-				err = unsupported(k, "%s is not supported; leave it out or 0", k)
-			}
+		case "frequency_penalty":
+			err = unmarshalParam(k, raw, &g.FrequencyPenalty)
+		case "presence_penalty":
+			err = unmarshalParam(k, raw, &g.PresencePenalty)
+		case "repetition_penalty": // vLLM's and llama.cpp's
+			err = unmarshalParam(k, raw, &g.RepetitionPenalty)
 		case "logprobs":
-			var b bool
-			if err = unmarshalParam(k, raw, &b); err == nil && b {
-				err = unsupported(k, "logprobs are not supported")
-			}
+			err = unmarshalParam(k, raw, &g.Logprobs)
+		case "top_logprobs":
+			err = unmarshalParam(k, raw, &g.TopLogprobs)
 		case "response_format":
-			var rf struct {
-				Type string `json:"type"`
-			}
-			if err = unmarshalParam(k, raw, &rf); err == nil && rf.Type != "text" {
-				err = unsupported(k, "response_format %q is not supported; only text", clip(rf.Type))
-			}
+			g.ResponseFormat, err = responseFormat(raw)
 		default:
 			switch {
 			case slices.Contains(ignoredChatFields, k):
@@ -134,9 +135,26 @@ func ParseChatRequest(body []byte) (*jobs.Generate, ChatOptions, error) {
 		return nil, opts, badRequest("stream_options", "stream_options is only allowed when stream is true")
 	}
 	if err := g.Validate(); err != nil {
+		var ve *jobs.ValidationError
+		if errors.As(err, &ve) && strings.HasPrefix(ve.Field, "response_format") {
+			// OpenAI names the top-level parameter; the message names the member and keyword.
+			return nil, opts, badRequest("response_format", "%s", ve.Error())
+		}
 		return nil, opts, err
 	}
 	return g, opts, nil
+}
+
+// responseFormat reads OpenAI's response_format strictly: a misspelt member would otherwise
+// turn a schema into free text.
+func responseFormat(raw json.RawMessage) (*jobs.ResponseFormat, error) {
+	var rf jobs.ResponseFormat
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&rf); err != nil {
+		return nil, badRequest("response_format", "response_format: %v", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return &rf, nil
 }
 
 func unsupported(param, format string, args ...any) *apiError {
@@ -236,7 +254,8 @@ type ChatChoice struct {
 	Index        int              `json:"index"`
 	Message      ChatReplyMessage `json:"message"`
 	FinishReason string           `json:"finish_reason"`
-	Logprobs     *struct{}        `json:"logprobs"`
+	// Logprobs is null unless the request asked for logprobs.
+	Logprobs *jobs.Logprobs `json:"logprobs"`
 }
 
 // ChatReplyMessage is the model's reply; reasoning_content carries a thinking model's
@@ -260,7 +279,7 @@ func completionOf(jobID string, created time.Time, res jobs.Result) ChatCompleti
 	return ChatCompletion{
 		ID: "chatcmpl-" + jobID, Object: "chat.completion", Created: created.Unix(), Model: res.Model,
 		Choices: []ChatChoice{{Message: ChatReplyMessage{Role: jobs.RoleAssistant, Content: res.Text, ReasoningContent: res.Reasoning},
-			FinishReason: string(res.FinishReason)}},
+			FinishReason: string(res.FinishReason), Logprobs: res.Logprobs}},
 		Usage:             ChatUsage(res.Usage),
 		SystemFingerprint: "redlite-" + res.Worker,
 	}

@@ -44,6 +44,8 @@ func FuzzParseChatRequest(f *testing.F) {
 	f.Add([]byte(`{"messages":null}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"stream":false,"stream_options":{"include_usage":true}}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"stream_options":null}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"]}}},"logprobs":true,"top_logprobs":2,"top_k":5,"min_p":0.1,"presence_penalty":1,"frequency_penalty":1,"repetition_penalty":1.2}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object","extra":1}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		g, _, err := ParseChatRequest(body)
 		if err != nil {

@@ -94,14 +94,26 @@ func operations() []operation {
 		{method: "GET", path: "/v1/webhook_secret", summary: "The secret that signs the webhooks of this token's jobs", responses: with(map[string]any{
 			"200": jsonResp("the secret", ref("WebhookSecret")), "404": errResp("webhooks are not signed")})},
 		{method: "POST", path: "/v1/chat/completions", summary: "Run one chat as a job and wait (stream: true for SSE chunks)",
-			request: map[string]any{"type": "object", "required": []string{"messages"},
-				"description": "OpenAI's chat completion request; unsupported parameters are refused by name; stream_options only with stream: true"},
+			request: chatRequestSchema(),
 			responses: limits(with(map[string]any{"200": map[string]any{"description": "chat.completion, or chat.completion.chunk events with stream",
 				"content": map[string]any{"application/json": map[string]any{"schema": ref("ChatCompletion")}, "text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
 				"400": errResp("unsupported or invalid parameter"), "404": errResp("model_not_found"), "409": errResp("the job was cancelled"),
 				"422": errResp("job_too_large"), "500": errResp("job_failed"), "504": errResp("timeout: the job outlasted REDLITE_API_MAX_WAIT")}),
 				"too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
 	}
+}
+
+// chatRequestSchema describes the chat request's parameters that map to the payload by
+// pointing at the payload's own schema (one definition of each limit).
+func chatRequestSchema() map[string]any {
+	props := map[string]any{}
+	for _, p := range []string{"temperature", "top_p", "top_k", "min_p", "seed", "logprobs", "top_logprobs",
+		"presence_penalty", "frequency_penalty", "repetition_penalty"} {
+		props[p] = map[string]any{"$ref": "#/components/schemas/GeneratePayload/properties/" + p}
+	}
+	props["response_format"] = map[string]any{"$ref": "#/components/schemas/GeneratePayload/$defs/response_format"}
+	return map[string]any{"type": "object", "required": []string{"messages"}, "properties": props,
+		"description": "OpenAI's chat completion request; unsupported parameters are refused by name; stream_options only with stream: true. response_format is enforced while the text is generated; a schema keyword the grammar cannot enforce is a 400 naming it."}
 }
 
 func listOf(name string) map[string]any {

@@ -297,6 +297,7 @@ func (r *run) enqueueChild(ctx context.Context, s *jobs.Summarize, h jobs.Hierar
 	if l.Final {
 		mt := s.Sampling().MaxTokens
 		child.MaxTokens = &mt
+		child.ResponseFormat = s.ResponseFormat // the partial summaries stay free text
 	}
 	if level == 0 {
 		sp := h.Pieces[i]

@@ -198,6 +198,10 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 		TopP:        float32(sampling.TopP),
 		MinP:        float32(sampling.MinP),
 		Seed:        rand.Uint64(),
+
+		PresencePenalty:   float32(sampling.PresencePenalty),
+		FrequencyPenalty:  float32(sampling.FrequencyPenalty),
+		RepetitionPenalty: float32(sampling.RepetitionPenalty),
 	}
 	if sampling.Seed != nil {
 		params.Seed = uint64(*sampling.Seed)
@@ -206,6 +210,13 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 	if err != nil {
 		r.outcome = outcomeInvalid
 		return permanent(fmt.Errorf("sampling: %w", err))
+	}
+	// Compiled once per job (or shared with an earlier one); the payload's Validate compiled
+	// it already, so an error here is a worker of another version.
+	gm, err := w.matcher(sampling.Format)
+	if err != nil {
+		r.outcome = outcomeInvalid
+		return permanent(err)
 	}
 
 	r.setPhase(jobs.PhasePrefill)
@@ -222,6 +233,10 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 		Sampler:   smp,
 		Stop:      sampling.Stop,
 		Chunk:     plan.Chunk,
+		Grammar:   gm,
+
+		Logprobs:    sampling.Logprobs,
+		TopLogprobs: sampling.TopLogprobs,
 		// A cancel, deadline or shutdown waits for one pass of at most this many tokens,
 		// whatever the plan's chunk.
 		CancelEvery: prefillCancelTokens,
@@ -403,6 +418,9 @@ func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) job
 	}
 	if _, ok := p.(*jobs.Summarize); ok {
 		res.Strategy = jobs.StrategySingle
+	}
+	if gp, ok := p.(*jobs.Generate); ok && gp.Sampling().Logprobs {
+		res.Logprobs = resultLogprobs(r.w.lm.tok, g.Logprobs)
 	}
 	if wait, ok := r.queueWait(); ok {
 		res.Timings.QueueWaitMS = ms(wait)

@@ -37,6 +37,8 @@ type worker struct {
 	// otherwise.
 	pool  *planner.Pool
 	sched *engine.Scheduler
+	// progs holds the compiled response formats (format.go).
+	progs programs
 
 	srv *asynq.Server
 	// base is the parent of every handler's context. It is cancelled only after asynq has

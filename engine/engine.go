@@ -12,10 +12,10 @@ import (
 
 	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/gguf"
-	"github.com/redlite/batch/engine/grammar"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/engine/tokenizer"
+	"github.com/redlite/batch/grammar"
 
 	_ "github.com/redlite/batch/engine/models/qwen3"     // registers "qwen3", "qwen3moe", "llama"
 	_ "github.com/redlite/batch/engine/models/qwen3next" // registers "qwen3next"

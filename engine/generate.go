@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redlite/batch/engine/grammar"
 	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/engine/sample"
+	"github.com/redlite/batch/grammar"
 )
 
 // Finish reasons, as the job result reports them.

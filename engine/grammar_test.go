@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redlite/batch/engine/grammar"
-	"github.com/redlite/batch/engine/grammar/grammartest"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/sample"
 	"github.com/redlite/batch/engine/synth"
+	"github.com/redlite/batch/grammar"
+	"github.com/redlite/batch/grammar/grammartest"
 )
 
 func schemaMatcher(t testing.TB, m *Model, schema string) *grammar.Matcher {

@@ -11,6 +11,8 @@ import (
 
 var generateSeeds = []string{
 	`{"version":1,"prompt":"x"}`,
+	`{"version":1,"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"a":{"enum":[1,"b"]},"c":{"type":"array","items":{"type":"string","pattern":"^[a-z]+$"}}},"required":["a"]}}},"logprobs":true,"top_logprobs":3,"presence_penalty":0.5,"frequency_penalty":-1,"repetition_penalty":1.1}`,
+	`{"version":1,"prompt":"x","response_format":{"type":"json_object"}}`,
 	`{"version":1,"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}],"max_tokens":64,"temperature":0.2,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":7,"stop":["\n"]}`,
 	`{"version":1,"prompt":"x","model":"m","priority":"high","deadline":"2030-01-01T00:00:00Z","timeout":60,"idempotency_key":"k","metadata":{"a":[1,{"b":null}]},"webhook_url":"https://h/x"}`,
 	`{"version":1,"prompt":"x","max_tokens":0}`,
@@ -23,6 +25,7 @@ var generateSeeds = []string{
 
 var summarizeSeeds = []string{
 	`{"version":1,"input":"doc"}`,
+	`{"version":1,"input":"doc","response_format":{"type":"json_schema","json_schema":{"schema":{"$ref":"#/$defs/x","$defs":{"x":{"type":"string","maxLength":3}}}}}}`,
 	`{"version":1,"input":"doc </document> <document>","instructions":{"style":"bullets","length":"5","language":"de","focus":"f"},"max_tokens":10}`,
 	`{"version":1,"input":" "}`,
 	`{"version":1,"input":"x","instructions":{"tone":1}}`,

@@ -77,6 +77,19 @@ type Generate struct {
 	// enable_thinking); absent or false asks for the answer alone. The reasoning comes back
 	// in the result's reasoning field, apart from the text.
 	EnableThinking *bool `json:"enable_thinking,omitempty"`
+	// ResponseFormat constrains the output's shape (format.go); absent is free text.
+	ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
+	// Logprobs asks for each generated token's log-probability in the result, with
+	// TopLogprobs (0 to 20) most likely alternatives.
+	Logprobs    *bool `json:"logprobs,omitempty"`
+	TopLogprobs *int  `json:"top_logprobs,omitempty"`
+	// PresencePenalty is subtracted once from the logit of every token generated so far,
+	// FrequencyPenalty once per time it was generated (OpenAI's); both in [-2, 2], 0 off.
+	// RepetitionPenalty divides the positive logits and multiplies the negative ones of
+	// those tokens (llama.cpp's); in (0, 10], 1 off. The prompt's tokens are not counted.
+	PresencePenalty   *float64 `json:"presence_penalty,omitempty"`
+	FrequencyPenalty  *float64 `json:"frequency_penalty,omitempty"`
+	RepetitionPenalty *float64 `json:"repetition_penalty,omitempty"`
 	Common
 }
 
@@ -92,6 +105,9 @@ type Summarize struct {
 	// Overlap is how many tokens of the preceding text each piece of a hierarchical summary
 	// repeats, so that a point cut at a boundary is seen whole; 0 by default.
 	Overlap *int `json:"overlap,omitempty"`
+	// ResponseFormat constrains the summary's shape, as Generate's; a hierarchical summary
+	// applies it to the final level only.
+	ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
 	// Part marks a child job of a hierarchical summary (set by workers, not by clients).
 	Part *Part `json:"part,omitempty"`
 	Common
@@ -131,6 +147,13 @@ type Sampling struct {
 	MinP        float64
 	Seed        *int64 // nil: the worker picks one
 	Stop        []string
+	// Format is the response format to enforce; nil or text is free text.
+	Format *ResponseFormat
+	// Logprobs and TopLogprobs ask for the tokens' log-probabilities.
+	Logprobs    bool
+	TopLogprobs int
+	// Penalties, 0 (1 for Repetition) when off.
+	PresencePenalty, FrequencyPenalty, RepetitionPenalty float64
 }
 
 // Sampling returns g's settings with defaults for the fields it leaves out.
@@ -143,6 +166,13 @@ func (g *Generate) Sampling() Sampling {
 		MinP:        valOr(g.MinP, DefaultMinP),
 		Seed:        g.Seed,
 		Stop:        g.Stop,
+		Format:      g.ResponseFormat,
+		Logprobs:    valOr(g.Logprobs, false),
+		TopLogprobs: valOr(g.TopLogprobs, 0),
+
+		PresencePenalty:   valOr(g.PresencePenalty, 0),
+		FrequencyPenalty:  valOr(g.FrequencyPenalty, 0),
+		RepetitionPenalty: valOr(g.RepetitionPenalty, 1),
 	}
 }
 
@@ -154,6 +184,9 @@ func (s *Summarize) Sampling() Sampling {
 		TopP:        DefaultTopP,
 		TopK:        DefaultTopK,
 		MinP:        DefaultMinP,
+		Format:      s.ResponseFormat,
+
+		RepetitionPenalty: 1,
 	}
 }
 
@@ -241,6 +274,16 @@ func (g *Generate) Validate() error {
 			return err
 		}
 	}
+	if err := validateFormat(g.ResponseFormat); err != nil {
+		return err
+	}
+	if g.EnableThinking != nil && *g.EnableThinking && g.ResponseFormat != nil && g.ResponseFormat.Type != FormatText {
+		// The grammar holds from the first token: the reasoning could not be written.
+		return invalid("enable_thinking", "cannot be combined with a response_format other than text")
+	}
+	if err := g.validateSampling(); err != nil {
+		return err
+	}
 	return g.Common.validate()
 }
 
@@ -278,6 +321,9 @@ func (s *Summarize) Validate() error {
 		return err
 	}
 	if err := s.validateStrategy(); err != nil {
+		return err
+	}
+	if err := validateFormat(s.ResponseFormat); err != nil {
 		return err
 	}
 	return s.Common.validate()

@@ -3,9 +3,12 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redlite/batch/grammar/grammartest"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -65,6 +68,34 @@ func TestValidateGenerate(t *testing.T) {
 		{"StopEmpty", func(g *Generate) { g.Stop = []string{"a", ""} }, "stop[1]: must not be empty"},
 		{"StopLong", func(g *Generate) { g.Stop = []string{strings.Repeat("a", 257)} }, "stop[0]: must be at most 256 bytes, got 257"},
 		{"StopUTF8", func(g *Generate) { g.Stop = []string{"\xff"} }, "stop[0]: must be valid UTF-8: invalid byte at offset 0"},
+		{"FormatType", func(g *Generate) { g.ResponseFormat = &ResponseFormat{Type: "xml"} },
+			`response_format.type: must be one of text, json_object, json_schema, got "xml"`},
+		{"FormatNoType", func(g *Generate) {
+			g.ResponseFormat = &ResponseFormat{JSONSchema: &JSONSchema{Schema: []byte(`{"type":"integer"}`)}}
+		}, "response_format.type: is required: text, json_object or json_schema"},
+		{"FormatNoSchema", func(g *Generate) { g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema} },
+			"response_format.json_schema: is required when type is json_schema"},
+		{"FormatSchemaOnText", func(g *Generate) {
+			g.ResponseFormat = &ResponseFormat{Type: FormatText, JSONSchema: &JSONSchema{Schema: []byte(`{}`)}}
+		}, `response_format.json_schema: applies to type json_schema, not "text"`},
+		{"FormatSchemaNotObject", func(g *Generate) {
+			g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema, JSONSchema: &JSONSchema{Schema: []byte(`[1]`)}}
+		}, "response_format.json_schema.schema: must be a JSON Schema object, got array"},
+		{"FormatUnsupportedKeyword", func(g *Generate) {
+			g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema, JSONSchema: &JSONSchema{Name: "x",
+				Schema: []byte(`{"type":"object","properties":{"a":{"type":"integer","multipleOf":3}}}`)}}
+		}, `response_format.json_schema.schema: JSON Schema at #/properties/a: keyword "multipleOf" is not supported`},
+		{"FormatName", func(g *Generate) {
+			g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema, JSONSchema: &JSONSchema{Name: "a b", Schema: []byte(`{}`)}}
+		}, `response_format.json_schema.name: may contain only A-Z a-z 0-9 _ -, got ' ' at byte 1`},
+		{"FormatThinking", func(g *Generate) {
+			g.ResponseFormat, g.EnableThinking = &ResponseFormat{Type: FormatJSONObject}, ptr(true)
+		}, "enable_thinking: cannot be combined with a response_format other than text"},
+		{"TopLogprobsBig", func(g *Generate) { g.Logprobs = ptr(true); g.TopLogprobs = ptr(21) }, "top_logprobs: must be between 0 and 20, got 21"},
+		{"TopLogprobsAlone", func(g *Generate) { g.TopLogprobs = ptr(2) }, "top_logprobs: needs logprobs: true"},
+		{"Presence", func(g *Generate) { g.PresencePenalty = ptr(2.5) }, "presence_penalty: must be between -2 and 2, got 2.5"},
+		{"Frequency", func(g *Generate) { g.FrequencyPenalty = ptr(-3.0) }, "frequency_penalty: must be between -2 and 2, got -3"},
+		{"Repetition", func(g *Generate) { g.RepetitionPenalty = ptr(0.0) }, "repetition_penalty: must be greater than 0 and at most 10 (1 is off), got 0"},
 	}
 	tests = append(tests, commonCases(func(f func(*Common)) func(*Generate) {
 		return func(g *Generate) { f(&g.Common) }
@@ -185,7 +216,7 @@ func TestDecode(t *testing.T) {
 		name, typ, doc, want string
 	}{
 		{"UnknownTop", TypeGenerate, `{"version":1,"prompt":"x","temprature":0.5}`,
-			"temprature: unknown field (known: deadline, enable_thinking, idempotency_key, max_tokens, messages, metadata, min_p, model, priority, prompt, seed, stop, temperature, timeout, top_k, top_p, version, webhook_url)"},
+			"temprature: unknown field (known: deadline, enable_thinking, frequency_penalty, idempotency_key, logprobs, max_tokens, messages, metadata, min_p, model, presence_penalty, priority, prompt, repetition_penalty, response_format, seed, stop, temperature, timeout, top_k, top_logprobs, top_p, version, webhook_url)"},
 		{"UnknownNested", TypeGenerate, `{"version":1,"messages":[{"role":"user","content":"x","name":"bob"}]}`,
 			"messages[0].name: unknown field (known: content, role)"},
 		{"UnknownInstructions", TypeSummarize, `{"version":1,"input":"x","instructions":{"tone":"dry"}}`,
@@ -312,5 +343,28 @@ func TestMetadataDepthAccepted(t *testing.T) {
 		if err := g.Validate(); err != nil {
 			t.Errorf("metadata %.60s…: %v", m, err)
 		}
+	}
+}
+
+// BenchmarkValidateSchema is the cost a json_schema adds at submit: Validate compiles the
+// schema (grammartest's person schema: patterns, formats, enums, bounds), once per distinct
+// format (cold: the description differs every time), then remembers the answer (warm).
+func BenchmarkValidateSchema(b *testing.B) {
+	for _, warm := range []bool{false, true} {
+		b.Run(map[bool]string{false: "cold", true: "warm"}[warm], func(b *testing.B) {
+			g := validGenerate()
+			js := &JSONSchema{Schema: []byte(grammartest.Schemas["person"])}
+			g.ResponseFormat = &ResponseFormat{Type: FormatJSONSchema, JSONSchema: js}
+			i := 0
+			for b.Loop() {
+				if !warm {
+					i++
+					js.Description = strconv.Itoa(i)
+				}
+				if err := g.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -37,6 +37,29 @@ type Result struct {
 	Tree    *Tree    `json:"tree,omitempty"`
 	Pieces  []Span   `json:"pieces,omitempty"`
 	Workers []string `json:"workers,omitempty"`
+	// Logprobs, when the payload asked for them, has one entry per generated token.
+	Logprobs *Logprobs `json:"logprobs,omitempty"`
+}
+
+// Logprobs is OpenAI's choice logprobs object.
+type Logprobs struct {
+	Content []TokenLogprob `json:"content"`
+}
+
+// TokenLogprob is one generated token: its text, log-probability, bytes (exact where the
+// text, split inside a character, shows U+FFFD) and the most likely alternatives.
+type TokenLogprob struct {
+	Token       string       `json:"token"`
+	Logprob     float64      `json:"logprob"`
+	Bytes       []int        `json:"bytes"`
+	TopLogprobs []TopLogprob `json:"top_logprobs"`
+}
+
+// TopLogprob is one alternative of a TokenLogprob.
+type TopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
 }
 
 // Usage counts tokens.

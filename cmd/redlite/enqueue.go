@@ -116,6 +116,10 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&metadata, "metadata", "", "JSON object echoed back in the result")
 	fs.StringVar(&webhook, "webhook-url", "", "URL that receives the result by POST")
 	fs.StringVar(&model, "model", "", "model the job wants (default: the worker's)")
+	// The same names as redlite generate's; the format is compiled (and an unsupported
+	// schema keyword refused) by the payload's Validate before anything is enqueued.
+	schemaFile := fs.String("json-schema", "", "constrain the output to JSON valid against the JSON Schema in `file` (response_format json_schema)")
+	jsonObject := fs.Bool("json-object", false, "constrain the output to a JSON object (response_format json_object)")
 	anyway := fs.Bool("anyway", false, "enqueue even when no live worker serves the model or can hold the job (for workers not started yet)")
 	wait := fs.Bool("wait", false, "wait for the job and print its result")
 	asJSON := fs.Bool("json", false, "print JSON (the job on enqueue, the result with --wait)")
@@ -128,7 +132,8 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// Optional numbers: unset means the payload's default, which the usage text states
 	// once (a -1 sentinel would print as a second, wrong default).
 	var temperature, topP, minP optFloat
-	var topK, seed optInt
+	var topK, seed, logprobs optInt
+	var repPenalty, presPenalty, freqPenalty optFloat
 	var stops stringList
 	var thinking bool
 	if typ == jobs.TypeSummarize {
@@ -151,6 +156,10 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.Var(&seed, "seed", "sampling seed, an `integer` (default: the worker picks one)")
 		fs.Var(&stops, "stop", "stop `string` (repeatable)")
 		fs.BoolVar(&thinking, "thinking", false, "let a thinking model reason first (enable_thinking; the reasoning comes back apart from the text)")
+		fs.Var(&logprobs, "logprobs", "return each token's logprob and its `N` most likely alternatives (0–20) in the result")
+		fs.Var(&repPenalty, "repetition-penalty", "divide the logits of generated tokens, a `number` (default 1: off)")
+		fs.Var(&presPenalty, "presence-penalty", "subtract from the logits of generated tokens, a `number` in [-2, 2] (default 0)")
+		fs.Var(&freqPenalty, "frequency-penalty", "subtract per occurrence from the logits of generated tokens, a `number` in [-2, 2] (default 0)")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -173,8 +182,25 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		p = &jobs.Generate{Version: jobs.Version}
 	}
 
+	var format *jobs.ResponseFormat
+	switch {
+	case *schemaFile != "" && *jsonObject:
+		return usageErr("give at most one of --json-schema and --json-object")
+	case *schemaFile != "":
+		data, err := readArg(*schemaFile)
+		if err != nil {
+			return err
+		}
+		format = &jobs.ResponseFormat{Type: jobs.FormatJSONSchema, JSONSchema: &jobs.JSONSchema{Schema: data}}
+	case *jsonObject:
+		format = &jobs.ResponseFormat{Type: jobs.FormatJSONObject}
+	}
+
 	switch p := p.(type) {
 	case *jobs.Summarize:
+		if format != nil {
+			p.ResponseFormat = format
+		}
 		if set["input-file"] {
 			data, err := readArg(inputFile)
 			if err != nil {
@@ -246,6 +272,22 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		if set["thinking"] {
 			p.EnableThinking = &thinking
+		}
+		if format != nil {
+			p.ResponseFormat = format
+		}
+		if set["logprobs"] {
+			yes, n := true, int(logprobs.v)
+			p.Logprobs, p.TopLogprobs = &yes, &n
+		}
+		if set["repetition-penalty"] {
+			p.RepetitionPenalty = &repPenalty.v
+		}
+		if set["presence-penalty"] {
+			p.PresencePenalty = &presPenalty.v
+		}
+		if set["frequency-penalty"] {
+			p.FrequencyPenalty = &freqPenalty.v
 		}
 		if err := applyCommon(&p.Common, set, priority, deadline, key, metadata, webhook, model, timeout); err != nil {
 			return err

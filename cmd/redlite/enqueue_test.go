@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redlite/batch/daemon"
+	"github.com/redlite/batch/grammar/grammartest"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/internal/redistest"
 	"github.com/redlite/batch/jobs"
@@ -96,6 +97,30 @@ func TestJobCommands(t *testing.T) {
 		}
 		if code, out, _ := runCmd(t, "fleet", "--redis", url); code != 0 || !strings.Contains(out, "cli-test-worker") || !strings.Contains(out, "default@no-such-model") {
 			t.Errorf("fleet: exit %d\n%s", code, out)
+		}
+	})
+
+	t.Run("EnqueueJSONSchema", func(t *testing.T) {
+		schema := grammartest.Schemas["person"]
+		file := filepath.Join(t.TempDir(), "s.json")
+		if err := os.WriteFile(file, []byte(schema), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errs := runCmd(t, "enqueue", "generate", "--redis", url, "--prompt", "JSON:", "--max-tokens", "300", "--temperature", "1",
+			"--seed", "3", "--json-schema", file, "--logprobs", "2", "--presence-penalty", "0.5", "--wait", "--json")
+		var res jobs.Result
+		if code != 0 || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("exit %d: %s %s", code, out, errs)
+		}
+		if err := grammartest.Validate([]byte(schema), []byte(res.Text)); err != nil || res.Logprobs == nil || len(res.Logprobs.Content) != res.Usage.CompletionTokens {
+			t.Errorf("%q: %v; logprobs %+v", res.Text, err, res.Logprobs)
+		}
+		if err := os.WriteFile(file, []byte(`{"type":"array","uniqueItems":true}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errs = runCmd(t, "enqueue", "generate", "--redis", url, "--prompt", "x", "--json-schema", file)
+		if code != 2 || !strings.Contains(errs, `keyword "uniqueItems" is not supported`) {
+			t.Errorf("uniqueItems: exit %d, stderr %q", code, errs)
 		}
 	})
 

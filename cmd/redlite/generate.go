@@ -10,9 +10,9 @@ import (
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/chat"
-	"github.com/redlite/batch/engine/grammar"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/sample"
+	"github.com/redlite/batch/grammar"
 )
 
 func init() {

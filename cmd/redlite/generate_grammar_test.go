@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redlite/batch/engine/grammar/grammartest"
+	"github.com/redlite/batch/grammar/grammartest"
 	"github.com/redlite/batch/internal/fixtures"
 )
 

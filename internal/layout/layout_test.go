@@ -45,6 +45,8 @@ func TestBoundaries(t *testing.T) {
 			"the HTTP API holds no engine"},
 		{"planner", []string{module + "daemon", module + "jobs", module + "metalkit", "github.com/redis", "github.com/hibiken"},
 			"the planner is pure functions of a job, a model profile and a budget"},
+		{"grammar/...", []string{module + "engine", module + "daemon", module + "jobs", module + "metalkit", module + "planner", module + "api"},
+			"grammar is pure text processing: jobs and the API link it to check a schema at submit, so it holds no engine"},
 		{"engine/...", []string{module + "daemon", module + "jobs", module + "metalkit", module + "planner", module + "api"},
 			"the engine is a library below everything else"},
 	} {

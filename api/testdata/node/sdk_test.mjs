@@ -3,6 +3,8 @@
 // reason on the first failed check.
 import assert from 'node:assert/strict';
 import OpenAI, { toFile } from 'openai';
+import { readFileSync } from 'node:fs';
+import Ajv2020 from 'ajv/dist/2020.js';
 
 const model = process.env.REDLITE_MODEL;
 const client = new OpenAI({ maxRetries: 0 }); // base URL and key from the environment
@@ -114,6 +116,45 @@ async function lines(fileId) {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
   const bad = new OpenAI({ apiKey: 'wrong', maxRetries: 0 });
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+}
+
+// Structured outputs on the random-weight fixture, whose free text is noise: only the
+// grammar can make these documents valid. ajv (a real validator) checks each one.
+{
+  const schema = JSON.parse(readFileSync('../order.schema.json', 'utf8'));
+  const valid = new Ajv2020({ strict: true, allErrors: true }).compile(schema);
+  const check = (text, where) => {
+    let doc;
+    assert.doesNotThrow(() => { doc = JSON.parse(text); }, `${where}: not JSON: ${text}`);
+    assert.ok(valid(doc), `${where}: ${text}: ${JSON.stringify(valid.errors)}`);
+  };
+  const format = (s) => ({ type: 'json_schema', json_schema: { name: 'order', strict: true, schema: s } });
+  const body = (i) => ({ ...chatBody(400, `Order ${i} as JSON.`), temperature: 1, seed: i, response_format: format(schema) });
+
+  const cc = await client.chat.completions.create({ ...body(100), logprobs: true, top_logprobs: 2 });
+  check(cc.choices[0].message.content, 'chat');
+  assert.equal(cc.choices[0].finish_reason, 'stop');
+  const lp = cc.choices[0].logprobs.content;
+  assert.equal(lp.length, cc.usage.completion_tokens);
+  assert.equal(Buffer.from(lp.flatMap((t) => t.bytes)).toString('utf8'), cc.choices[0].message.content);
+  for (const t of lp) assert.ok(t.logprob <= 0 && t.top_logprobs.length >= 1 && t.top_logprobs.length <= 2, JSON.stringify(t));
+
+  const n = 10;
+  let batch = await startBatch(jsonl(n, body));
+  batch = await poll(batch.id, final);
+  assert.equal(batch.status, 'completed', JSON.stringify(batch));
+  assert.deepEqual(batch.request_counts, { total: n, completed: n, failed: 0 });
+  const out = await lines(batch.output_file_id);
+  for (let i = 0; i < n; i++) {
+    const l = out.get(`node-${String(i).padStart(2, '0')}`);
+    assert.equal(l.response.status_code, 200);
+    check(l.response.body.choices[0].message.content, `line ${i}`);
+  }
+
+  // A keyword the grammar cannot enforce: 400 naming it, never ignored.
+  const bad = { type: 'object', properties: { n: { type: 'integer', multipleOf: 3 } } };
+  await assert.rejects(client.chat.completions.create({ ...chatBody(2, 'Hi.'), response_format: format(bad) }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format' && e.message.includes('"multipleOf"'));
 }
 
 console.log('ok');

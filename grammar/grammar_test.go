@@ -108,6 +108,28 @@ func TestIntRange(t *testing.T) {
 	}
 }
 
+// TestIntRangeWide: a 16-digit range is a grammar of a few KB (it was 3.4 MB, 2^16
+// alternatives, when 0…0–9…9 split in two), and right at and around its ends and powers
+// of ten.
+func TestIntRangeWide(t *testing.T) {
+	for _, c := range [][2]int64{{-9000000000000000, 9000000000000000}, {0, 9999999999999999}, {1234567890123456, 9876543210987654}, {100, 999999}} {
+		g := &Grammar{Rules: map[string]Expr{"root": intRange(c[0], c[1])}, Root: "root"}
+		if n := len(g.String()); n > 20000 {
+			t.Errorf("range %v: grammar of %d bytes", c, n)
+		}
+		p := MustCompile(g)
+		var probes []int64
+		for _, e := range []int64{c[0], c[1], 0, 1, 10, 99, 100, 1000000, 999999999999999, 1000000000000000} {
+			probes = append(probes, e-1, e, e+1, -e)
+		}
+		for _, x := range probes {
+			if got, want := p.Valid([]byte(itoa(x))), x >= c[0] && x <= c[1]; got != want {
+				t.Errorf("range %v: %d valid = %v", c, x, got)
+			}
+		}
+	}
+}
+
 func itoa(x int64) string {
 	if x < 0 {
 		return "-" + itoa(-x)

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/redlite/batch/engine/grammar/grammartest"
+	"github.com/redlite/batch/grammar/grammartest"
 )
 
 func TestSchemaSentencesValidate(t *testing.T) {
