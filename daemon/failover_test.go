@@ -26,6 +26,9 @@ import (
 // that finished then run again: their completion was lost too), and nothing with it (the
 // primary refuses writes while no replica is connected).
 func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis Sentinel failovers (-short skips it)")
+	}
 	lost := map[string]int{}
 	for _, c := range []struct {
 		name        string

@@ -370,6 +370,9 @@ func TestFleetTwoModels(t *testing.T) {
 // goes (at once, and within REDLITE_CAPABILITY_TTL), jobs only it holds are refused meanwhile,
 // and the job it was running when stopped runs when it returns.
 func TestFleetWorkerStops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fleet of real worker processes (-short skips it)")
+	}
 	b := fleetSetup(t)
 	// Long enough for the big worker's restart, short enough to wait for its expiry.
 	b.cfg.CapabilityTTL = 5 * time.Second
@@ -465,6 +468,9 @@ func counterValue(c prometheus.Counter) float64 {
 // only the big worker holds, used to be refused at submit with a message naming the big
 // worker; it runs there.
 func TestFleetIssue27(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a two-worker fleet of real processes (-short skips it)")
+	}
 	b := setup(t)
 	b.cfg.Threads = 1
 	watch := newFleetWatch()
@@ -506,6 +512,9 @@ func TestFleetIssue27(t *testing.T) {
 // worker holds it. Then jobs at each worker's edge run on the whole fleet: each completes,
 // once, on a worker that holds it.
 func TestFleetMixes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("six workers routing mixes (-short skips it)")
+	}
 	b := fleetSetup(t)
 	b.cfg.Threads = 1
 	watch := newFleetWatch()

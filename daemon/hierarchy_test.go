@@ -42,6 +42,9 @@ func hierarchyDoc(tokens int) string {
 // the smaller one, so that both run pieces; the same document in one pass is refused with
 // the planner's explanation.
 func TestHierarchicalSummary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("hierarchical summaries end to end (-short skips it)")
+	}
 	b := setup(t)
 	cfg := b.cfg
 	cfg.HierarchyPoll = 20 * time.Millisecond
@@ -262,6 +265,9 @@ func TestHierarchicalSummary(t *testing.T) {
 // again), and the tree's child jobs exist once each. The workers batch (REDLITE_CONCURRENCY
 // 4, the default), so pieces are planned against the batch pool.
 func TestHierarchicalKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kill -9 of a hierarchical summary (-short skips it)")
+	}
 	b := setup(t)
 	cfg := b.cfg
 	cfg.GPULimitMiB = hierarchyLimit(t, b, 1500)

@@ -162,6 +162,9 @@ func logitsDiff(a, b []float32) (float64, int) {
 // back) on this backend, on the synthesized tiny-qwen3next-mtp (the fixtures have no MTP
 // head), and checks the tokens against the CPU's without the head.
 func TestMTPParity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("MTP on the harness device (-short skips it)")
+	}
 	dev := harnesstest.Device(t)
 	path := filepath.Join(t.TempDir(), "tiny-qwen3next-mtp.gguf")
 	if _, err := synth.WriteFile(gocontext.Background(), path, "tiny-qwen3next-mtp", synth.Options{Type: synth.Q8_0, Seed: 3}); err != nil {
