@@ -126,6 +126,22 @@ func (b *Binder) DimOr(key string, def int) int {
 	return b.bounded(key, n, max(b.largestDim(), int64(def)), "the largest tensor dimension of the file")
 }
 
+// Attention reads the attention hyperparameters every architecture has into c: the
+// embedding width, query and KV heads, the trained context and the key length (the width
+// over the heads when the file has none). It returns the value length, the key length when
+// absent.
+func (b *Binder) Attention(c *Config) (valueLength int) {
+	c.Embedding = b.Dim("embedding_length")
+	c.Heads = b.Dim("attention.head_count")
+	c.KVHeads = b.Dim("attention.head_count_kv")
+	c.ContextLength = b.ContextLength(0)
+	c.HeadDim = b.DimOr("attention.key_length", 0)
+	if c.HeadDim == 0 && c.Heads > 0 {
+		c.HeadDim = c.Embedding / c.Heads
+	}
+	return b.DimOr("attention.value_length", c.HeadDim)
+}
+
 // ContextLength reads "<arch>.context_length" (def when absent), at most
 // modelinfo.MaxContextLength.
 func (b *Binder) ContextLength(def int) int {

@@ -68,15 +68,7 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	c := &m.cfg
 	c.Arch = arch
 	c.Layers = bd.Blocks("block_count")
-	c.Embedding = bd.Dim("embedding_length")
-	c.Heads = bd.Dim("attention.head_count")
-	c.KVHeads = bd.Dim("attention.head_count_kv")
-	c.ContextLength = bd.ContextLength(0)
-	c.HeadDim = bd.DimOr("attention.key_length", 0)
-	if c.HeadDim == 0 && c.Heads > 0 {
-		c.HeadDim = c.Embedding / c.Heads
-	}
-	vdim := bd.DimOr("attention.value_length", c.HeadDim)
+	vdim := bd.Attention(c)
 	m.experts = bd.DimOr("expert_count", 0)
 	if arch == "qwen3moe" {
 		m.used = bd.Dim("expert_used_count")

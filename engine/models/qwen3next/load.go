@@ -17,15 +17,7 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	blocks := bd.Blocks("block_count")
 	nextn := bd.IntOr("nextn_predict_layers", 0)
 	c.Layers = blocks - nextn
-	c.Embedding = bd.Dim("embedding_length")
-	c.Heads = bd.Dim("attention.head_count")
-	c.KVHeads = bd.Dim("attention.head_count_kv")
-	c.ContextLength = bd.ContextLength(0)
-	c.HeadDim = bd.DimOr("attention.key_length", 0)
-	if c.HeadDim == 0 && c.Heads > 0 {
-		c.HeadDim = c.Embedding / c.Heads
-	}
-	vdim := bd.DimOr("attention.value_length", c.HeadDim)
+	vdim := bd.Attention(c)
 	m.eps = bd.FloatOr("attention.layer_norm_rms_epsilon", 1e-6)
 	m.rope = ml.RoPE{Dims: bd.DimOr("rope.dimension_count", c.HeadDim), Base: bd.FloatOr("rope.freq_base", 1e7), NeoX: true}
 	m.convKernel = bd.Dim("ssm.conv_kernel")
