@@ -91,7 +91,9 @@ func asAPIError(err error) *apiError {
 		// The fleet's refusal at submit (jobs.Client routing): the message lists the served models.
 		return &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "model_not_found", param: "model", msg: err.Error()}
 	case errors.Is(err, jobs.ErrNoCapacity):
-		return &apiError{status: http.StatusUnprocessableEntity, typ: typeInvalid, code: "job_too_large", msg: err.Error()}
+		// OpenAI's answer to a prompt longer than the model takes: a 400, which clients do
+		// not retry (a 5xx or 422 they may); the message has the numbers (jobs.RouteError).
+		return &apiError{status: http.StatusBadRequest, typ: typeInvalid, code: "context_length_exceeded", param: "messages", msg: err.Error()}
 	case errors.Is(err, jobs.ErrFinished):
 		return conflict("job_finished", "%v", err)
 	case errors.Is(err, jobs.ErrRedisOOM), errors.Is(err, jobs.ErrRedisAuth):

@@ -59,9 +59,8 @@ func operations() []operation {
 	return []operation{
 		{method: "POST", path: "/v1/jobs", summary: "Submit a summarize or generate job", request: jobReq, responses: limits(with(map[string]any{
 			"201": jsonResp("enqueued; an idempotency key becomes the id \"<token digest>.<key>\"", ref("Job")), "200": jsonResp("this token has a job with this idempotency key", ref("Job")),
-			"400": errResp("invalid payload, naming the field"), "404": errResp("model_not_found: no live worker serves the model"),
-			"409": errResp("idempotency_key_in_use: the id is taken by a job enqueued outside the API"), "413": errResp("body too large"),
-			"422": errResp("job_too_large: no live worker can hold the job")}), "too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
+			"400": errResp("invalid payload, naming the field; context_length_exceeded: no live worker can hold the job"), "404": errResp("model_not_found: no live worker serves the model"),
+			"409": errResp("idempotency_key_in_use: the id is taken by a job enqueued outside the API; idempotency_conflict: the key was used with another body"), "413": errResp("body too large")}), "too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
 		{method: "GET", path: "/v1/jobs/{id}", summary: "A job's state, progress, last error and result", responses: with(map[string]any{
 			"200": jsonResp("the job", ref("Job")), "404": errResp(notYours)})},
 		{method: "GET", path: "/v1/jobs/{id}/result", summary: "A job's result; ?wait=30s long-polls", query: []string{"wait"}, responses: with(map[string]any{
@@ -97,8 +96,8 @@ func operations() []operation {
 			request: chatRequestSchema(),
 			responses: limits(with(map[string]any{"200": map[string]any{"description": "chat.completion, or chat.completion.chunk events with stream",
 				"content": map[string]any{"application/json": map[string]any{"schema": ref("ChatCompletion")}, "text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
-				"400": errResp("unsupported or invalid parameter"), "404": errResp("model_not_found"), "409": errResp("the job was cancelled"),
-				"422": errResp("job_too_large"), "500": errResp("job_failed"), "504": errResp("timeout: the job outlasted REDLITE_API_MAX_WAIT")}),
+				"400": errResp("unsupported or invalid parameter; context_length_exceeded"), "404": errResp("model_not_found"), "409": errResp("the job was cancelled; idempotency_conflict"),
+				"500": errResp("job_failed"), "504": errResp("timeout: the job outlasted REDLITE_API_MAX_WAIT")}),
 				"too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
 	}
 }
