@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlite/batch/jobs"
 )
@@ -210,6 +214,12 @@ func (s *Server) submit(ctx context.Context, who string, p jobs.Payload, source 
 	if err != nil {
 		return jobs.Job{}, false, err
 	}
+	hashed := false
+	if c.IdempotencyKey != "" {
+		if hashed, err = s.claimBody(ctx, id, p); err != nil {
+			return jobs.Job{}, false, err
+		}
+	}
 	job, err = s.client.Enqueue(ctx, p, opts...)
 	if errors.Is(err, jobs.ErrDuplicate) && job.ID == id {
 		return job, true, nil
@@ -217,6 +227,9 @@ func (s *Server) submit(ctx context.Context, who string, p jobs.Payload, source 
 	if err != nil {
 		if created {
 			s.dropOwner(ctx, id)
+		}
+		if hashed {
+			s.rdb.Del(context.WithoutCancel(ctx), keyIdemBody(id)) // best effort: the key is free again
 		}
 		return jobs.Job{}, false, err
 	}
@@ -226,6 +239,36 @@ func (s *Server) submit(ctx context.Context, who string, p jobs.Payload, source 
 		s.log.Warn("count a queued job", "job", job.ID, "err", err)
 	}
 	return job, false, nil
+}
+
+// claimBody records the hash of p under its idempotency key's job id (keyIdemBody), or
+// compares it with the hash recorded: a key reused with another payload is refused with a
+// 409 idempotency_conflict instead of answering with the first job, as Stripe does. The
+// payload is hashed as encoded (jobs.EncodePayload), so JSON spacing and field order do not
+// count. created reports a new record, which the caller drops if the enqueue fails.
+func (s *Server) claimBody(ctx context.Context, id string, p jobs.Payload) (created bool, err error) {
+	data, err := jobs.EncodePayload(p)
+	if err != nil {
+		return false, err
+	}
+	sum := sha256.Sum256(data)
+	h := hex.EncodeToString(sum[:])
+	created, err = s.rdb.SetNX(ctx, keyIdemBody(id), h, ownerTTL).Result()
+	if err != nil {
+		return false, serverError(fmt.Errorf("record the idempotency key of job %s: %w", id, err))
+	}
+	if created {
+		return true, nil
+	}
+	old, err := s.rdb.Get(ctx, keyIdemBody(id)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, serverError(fmt.Errorf("read the idempotency key of job %s: %w", id, err))
+	}
+	if err == nil && old != h {
+		return false, conflict("idempotency_conflict", "the idempotency key of job %s was used with another request body; "+
+			"send the same body to get that job, or use a new key", id)
+	}
+	return false, nil
 }
 
 // checkQuota refuses a job when the token has REDLITE_API_MAX_QUEUED_JOBS unfinished ones.

@@ -19,6 +19,10 @@ func keyRate(who string, sec int64) string {
 // keyOwner (string, expires with the job's result): which token submitted a job.
 func keyOwner(jobID string) string { return jobs.JobOwnerKey(jobID) }
 
+// keyIdemBody (string, expires with the job's owner): the SHA-256 of the payload first
+// submitted with an idempotency key, by the key's job id.
+func keyIdemBody(jobID string) string { return keyPrefix + "idem:" + jobID }
+
 // keyOpen (set of job ids): the token's submitted jobs not yet seen finished.
 func keyOpen(who string) string { return keyPrefix + "token:" + who + ":open" }
 
