@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -26,11 +27,13 @@ func TestOpenAINodeSDK(t *testing.T) {
 		t.Skip(msg)
 	}
 	b := setup(t, setupOpts{})
+	text, mt := oversized(t, b.liveCapability(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*waitLimit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "sdk_test.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+b.base+"/v1", "OPENAI_API_KEY="+tokenA, "REDLITE_MODEL="+b.modelName())
+	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+b.base+"/v1", "OPENAI_API_KEY="+tokenA, "REDLITE_MODEL="+b.modelName(),
+		"REDLITE_OVERSIZED_BYTES="+strconv.Itoa(len(text)), "REDLITE_OVERSIZED_MAX_TOKENS="+strconv.Itoa(mt))
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
 		t.Fatalf("node sdk_test.mjs: %v\n%s", err, out)
