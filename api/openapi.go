@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -206,6 +207,45 @@ func addFields(t reflect.Type, props map[string]any, required *[]string) {
 	}
 }
 
+// inDocument makes the job schema named name (jobs.Schema) a schema of the document's: its
+// $id and $schema go, and its $refs, relative to its $id ("#/$defs/x", "generate.v1.json#/…"),
+// become pointers into the document, which is what openapi-typescript and swagger-parser
+// resolve (they ignore $id and look for generate.v1.json beside the document). files maps
+// the schema files to their names under components.schemas.
+func inDocument(schema map[string]any, name string, files map[string]string) error {
+	delete(schema, "$id")
+	delete(schema, "$schema")
+	var walk func(v any) error
+	walk = func(v any) error {
+		switch v := v.(type) {
+		case map[string]any:
+			if r, ok := v["$ref"].(string); ok {
+				file, frag, _ := strings.Cut(r, "#")
+				to := name
+				if file != "" {
+					if to, ok = files[file]; !ok {
+						return fmt.Errorf("$ref %q: %s is not in the document", r, file)
+					}
+				}
+				v["$ref"] = "#/components/schemas/" + to + frag
+			}
+			for _, e := range v {
+				if err := walk(e); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for _, e := range v {
+				if err := walk(e); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(schema)
+}
+
 var openAPIDoc = sync.OnceValues(func() ([]byte, error) {
 	paths := map[string]map[string]any{}
 	for _, op := range operations() {
@@ -240,13 +280,21 @@ var openAPIDoc = sync.OnceValues(func() ([]byte, error) {
 	for name, t := range schemaTypes {
 		schemas[name] = goSchema(t)
 	}
-	for name, file := range map[string]string{"GeneratePayload": jobs.SchemaGenerate, "SummarizePayload": jobs.SchemaSummarize,
-		"Result": jobs.SchemaResult, "Progress": jobs.SchemaProgress} {
+	embedded := map[string]string{jobs.SchemaGenerate: "GeneratePayload", jobs.SchemaSummarize: "SummarizePayload",
+		jobs.SchemaResult: "Result", jobs.SchemaProgress: "Progress"}
+	for file, name := range embedded {
 		raw, err := jobs.Schema(file)
 		if err != nil {
 			return nil, err
 		}
-		schemas[name] = json.RawMessage(raw)
+		var schema map[string]any
+		if err := json.Unmarshal(raw, &schema); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", file, err)
+		}
+		if err := inDocument(schema, name, embedded); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", file, err)
+		}
+		schemas[name] = schema
 	}
 	doc := map[string]any{
 		"openapi": "3.1.0",
