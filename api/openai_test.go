@@ -166,6 +166,26 @@ func TestOpenAIGoSDK(t *testing.T) {
 				t.Errorf("line %s: %s", id, l.Response.Body)
 			}
 		}
+		// The batch's usage sums its lines'; its model is theirs; unset fields are null.
+		var in, out int64
+		for _, l := range lines {
+			var cc openai.ChatCompletion
+			json.Unmarshal(l.Response.Body, &cc)
+			in, out = in+cc.Usage.PromptTokens, out+cc.Usage.CompletionTokens
+		}
+		if batch.Model != model || batch.Usage.InputTokens != in || batch.Usage.OutputTokens != out || batch.Usage.TotalTokens != in+out || in < n {
+			t.Errorf("batch model %q usage %+v; want %q and %d in + %d out", batch.Model, batch.Usage, model, in, out)
+		}
+		code, data := b.call(t, tokenA, "GET", "/v1/batches/"+batch.ID, nil)
+		var raw map[string]json.RawMessage
+		if code != http.StatusOK || json.Unmarshal(data, &raw) != nil {
+			t.Fatalf("GET batch: %d %s", code, data)
+		}
+		for _, k := range []string{"errors", "error_file_id", "failed_at", "expired_at", "cancelling_at", "cancelled_at"} {
+			if v, ok := raw[k]; !ok || string(v) != "null" {
+				t.Errorf("batch field %s: %s, want null", k, v)
+			}
+		}
 		// The output file is an ordinary file: listed, fetched, deleted.
 		f, err := c.Files.Get(ctx, batch.OutputFileID)
 		if err != nil || f.Purpose != "batch_output" {
