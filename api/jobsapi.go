@@ -504,16 +504,68 @@ func checkModel(served map[string]bool, model string) error {
 }
 
 func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
-	out := list[Model]{Object: "list", Data: []Model{}}
-	ws, err := s.client.Workers(r.Context())
+	ms, err := s.models(r.Context())
 	if err != nil {
-		return serverError(err)
+		return err
 	}
-	for _, m := range jobs.Models(ws) {
-		out.Data = append(out.Data, Model{ID: m, Object: "model", OwnedBy: "redlite"})
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, list[Model]{Object: "list", Data: ms})
 	return nil
+}
+
+func (s *Server) getModel(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	ms, err := s.models(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if strings.EqualFold(m.ID, id) {
+			writeJSON(w, http.StatusOK, m)
+			return nil
+		}
+	}
+	return &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "model_not_found", param: "model",
+		msg: fmt.Sprintf("the model %q does not exist or no live worker serves it; GET /v1/models lists them", clip(id))}
+}
+
+// models lists the models the live workers serve (jobs.Models). A model's created is when a
+// worker of it was first seen: the earliest start of its live workers the first time the
+// API lists it, kept in keyModelsCreated so that restarting workers do not change it.
+func (s *Server) models(ctx context.Context) ([]Model, error) {
+	ws, err := s.client.Workers(ctx)
+	if err != nil {
+		return nil, serverError(err)
+	}
+	names := jobs.Models(ws)
+	out := make([]Model, 0, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, m := range names {
+			first := time.Now()
+			for _, w := range ws {
+				if w.Model == m && !w.Started.IsZero() && w.Started.Before(first) {
+					first = w.Started
+				}
+			}
+			p.HSetNX(ctx, keyModelsCreated, m, first.Unix())
+		}
+		p.HMGet(ctx, keyModelsCreated, names...)
+		return nil
+	})
+	if err != nil {
+		return nil, serverError(fmt.Errorf("record when models were first seen: %w", err))
+	}
+	created := cmds[len(cmds)-1].(*redis.SliceCmd).Val()
+	for i, m := range names {
+		var at int64
+		if v, ok := created[i].(string); ok {
+			at, _ = strconv.ParseInt(v, 10, 64)
+		}
+		out = append(out, Model{ID: m, Object: "model", Created: at, OwnedBy: "redlite"})
+	}
+	return out, nil
 }
 
 // WebhookSecret is the answer of GET /v1/webhook_secret.

@@ -23,6 +23,10 @@ func keyOwner(jobID string) string { return jobs.JobOwnerKey(jobID) }
 // submitted with an idempotency key, by the key's job id.
 func keyIdemBody(jobID string) string { return keyPrefix + "idem:" + jobID }
 
+// keyModelsCreated (hash model → Unix time): when a worker of each model was first seen,
+// the created of GET /v1/models. It has a field per model ever served, so no expiry.
+const keyModelsCreated = keyPrefix + "models:created"
+
 // keyOpen (set of job ids): the token's submitted jobs not yet seen finished.
 func keyOpen(who string) string { return keyPrefix + "token:" + who + ":open" }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/pagination"
 )
 
 // The official OpenAI Go SDK, unmodified, pointed at the API with a real daemon behind it.
@@ -351,9 +352,19 @@ func TestOpenAIGoSDK(t *testing.T) {
 	})
 
 	t.Run("Models", func(t *testing.T) {
-		page, err := c.Models.List(ctx)
-		if err != nil || len(page.Data) != 1 || page.Data[0].ID != model {
-			t.Errorf("models: %+v %v", page, err)
+		var page *pagination.Page[openai.Model]
+		var err error
+		waitFor(t, "the worker listed", func() bool { page, err = c.Models.List(ctx); return err != nil || len(page.Data) > 0 })
+		if err != nil || len(page.Data) != 1 || page.Data[0].ID != model || page.Data[0].Created < 1 {
+			t.Fatalf("models: %+v %v", page, err)
+		}
+		m, err := c.Models.Get(ctx, model)
+		if err != nil || m.ID != model || m.Created != page.Data[0].Created || m.Object != "model" {
+			t.Errorf("model %s: %+v %v; listed %+v", model, m, err, page.Data[0])
+		}
+		var oe *openai.Error
+		if _, err := c.Models.Get(ctx, "no-such-model"); !asErr(err, &oe) || oe.StatusCode != http.StatusNotFound || oe.Code != "model_not_found" {
+			t.Errorf("unknown model: %v, want 404 model_not_found", err)
 		}
 	})
 }

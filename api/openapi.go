@@ -73,6 +73,8 @@ func operations() []operation {
 			"200": jsonResp("cancelled", ref("Job")), "409": errResp("already finished"), "404": errResp(notYours)})},
 		{method: "GET", path: "/v1/workers", summary: "The worker fleet; other tokens' running jobs show without their ids", responses: with(map[string]any{"200": jsonResp("workers", listOf("Worker"))})},
 		{method: "GET", path: "/v1/models", summary: "Models the fleet serves (OpenAI's shape)", responses: with(map[string]any{"200": jsonResp("models", listOf("Model"))})},
+		{method: "GET", path: "/v1/models/{id}", summary: "One model the fleet serves", responses: with(map[string]any{
+			"200": jsonResp("the model", ref("Model")), "404": errResp("model_not_found: no live worker serves it")})},
 		{method: "POST", path: "/v1/files", summary: "Upload a batch input file (multipart: purpose=batch, file)", requestType: "multipart/form-data",
 			request: map[string]any{"type": "object", "required": []string{"purpose", "file"}, "properties": map[string]any{
 				"purpose": map[string]any{"const": purposeBatch}, "file": map[string]any{"type": "string", "contentMediaType": "application/octet-stream"}}},
