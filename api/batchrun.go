@@ -477,7 +477,9 @@ func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error
 		return stopped()
 	default:
 		line, _ := json.Marshal(errorResponse(id, req.CustomID, jobEndError(st)))
-		if ae := asAPIError(jobEndError(st)); ae.code == "job_failed" {
+		if jobs.ContextLengthExceeded(st.LastError) {
+			line, _ = json.Marshal(errorResponse(id, req.CustomID, contextLengthExceeded(fmt.Sprintf("job %s: %s", id, st.LastError))))
+		} else if ae := asAPIError(jobEndError(st)); ae.code == "job_failed" {
 			line, _ = json.Marshal(errorResponse(id, req.CustomID, &apiError{status: 500, typ: typeServer, code: "job_failed", msg: ae.msg}))
 		}
 		return br.record(ctx, b.ID, n, keyBatchErr(b.ID), line)

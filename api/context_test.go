@@ -88,3 +88,35 @@ func TestContextLengthExceeded(t *testing.T) {
 		t.Errorf("%d tasks after, %d before: want the batch's one small line only", after, before)
 	}
 }
+
+// TestContextLengthCounted: a prompt whose fewest possible tokens fit, so that routing lets
+// it through, but which the worker's tokenizer counts too long, answers 400
+// context_length_exceeded on chat completions and in a batch line, not 500 job_failed.
+func TestContextLengthCounted(t *testing.T) {
+	b := setup(t, setupOpts{})
+	c := b.liveCapability(t)
+	mt := min(jobs.MaxMaxTokens, c.MaxContext-1)
+	room := c.MaxContext - mt // prompt tokens that fit
+	const phrase = "The quick brown fox jumps over the lazy dog. "
+	text := strings.Repeat(phrase, 8*room/len(phrase)+1) // ~8 bytes per room token: ~2 real tokens each
+	if least := len(text)/c.Tokens.MaxTokenBytes + c.Tokens.TemplateTokens + 8; least > room {
+		t.Fatalf("the fixture's longest token is %d bytes: %d bytes count at least %d tokens, past the %d that fit; routing would refuse them",
+			c.Tokens.MaxTokenBytes, len(text), least, room)
+	}
+	code, data := b.call(t, tokenA, "POST", "/v1/chat/completions", chatBody(b.modelName(), mt, text))
+	wantError(t, "chat", code, data, http.StatusBadRequest, "context_length_exceeded", "does not fit")
+	t.Logf("worker holds %d tokens, longest token %d bytes; %d bytes, max_tokens %d: %s", c.MaxContext, c.Tokens.MaxTokenBytes, len(text), mt, data)
+
+	cl := sdk(b, tokenA)
+	batch := runBatch(t, cl, jsonl(t, 1, func(int) map[string]any { return chatBody(b.modelName(), mt, text) }))
+	batch = pollBatch(t, cl, batch.ID, "final", finalStatus)
+	if batch.Status != openai.BatchStatusCompleted || batch.RequestCounts.Failed != 1 || batch.ErrorFileID == "" {
+		t.Fatalf("batch with one long line: %+v", batch)
+	}
+	line := readLines(t, cl, batch.ErrorFileID)["req-00"]
+	var e apiErr
+	if line.Response == nil || line.Response.StatusCode != http.StatusBadRequest || json.Unmarshal(line.Response.Body, &e) != nil ||
+		e.Error.Code == nil || *e.Error.Code != "context_length_exceeded" {
+		t.Errorf("long line: %+v", line)
+	}
+}
