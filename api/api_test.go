@@ -376,6 +376,14 @@ func TestNativeJobs(t *testing.T) {
 		if vb.ID == v1.ID || vb.Duplicate || !strings.HasSuffix(vb.ID, ".idem-1") {
 			t.Errorf("token B's key idem-1: %+v, want a job of its own (A's is %s)", vb, v1.ID)
 		}
+		// The same key with another body is a conflict, not the first job.
+		code, data = b.call(t, tokenA, "POST", "/v1/jobs", generate(3), "Idempotency-Key", "idem-1")
+		wantError(t, "key reused with another body", code, data, http.StatusConflict, "idempotency_conflict", "another request body")
+		// A body refused by the fleet leaves the key free for another.
+		small := generate(2, "model", "no-such-model")
+		code, data = b.call(t, tokenA, "POST", "/v1/jobs", small, "Idempotency-Key", "idem-4")
+		wantError(t, "unknown model", code, data, http.StatusNotFound, "model_not_found", "no-such-model")
+		b.submit(t, tokenA, generate(2), http.StatusCreated, "Idempotency-Key", "idem-4")
 		// A key as long as a key may be still fits in a job id.
 		long := strings.Repeat("k", jobs.MaxIdempotencyKeyLen)
 		vl := b.submit(t, tokenA, generate(2), http.StatusCreated, "Idempotency-Key", long)

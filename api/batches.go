@@ -34,26 +34,42 @@ const (
 
 // Batch is OpenAI's batch object.
 type Batch struct {
-	ID               string             `json:"id"`
-	Object           string             `json:"object"` // "batch"
-	Endpoint         string             `json:"endpoint"`
-	Errors           *BatchErrors       `json:"errors,omitempty"`
-	InputFileID      string             `json:"input_file_id"`
+	ID          string       `json:"id"`
+	Object      string       `json:"object"` // "batch"
+	Endpoint    string       `json:"endpoint"`
+	Model       *string      `json:"model"` // the first line's model; null when no line names one
+	Errors      *BatchErrors `json:"errors"`
+	InputFileID string       `json:"input_file_id"`
+	// Fields not set yet are null, as OpenAI's are, not left out.
 	CompletionWindow string             `json:"completion_window"`
 	Status           string             `json:"status"`
-	OutputFileID     string             `json:"output_file_id,omitempty"`
-	ErrorFileID      string             `json:"error_file_id,omitempty"`
+	OutputFileID     *string            `json:"output_file_id"`
+	ErrorFileID      *string            `json:"error_file_id"`
 	CreatedAt        int64              `json:"created_at"`
-	InProgressAt     int64              `json:"in_progress_at,omitempty"`
-	ExpiresAt        int64              `json:"expires_at,omitempty"`
-	FinalizingAt     int64              `json:"finalizing_at,omitempty"`
-	CompletedAt      int64              `json:"completed_at,omitempty"`
-	FailedAt         int64              `json:"failed_at,omitempty"`
-	ExpiredAt        int64              `json:"expired_at,omitempty"`
-	CancellingAt     int64              `json:"cancelling_at,omitempty"`
-	CancelledAt      int64              `json:"cancelled_at,omitempty"`
+	InProgressAt     *int64             `json:"in_progress_at"`
+	ExpiresAt        int64              `json:"expires_at"`
+	FinalizingAt     *int64             `json:"finalizing_at"`
+	CompletedAt      *int64             `json:"completed_at"`
+	FailedAt         *int64             `json:"failed_at"`
+	ExpiredAt        *int64             `json:"expired_at"`
+	CancellingAt     *int64             `json:"cancelling_at"`
+	CancelledAt      *int64             `json:"cancelled_at"`
 	RequestCounts    BatchRequestCounts `json:"request_counts"`
+	Usage            *BatchUsage        `json:"usage"` // tokens of the lines finished so far
 	Metadata         map[string]string  `json:"metadata"`
+}
+
+// BatchUsage sums the tokens of a batch's completed lines, in OpenAI's names.
+type BatchUsage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+	TotalTokens  int `json:"total_tokens"`
+}
+
+// unixNow is the time now in Unix seconds, for a batch's timestamps.
+func unixNow() *int64 {
+	t := time.Now().Unix()
+	return &t
 }
 
 // BatchErrors lists what is wrong with a failed batch's input file.
@@ -205,7 +221,7 @@ func (s *Server) batchView(ctx context.Context, who, id string) (*batchState, er
 	}
 	if !b.final() && b.Stop == "" {
 		if at, err := s.rdb.Get(ctx, keyBatchCancel(id)).Int64(); err == nil {
-			b.Status, b.CancellingAt = statusCancelling, at
+			b.Status, b.CancellingAt = statusCancelling, &at
 		}
 	}
 	return b, nil

@@ -185,7 +185,7 @@ func (br *batchRunner) step(ctx context.Context, id string) error {
 	now := time.Now()
 	if b.Stop == "" {
 		if at, err := s.rdb.Get(ctx, keyBatchCancel(id)).Int64(); err == nil {
-			b.Stop, b.Status, b.CancellingAt = statusCancelled, statusCancelling, at
+			b.Stop, b.Status, b.CancellingAt = statusCancelled, statusCancelling, &at
 		} else if now.Unix() >= b.ExpiresAt {
 			b.Stop = statusExpired
 		}
@@ -247,6 +247,9 @@ func (br *batchRunner) validate(ctx context.Context, b *batchState) error {
 				if err == nil {
 					err = checkModel(served, g.Model)
 				}
+				if err == nil && b.Model == nil && g.Model != "" {
+					b.Model = &g.Model
+				}
 				if err != nil {
 					line, _ := json.Marshal(errorResponse(batchJobID(b.ID, n), l.CustomID, err))
 					p.HSet(ctx, keyBatchErr(b.ID), f, line)
@@ -266,7 +269,7 @@ func (br *batchRunner) validate(ctx context.Context, b *batchState) error {
 		}
 	}
 	b.Validated = true
-	b.Status, b.InProgressAt = statusInProgress, time.Now().Unix()
+	b.Status, b.InProgressAt = statusInProgress, unixNow()
 	b.RequestCounts.Total = len(lines)
 	b.RequestCounts.Failed = int(s.rdb.HLen(ctx, keyBatchErr(b.ID)).Val())
 	return br.save(ctx, b)
@@ -290,7 +293,7 @@ func batchPayload(l BatchLine) (*jobs.Generate, error) {
 }
 
 func (br *batchRunner) fail(ctx context.Context, b *batchState, errs []BatchError) error {
-	b.Status, b.FailedAt = statusFailed, time.Now().Unix()
+	b.Status, b.FailedAt = statusFailed, unixNow()
 	b.Errors = &BatchErrors{Object: "list", Data: errs}
 	if err := br.save(ctx, b); err != nil {
 		return err
@@ -398,6 +401,7 @@ func (br *batchRunner) poll(ctx context.Context, b *batchState) (done bool, err 
 		p.HLen(ctx, keyBatchOut(b.ID))
 		p.HLen(ctx, keyBatchErr(b.ID))
 		p.SCard(ctx, keyBatchPending(b.ID))
+		p.HMGet(ctx, keyBatchUsage(b.ID), "input", "output")
 		return nil
 	})
 	if err != nil {
@@ -406,6 +410,7 @@ func (br *batchRunner) poll(ctx context.Context, b *batchState) (done bool, err 
 	completed, failed := int(counts[0].(*redis.IntCmd).Val()), int(counts[1].(*redis.IntCmd).Val())
 	left := counts[2].(*redis.IntCmd).Val()
 	b.RequestCounts.Completed, b.RequestCounts.Failed = completed, failed
+	b.Usage = usageOf(counts[3].(*redis.SliceCmd).Val())
 	if err := br.save(ctx, b); err != nil { // the counts, and the cursor
 		return false, err
 	}
@@ -463,24 +468,49 @@ func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error
 	case st.State == jobs.StateCompleted && st.Result != nil:
 		line, _ := json.Marshal(BatchOutputLine{ID: "batch_req_" + id, CustomID: req.CustomID,
 			Response: &BatchResponse{StatusCode: 200, RequestID: id, Body: completionOf(id, st.CompletedAt, *st.Result)}})
-		return br.record(ctx, b.ID, n, keyBatchOut(b.ID), line)
+		u := st.Result.Usage
+		return br.record(ctx, b.ID, n, keyBatchOut(b.ID), line, func(p redis.Pipeliner) {
+			p.HIncrBy(ctx, keyBatchUsage(b.ID), "input", int64(u.PromptTokens))
+			p.HIncrBy(ctx, keyBatchUsage(b.ID), "output", int64(u.CompletionTokens))
+		})
 	case b.Stop != "" && st.Result != nil && st.Result.FinishReason == jobs.FinishCancelled:
 		return stopped()
 	default:
 		line, _ := json.Marshal(errorResponse(id, req.CustomID, jobEndError(st)))
-		if ae := asAPIError(jobEndError(st)); ae.code == "job_failed" {
+		if jobs.ContextLengthExceeded(st.LastError) {
+			line, _ = json.Marshal(errorResponse(id, req.CustomID, contextLengthExceeded(fmt.Sprintf("job %s: %s", id, st.LastError))))
+		} else if ae := asAPIError(jobEndError(st)); ae.code == "job_failed" {
 			line, _ = json.Marshal(errorResponse(id, req.CustomID, &apiError{status: 500, typ: typeServer, code: "job_failed", msg: ae.msg}))
 		}
 		return br.record(ctx, b.ID, n, keyBatchErr(b.ID), line)
 	}
 }
 
-// record writes a finished line and takes it off the pending set in one transaction.
-func (br *batchRunner) record(ctx context.Context, batchID string, n int, key string, line []byte) error {
+// usageOf reads the counters of keyBatchUsage (HMGET input output): nil when no line has
+// completed yet.
+func usageOf(vals []any) *BatchUsage {
+	var n [2]int
+	for i, v := range vals {
+		if s, ok := v.(string); ok && i < len(n) {
+			n[i], _ = strconv.Atoi(s)
+		} else {
+			return nil
+		}
+	}
+	return &BatchUsage{InputTokens: n[0], OutputTokens: n[1], TotalTokens: n[0] + n[1]}
+}
+
+// record writes a finished line and takes it off the pending set in one transaction, with
+// also's commands (a completed line's usage): one batch runner at a time polls a line, and
+// only while it is pending, so a line counts once.
+func (br *batchRunner) record(ctx context.Context, batchID string, n int, key string, line []byte, also ...func(redis.Pipeliner)) error {
 	err := br.s.tx(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, key, strconv.Itoa(n), line)
 		p.SRem(ctx, keyBatchPending(batchID), n)
 		p.HDel(ctx, keyBatchPayloads(batchID), strconv.Itoa(n))
+		for _, f := range also {
+			f(p)
+		}
 		return nil
 	})
 	return err
@@ -491,7 +521,7 @@ func (br *batchRunner) record(ctx context.Context, batchID string, n int, key st
 func (br *batchRunner) finish(ctx context.Context, b *batchState) error {
 	s := br.s
 	if b.Status != statusFinalizing {
-		b.Status, b.FinalizingAt = statusFinalizing, time.Now().Unix()
+		b.Status, b.FinalizingAt = statusFinalizing, unixNow()
 		if err := br.save(ctx, b); err != nil {
 			return err
 		}
@@ -515,17 +545,22 @@ func (br *batchRunner) finish(ctx context.Context, b *batchState) error {
 		if err != nil {
 			return err
 		}
-		b.OutputFileID = f.ID
+		b.OutputFileID = &f.ID
 	}
 	if len(errLines) > 0 {
 		f, err := s.storeFile(ctx, b.Owner, "file-"+b.ID+"-errors", b.ID+"_error.jsonl", purposeBatchOutput, joinLines(errLines), 0)
 		if err != nil {
 			return err
 		}
-		b.ErrorFileID = f.ID
+		b.ErrorFileID = &f.ID
 	}
 	b.RequestCounts.Completed, b.RequestCounts.Failed = len(out), len(errLines)-len(cancelled)
-	now := time.Now().Unix()
+	usage, err := s.rdb.HMGet(ctx, keyBatchUsage(b.ID), "input", "output").Result()
+	if err != nil {
+		return err
+	}
+	b.Usage = usageOf(usage)
+	now := unixNow()
 	switch b.Stop {
 	case statusCancelled:
 		b.Status, b.CancelledAt = statusCancelled, now
@@ -545,7 +580,7 @@ func (br *batchRunner) finish(ctx context.Context, b *batchState) error {
 func (br *batchRunner) cleanup(ctx context.Context, b *batchState) error {
 	err := br.s.tx(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, keyBatchReqs(b.ID), keyBatchPending(b.ID), keyBatchOut(b.ID), keyBatchErr(b.ID),
-			keyBatchCancelled(b.ID), keyBatchPayloads(b.ID), keyBatchCancel(b.ID))
+			keyBatchCancelled(b.ID), keyBatchPayloads(b.ID), keyBatchCancel(b.ID), keyBatchUsage(b.ID))
 		p.SRem(ctx, keyBatchesOpen, b.ID)
 		p.SRem(ctx, keyQueuedBatches(b.Owner), b.ID)
 		return nil

@@ -111,6 +111,9 @@ func (s *Server) chatError(r *http.Request, id string, err error) error {
 	switch {
 	case errors.As(err, &je) && je.Cancelled:
 		return conflict("job_cancelled", "job %s was cancelled", id)
+	case errors.As(err, &je) && jobs.ContextLengthExceeded(je.LastError):
+		// The worker counted the prompt with the tokenizer: a 400 the SDKs do not retry.
+		return contextLengthExceeded(je.LastError)
 	case errors.As(err, &je):
 		return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "job_failed", msg: fmt.Sprintf("job %s failed: %s", id, je.LastError)}
 	case r.Context().Err() == nil && errors.Is(err, context.DeadlineExceeded):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redlite/batch/internal/redisx"
@@ -91,13 +92,21 @@ func asAPIError(err error) *apiError {
 		// The fleet's refusal at submit (jobs.Client routing): the message lists the served models.
 		return &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "model_not_found", param: "model", msg: err.Error()}
 	case errors.Is(err, jobs.ErrNoCapacity):
-		return &apiError{status: http.StatusUnprocessableEntity, typ: typeInvalid, code: "job_too_large", msg: err.Error()}
+		return contextLengthExceeded(err.Error())
 	case errors.Is(err, jobs.ErrFinished):
 		return conflict("job_finished", "%v", err)
 	case errors.Is(err, jobs.ErrRedisOOM), errors.Is(err, jobs.ErrRedisAuth):
 		return redisUnavailable(err)
 	}
 	return serverError(err)
+}
+
+// contextLengthExceeded is OpenAI's answer to a prompt longer than the model takes: a 400,
+// which clients do not retry (a 5xx or 422 they may). msg has the numbers: jobs.RouteError's
+// at submit, the worker's (jobs.ErrContextLength) once it counted the prompt's tokens.
+func contextLengthExceeded(msg string) *apiError {
+	msg = strings.Replace(msg, jobs.ErrContextLength.Error()+": ", "", 1) // the code says it
+	return &apiError{status: http.StatusBadRequest, typ: typeInvalid, code: "context_length_exceeded", param: "messages", msg: msg}
 }
 
 func writeError(w http.ResponseWriter, err error) {

@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlite/batch/jobs"
 )
@@ -210,6 +214,12 @@ func (s *Server) submit(ctx context.Context, who string, p jobs.Payload, source 
 	if err != nil {
 		return jobs.Job{}, false, err
 	}
+	hashed := false
+	if c.IdempotencyKey != "" {
+		if hashed, err = s.claimBody(ctx, id, p); err != nil {
+			return jobs.Job{}, false, err
+		}
+	}
 	job, err = s.client.Enqueue(ctx, p, opts...)
 	if errors.Is(err, jobs.ErrDuplicate) && job.ID == id {
 		return job, true, nil
@@ -217,6 +227,9 @@ func (s *Server) submit(ctx context.Context, who string, p jobs.Payload, source 
 	if err != nil {
 		if created {
 			s.dropOwner(ctx, id)
+		}
+		if hashed {
+			s.rdb.Del(context.WithoutCancel(ctx), keyIdemBody(id)) // best effort: the key is free again
 		}
 		return jobs.Job{}, false, err
 	}
@@ -226,6 +239,36 @@ func (s *Server) submit(ctx context.Context, who string, p jobs.Payload, source 
 		s.log.Warn("count a queued job", "job", job.ID, "err", err)
 	}
 	return job, false, nil
+}
+
+// claimBody records the hash of p under its idempotency key's job id (keyIdemBody), or
+// compares it with the hash recorded: a key reused with another payload is refused with a
+// 409 idempotency_conflict instead of answering with the first job, as Stripe does. The
+// payload is hashed as encoded (jobs.EncodePayload), so JSON spacing and field order do not
+// count. created reports a new record, which the caller drops if the enqueue fails.
+func (s *Server) claimBody(ctx context.Context, id string, p jobs.Payload) (created bool, err error) {
+	data, err := jobs.EncodePayload(p)
+	if err != nil {
+		return false, err
+	}
+	sum := sha256.Sum256(data)
+	h := hex.EncodeToString(sum[:])
+	created, err = s.rdb.SetNX(ctx, keyIdemBody(id), h, ownerTTL).Result()
+	if err != nil {
+		return false, serverError(fmt.Errorf("record the idempotency key of job %s: %w", id, err))
+	}
+	if created {
+		return true, nil
+	}
+	old, err := s.rdb.Get(ctx, keyIdemBody(id)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, serverError(fmt.Errorf("read the idempotency key of job %s: %w", id, err))
+	}
+	if err == nil && old != h {
+		return false, conflict("idempotency_conflict", "the idempotency key of job %s was used with another request body; "+
+			"send the same body to get that job, or use a new key", id)
+	}
+	return false, nil
 }
 
 // checkQuota refuses a job when the token has REDLITE_API_MAX_QUEUED_JOBS unfinished ones.
@@ -461,16 +504,68 @@ func checkModel(served map[string]bool, model string) error {
 }
 
 func (s *Server) getModels(w http.ResponseWriter, r *http.Request) error {
-	out := list[Model]{Object: "list", Data: []Model{}}
-	ws, err := s.client.Workers(r.Context())
+	ms, err := s.models(r.Context())
 	if err != nil {
-		return serverError(err)
+		return err
 	}
-	for _, m := range jobs.Models(ws) {
-		out.Data = append(out.Data, Model{ID: m, Object: "model", OwnedBy: "redlite"})
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, list[Model]{Object: "list", Data: ms})
 	return nil
+}
+
+func (s *Server) getModel(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	ms, err := s.models(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if strings.EqualFold(m.ID, id) {
+			writeJSON(w, http.StatusOK, m)
+			return nil
+		}
+	}
+	return &apiError{status: http.StatusNotFound, typ: typeInvalid, code: "model_not_found", param: "model",
+		msg: fmt.Sprintf("the model %q does not exist or no live worker serves it; GET /v1/models lists them", clip(id))}
+}
+
+// models lists the models the live workers serve (jobs.Models). A model's created is when a
+// worker of it was first seen: the earliest start of its live workers the first time the
+// API lists it, kept in keyModelsCreated so that restarting workers do not change it.
+func (s *Server) models(ctx context.Context) ([]Model, error) {
+	ws, err := s.client.Workers(ctx)
+	if err != nil {
+		return nil, serverError(err)
+	}
+	names := jobs.Models(ws)
+	out := make([]Model, 0, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	cmds, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, m := range names {
+			first := time.Now()
+			for _, w := range ws {
+				if w.Model == m && !w.Started.IsZero() && w.Started.Before(first) {
+					first = w.Started
+				}
+			}
+			p.HSetNX(ctx, keyModelsCreated, m, first.Unix())
+		}
+		p.HMGet(ctx, keyModelsCreated, names...)
+		return nil
+	})
+	if err != nil {
+		return nil, serverError(fmt.Errorf("record when models were first seen: %w", err))
+	}
+	created := cmds[len(cmds)-1].(*redis.SliceCmd).Val()
+	for i, m := range names {
+		var at int64
+		if v, ok := created[i].(string); ok {
+			at, _ = strconv.ParseInt(v, 10, 64)
+		}
+		out = append(out, Model{ID: m, Object: "model", Created: at, OwnedBy: "redlite"})
+	}
+	return out, nil
 }
 
 // WebhookSecret is the answer of GET /v1/webhook_secret.

@@ -19,6 +19,14 @@ func keyRate(who string, sec int64) string {
 // keyOwner (string, expires with the job's result): which token submitted a job.
 func keyOwner(jobID string) string { return jobs.JobOwnerKey(jobID) }
 
+// keyIdemBody (string, expires with the job's owner): the SHA-256 of the payload first
+// submitted with an idempotency key, by the key's job id.
+func keyIdemBody(jobID string) string { return keyPrefix + "idem:" + jobID }
+
+// keyModelsCreated (hash model → Unix time): when a worker of each model was first seen,
+// the created of GET /v1/models. It has a field per model ever served, so no expiry.
+const keyModelsCreated = keyPrefix + "models:created"
+
 // keyOpen (set of job ids): the token's submitted jobs not yet seen finished.
 func keyOpen(who string) string { return keyPrefix + "token:" + who + ":open" }
 
@@ -62,6 +70,9 @@ func keyBatchPending(id string) string { return keyPrefix + "batch:" + id + ":pe
 // finish, so that a job's result expiring from asynq loses nothing.
 func keyBatchOut(id string) string { return keyPrefix + "batch:" + id + ":out" }
 func keyBatchErr(id string) string { return keyPrefix + "batch:" + id + ":err" }
+
+// keyBatchUsage (hash "input", "output" → tokens): the usage summed over completed lines.
+func keyBatchUsage(id string) string { return keyPrefix + "batch:" + id + ":usage" }
 
 // keyBatchCancel (string, Unix time): a cancel asked for and not yet taken up by a runner.
 func keyBatchCancel(id string) string { return keyPrefix + "batch:" + id + ":cancel" }

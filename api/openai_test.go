@@ -14,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/pagination"
 )
 
 // The official OpenAI Go SDK, unmodified, pointed at the API with a real daemon behind it.
@@ -164,6 +165,26 @@ func TestOpenAIGoSDK(t *testing.T) {
 				cc.Usage.CompletionTokens < 1 || cc.Usage.CompletionTokens > int64(3+i%3) || cc.Model != model ||
 				(cc.Choices[0].FinishReason != "stop" && cc.Choices[0].FinishReason != "length") {
 				t.Errorf("line %s: %s", id, l.Response.Body)
+			}
+		}
+		// The batch's usage sums its lines'; its model is theirs; unset fields are null.
+		var in, out int64
+		for _, l := range lines {
+			var cc openai.ChatCompletion
+			json.Unmarshal(l.Response.Body, &cc)
+			in, out = in+cc.Usage.PromptTokens, out+cc.Usage.CompletionTokens
+		}
+		if batch.Model != model || batch.Usage.InputTokens != in || batch.Usage.OutputTokens != out || batch.Usage.TotalTokens != in+out || in < n {
+			t.Errorf("batch model %q usage %+v; want %q and %d in + %d out", batch.Model, batch.Usage, model, in, out)
+		}
+		code, data := b.call(t, tokenA, "GET", "/v1/batches/"+batch.ID, nil)
+		var raw map[string]json.RawMessage
+		if code != http.StatusOK || json.Unmarshal(data, &raw) != nil {
+			t.Fatalf("GET batch: %d %s", code, data)
+		}
+		for _, k := range []string{"errors", "error_file_id", "failed_at", "expired_at", "cancelling_at", "cancelled_at"} {
+			if v, ok := raw[k]; !ok || string(v) != "null" {
+				t.Errorf("batch field %s: %s, want null", k, v)
 			}
 		}
 		// The output file is an ordinary file: listed, fetched, deleted.
@@ -331,9 +352,19 @@ func TestOpenAIGoSDK(t *testing.T) {
 	})
 
 	t.Run("Models", func(t *testing.T) {
-		page, err := c.Models.List(ctx)
-		if err != nil || len(page.Data) != 1 || page.Data[0].ID != model {
-			t.Errorf("models: %+v %v", page, err)
+		var page *pagination.Page[openai.Model]
+		var err error
+		waitFor(t, "the worker listed", func() bool { page, err = c.Models.List(ctx); return err != nil || len(page.Data) > 0 })
+		if err != nil || len(page.Data) != 1 || page.Data[0].ID != model || page.Data[0].Created < 1 {
+			t.Fatalf("models: %+v %v", page, err)
+		}
+		m, err := c.Models.Get(ctx, model)
+		if err != nil || m.ID != model || m.Created != page.Data[0].Created || m.Object != "model" {
+			t.Errorf("model %s: %+v %v; listed %+v", model, m, err, page.Data[0])
+		}
+		var oe *openai.Error
+		if _, err := c.Models.Get(ctx, "no-such-model"); !asErr(err, &oe) || oe.StatusCode != http.StatusNotFound || oe.Code != "model_not_found" {
+			t.Errorf("unknown model: %v, want 404 model_not_found", err)
 		}
 	})
 }

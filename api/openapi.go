@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -59,9 +60,8 @@ func operations() []operation {
 	return []operation{
 		{method: "POST", path: "/v1/jobs", summary: "Submit a summarize or generate job", request: jobReq, responses: limits(with(map[string]any{
 			"201": jsonResp("enqueued; an idempotency key becomes the id \"<token digest>.<key>\"", ref("Job")), "200": jsonResp("this token has a job with this idempotency key", ref("Job")),
-			"400": errResp("invalid payload, naming the field"), "404": errResp("model_not_found: no live worker serves the model"),
-			"409": errResp("idempotency_key_in_use: the id is taken by a job enqueued outside the API"), "413": errResp("body too large"),
-			"422": errResp("job_too_large: no live worker can hold the job")}), "too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
+			"400": errResp("invalid payload, naming the field; context_length_exceeded: no live worker can hold the job"), "404": errResp("model_not_found: no live worker serves the model"),
+			"409": errResp("idempotency_key_in_use: the id is taken by a job enqueued outside the API; idempotency_conflict: the key was used with another body"), "413": errResp("body too large")}), "too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
 		{method: "GET", path: "/v1/jobs/{id}", summary: "A job's state, progress, last error and result", responses: with(map[string]any{
 			"200": jsonResp("the job", ref("Job")), "404": errResp(notYours)})},
 		{method: "GET", path: "/v1/jobs/{id}/result", summary: "A job's result; ?wait=30s long-polls", query: []string{"wait"}, responses: with(map[string]any{
@@ -73,6 +73,8 @@ func operations() []operation {
 			"200": jsonResp("cancelled", ref("Job")), "409": errResp("already finished"), "404": errResp(notYours)})},
 		{method: "GET", path: "/v1/workers", summary: "The worker fleet; other tokens' running jobs show without their ids", responses: with(map[string]any{"200": jsonResp("workers", listOf("Worker"))})},
 		{method: "GET", path: "/v1/models", summary: "Models the fleet serves (OpenAI's shape)", responses: with(map[string]any{"200": jsonResp("models", listOf("Model"))})},
+		{method: "GET", path: "/v1/models/{id}", summary: "One model the fleet serves", responses: with(map[string]any{
+			"200": jsonResp("the model", ref("Model")), "404": errResp("model_not_found: no live worker serves it")})},
 		{method: "POST", path: "/v1/files", summary: "Upload a batch input file (multipart: purpose=batch, file)", requestType: "multipart/form-data",
 			request: map[string]any{"type": "object", "required": []string{"purpose", "file"}, "properties": map[string]any{
 				"purpose": map[string]any{"const": purposeBatch}, "file": map[string]any{"type": "string", "contentMediaType": "application/octet-stream"}}},
@@ -97,8 +99,8 @@ func operations() []operation {
 			request: chatRequestSchema(),
 			responses: limits(with(map[string]any{"200": map[string]any{"description": "chat.completion, or chat.completion.chunk events with stream",
 				"content": map[string]any{"application/json": map[string]any{"schema": ref("ChatCompletion")}, "text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
-				"400": errResp("unsupported or invalid parameter"), "404": errResp("model_not_found"), "409": errResp("the job was cancelled"),
-				"422": errResp("job_too_large"), "500": errResp("job_failed"), "504": errResp("timeout: the job outlasted REDLITE_API_MAX_WAIT")}),
+				"400": errResp("unsupported or invalid parameter; context_length_exceeded"), "404": errResp("model_not_found"), "409": errResp("the job was cancelled; idempotency_conflict"),
+				"500": errResp("job_failed"), "504": errResp("timeout: the job outlasted REDLITE_API_MAX_WAIT")}),
 				"too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
 	}
 }
@@ -207,6 +209,45 @@ func addFields(t reflect.Type, props map[string]any, required *[]string) {
 	}
 }
 
+// inDocument makes the job schema named name (jobs.Schema) a schema of the document's: its
+// $id and $schema go, and its $refs, relative to its $id ("#/$defs/x", "generate.v1.json#/…"),
+// become pointers into the document, which is what openapi-typescript and swagger-parser
+// resolve (they ignore $id and look for generate.v1.json beside the document). files maps
+// the schema files to their names under components.schemas.
+func inDocument(schema map[string]any, name string, files map[string]string) error {
+	delete(schema, "$id")
+	delete(schema, "$schema")
+	var walk func(v any) error
+	walk = func(v any) error {
+		switch v := v.(type) {
+		case map[string]any:
+			if r, ok := v["$ref"].(string); ok {
+				file, frag, _ := strings.Cut(r, "#")
+				to := name
+				if file != "" {
+					if to, ok = files[file]; !ok {
+						return fmt.Errorf("$ref %q: %s is not in the document", r, file)
+					}
+				}
+				v["$ref"] = "#/components/schemas/" + to + frag
+			}
+			for _, e := range v {
+				if err := walk(e); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for _, e := range v {
+				if err := walk(e); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(schema)
+}
+
 var openAPIDoc = sync.OnceValues(func() ([]byte, error) {
 	paths := map[string]map[string]any{}
 	for _, op := range operations() {
@@ -241,13 +282,21 @@ var openAPIDoc = sync.OnceValues(func() ([]byte, error) {
 	for name, t := range schemaTypes {
 		schemas[name] = goSchema(t)
 	}
-	for name, file := range map[string]string{"GeneratePayload": jobs.SchemaGenerate, "SummarizePayload": jobs.SchemaSummarize,
-		"Result": jobs.SchemaResult, "Progress": jobs.SchemaProgress} {
+	embedded := map[string]string{jobs.SchemaGenerate: "GeneratePayload", jobs.SchemaSummarize: "SummarizePayload",
+		jobs.SchemaResult: "Result", jobs.SchemaProgress: "Progress"}
+	for file, name := range embedded {
 		raw, err := jobs.Schema(file)
 		if err != nil {
 			return nil, err
 		}
-		schemas[name] = json.RawMessage(raw)
+		var schema map[string]any
+		if err := json.Unmarshal(raw, &schema); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", file, err)
+		}
+		if err := inDocument(schema, name, embedded); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", file, err)
+		}
+		schemas[name] = schema
 	}
 	doc := map[string]any{
 		"openapi": "3.1.0",

@@ -127,6 +127,7 @@ func (s *Server) routes() http.Handler {
 		"DELETE /v1/jobs/{id}":         s.deleteJob,
 		"GET /v1/workers":              s.getWorkers,
 		"GET /v1/models":               s.getModels,
+		"GET /v1/models/{id}":          s.getModel,
 		"POST /v1/files":               s.postFile,
 		"GET /v1/files":                s.listFiles,
 		"GET /v1/files/{id}":           s.getFile,

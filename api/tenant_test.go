@@ -104,7 +104,7 @@ func TestTenants(t *testing.T) {
 		code, data := b.call(t, tokenA, "GET", "/v1/batches/"+batchA, nil)
 		return code == http.StatusOK && json.Unmarshal(data, &batch) == nil && batch.Status == "completed"
 	})
-	if batch.RequestCounts.Completed != 2 || batch.OutputFileID == "" {
+	if batch.RequestCounts.Completed != 2 || batch.OutputFileID == nil {
 		t.Fatalf("A's batch: %+v", batch)
 	}
 	lines := []string{batchA + ":0", batchA + ":1"}
@@ -195,7 +195,7 @@ func TestTenants(t *testing.T) {
 
 	t.Run("Files", func(t *testing.T) {
 		_, never := b.call(t, tokenB, "GET", "/v1/files/file-never", nil)
-		for _, id := range []string{fileA, batch.OutputFileID} {
+		for _, id := range []string{fileA, *batch.OutputFileID} {
 			for _, r := range []struct{ method, path string }{
 				{"GET", "/v1/files/" + id},
 				{"GET", "/v1/files/" + id + "/content"},
@@ -259,12 +259,12 @@ func TestTenants(t *testing.T) {
 		if code != http.StatusOK || json.Unmarshal(data, &res) != nil || string(res.Metadata) != `{"secret":"a"}` {
 			t.Errorf("A's result: %d %s", code, data)
 		}
-		for _, id := range []string{fileA, batch.OutputFileID} {
+		for _, id := range []string{fileA, *batch.OutputFileID} {
 			if code, data := b.call(t, tokenA, "GET", "/v1/files/"+id+"/content", nil); code != http.StatusOK || len(data) == 0 {
 				t.Errorf("A's file %s: %d %s", id, code, data)
 			}
 		}
-		if ids := b.listIDs(t, tokenA, "/v1/files?limit=100"); !slices.Contains(ids, fileA) || !slices.Contains(ids, batch.OutputFileID) {
+		if ids := b.listIDs(t, tokenA, "/v1/files?limit=100"); !slices.Contains(ids, fileA) || !slices.Contains(ids, *batch.OutputFileID) {
 			t.Errorf("A's files: %v", ids)
 		}
 		if code, data := b.call(t, tokenA, "DELETE", "/v1/jobs/"+runA.ID, nil); code != http.StatusOK {

@@ -181,7 +181,12 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 		}
 		if errors.Is(err, planner.ErrBadJob) {
 			r.outcome = outcomeDoesNotFit
-			return permanent(fmt.Errorf("does not fit on worker %s: %w", w.name, err))
+			err = fmt.Errorf("does not fit on worker %s: %w", w.name, err)
+			if len(ids) > w.maxPrompt(sampling.MaxTokens) {
+				// Past the model's trained context, which every worker of it shares.
+				err = fmt.Errorf("%w: %w", jobs.ErrContextLength, err)
+			}
+			return permanent(err)
 		}
 		return &EngineFault{Err: fmt.Errorf("plan: %w", err)}
 	}

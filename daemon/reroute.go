@@ -67,7 +67,7 @@ func (r *run) reroute(ctx context.Context, p jobs.Payload, promptTokens, maxToke
 		return r.hierarchical(ctx, s) // hierarchy.go
 	}
 	r.outcome = outcomeDoesNotFit
-	return permanent(fmt.Errorf("does not fit on any live worker of model %s: %w", w.lm.name, w.largestExplanation(mine, promptTokens, maxTokens, fit)))
+	return permanent(fmt.Errorf("%w: does not fit on any live worker of model %s: %w", jobs.ErrContextLength, w.lm.name, w.largestExplanation(mine, promptTokens, maxTokens, fit)))
 }
 
 // largestExplanation is the planner's explanation for the fleet's largest worker of the

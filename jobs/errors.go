@@ -3,6 +3,7 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors at the package edge; test with errors.Is.
@@ -45,6 +46,18 @@ func (e *ValidationError) Is(target error) bool { return target == ErrBadPayload
 
 func invalid(field, format string, args ...any) *ValidationError {
 	return &ValidationError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ErrContextLength begins the error a worker archives a job with when, its prompt counted
+// with the model's tokenizer, no live worker of the model can hold it (prompt + max_tokens):
+// the API answers such a job 400 context_length_exceeded, as it refuses at submit the jobs
+// whose estimate already tells (RouteJob).
+var ErrContextLength = errors.New("context_length_exceeded")
+
+// ContextLengthExceeded reports whether a job's last error (asynq's message, JobError's
+// LastError) is a worker's ErrContextLength.
+func ContextLengthExceeded(lastError string) bool {
+	return strings.Contains(lastError, ErrContextLength.Error()+": ")
 }
 
 // JobError describes a job that ended without completing.

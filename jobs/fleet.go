@@ -402,9 +402,9 @@ func (e *RouteError) Error() string {
 		return fmt.Sprintf("model: no live worker serves %q (served: %s)", e.Model, strings.Join(e.Served, ", "))
 	}
 	l := e.Largest
-	msg := fmt.Sprintf("no live worker of model %s can hold this job: it needs a context of at least %d tokens (prompt + max_tokens %d), "+
+	msg := fmt.Sprintf("no live worker of model %s can hold this job: it needs a context of at least %d tokens (prompt %d at least + max_tokens %d), "+
 		"and the largest job the fleet takes is %d tokens on worker %s (GPU limit %d MiB, %d slots)",
-		l.Model, e.NeedContext, e.MaxTokens, l.MaxContext, l.Worker, l.GPULimitMiB, l.Slots)
+		l.Model, e.NeedContext, e.NeedContext-e.MaxTokens, e.MaxTokens, l.MaxContext, l.Worker, l.GPULimitMiB, l.Slots)
 	if fit := e.MaxTokens - (e.NeedContext - l.MaxContext); fit > 0 {
 		msg += fmt.Sprintf("; it fits with max_tokens ≤ %d", fit)
 	}

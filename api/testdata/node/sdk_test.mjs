@@ -157,4 +157,20 @@ async function lines(fileId) {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format' && e.message.includes('"multipleOf"'));
 }
 
+// A chat no worker can hold: 400 context_length_exceeded in ONE request, though the SDK
+// retries 5xx, 408, 409 and 429 twice by default (REDLITE_OVERSIZED_* from the Go test).
+{
+  let calls = 0;
+  const counting = new OpenAI({ fetch: (url, init) => { calls++; return fetch(url, init); } });
+  const text = 'a'.repeat(Number(process.env.REDLITE_OVERSIZED_BYTES));
+  const maxTokens = Number(process.env.REDLITE_OVERSIZED_MAX_TOKENS);
+  await assert.rejects(counting.chat.completions.create(chatBody(maxTokens, text)), (e) => {
+    assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+    assert.equal(e.code, 'context_length_exceeded');
+    assert.match(e.message, /max_tokens/);
+    return true;
+  });
+  assert.equal(calls, 1, 'the SDK retried an oversized request');
+}
+
 console.log('ok');
