@@ -3,7 +3,9 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // FinishReason says why generation stopped.
@@ -130,6 +132,46 @@ type Progress struct {
 	Level       int `json:"level,omitempty"`
 	PiecesDone  int `json:"pieces_done,omitempty"`
 	PiecesTotal int `json:"pieces_total,omitempty"`
+	// Text is the end of the text generated so far, at most ProgressTextMax bytes and never
+	// starting inside a UTF-8 character; TextOffset is the byte offset of its first byte in
+	// the whole text, so TextOffset+len(Text) is the text's length so far. Text is only what
+	// the engine released: an incomplete character or a possible stop string is held back.
+	Text       string `json:"text,omitempty"`
+	TextOffset int    `json:"text_offset,omitempty"`
+}
+
+// ProgressTextMax bounds Progress.Text: the progress is rewritten into Redis several times
+// a second, so its size, not the output's, sets the cost of a write.
+const ProgressTextMax = 64 << 10
+
+// AppendText adds s to the text so far, dropping the oldest bytes beyond ProgressTextMax
+// (whole characters, so Text always starts on a character).
+func (p *Progress) AppendText(s string) {
+	if s == "" {
+		return
+	}
+	p.Text += s
+	if over := len(p.Text) - ProgressTextMax; over > 0 {
+		for over < len(p.Text) && !utf8.RuneStart(p.Text[over]) {
+			over++
+		}
+		p.Text = strings.Clone(p.Text[over:]) // not a slice that pins the dropped bytes
+		p.TextOffset += over
+	}
+}
+
+// TextAfter returns the text after its first n bytes, as far as the progress has it, and
+// the new length. A reader that fell more than ProgressTextMax behind gets the text from
+// TextOffset on and gap true: the bytes between were dropped.
+func (p Progress) TextAfter(n int) (delta string, next int, gap bool) {
+	end := p.TextOffset + len(p.Text)
+	switch {
+	case n >= end:
+		return "", max(n, end), false
+	case n < p.TextOffset:
+		return p.Text, end, true
+	}
+	return p.Text[n-p.TextOffset:], end, false
 }
 
 // State is asynq's task state, by asynq's names (the ones asynqmon shows).
