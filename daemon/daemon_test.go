@@ -92,6 +92,7 @@ func setupURL(t *testing.T, redisURL string) *testBundle {
 	cfg.TaskCheckInterval = 20 * time.Millisecond
 	cfg.DelayedTaskCheckInterval = 100 * time.Millisecond
 	cfg.ProgressInterval = 10 * time.Millisecond
+	cfg.StreamInterval = 10 * time.Millisecond
 	cfg.RetryDelay = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.LogLevel = "debug"

@@ -106,7 +106,7 @@ func (w *worker) attempt(next asynq.Handler) asynq.Handler {
 		ctx, stop := context.WithCancelCause(ctx)
 		defer stop(nil)
 		r.out = taskWriter{ctx: ctx, client: w.client, queue: r.queue, id: r.id, retried: retried, stop: stop, orphaned: w.onOrphaned(r.log)}
-		r.prog = newProgressWriter(r.out, w.cfg.ProgressInterval, r.log, w.m)
+		r.prog = newProgressWriter(r.out, w.cfg.ProgressInterval, w.cfg.StreamInterval, r.log, w.m)
 		r.prog.start()
 		defer func() {
 			r.prog.terminate()

@@ -253,16 +253,19 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 				f(ctx, r.id, done, total)
 			}
 		},
-		OnToken: func(n int, _ string) {
+		OnToken: func(n int, text string) {
 			// Also called with an unchanged count for text held back until the end.
 			if n <= generated {
+				if text != "" {
+					r.prog.update(func(pr *jobs.Progress) { pr.AppendText(text) })
+				}
 				return
 			}
 			generated = n
 			if n == 1 {
 				r.setPhase(jobs.PhaseDecode)
 			}
-			r.prog.update(func(pr *jobs.Progress) { pr.Generated = n })
+			r.prog.update(func(pr *jobs.Progress) { pr.Generated = n; pr.AppendText(text) })
 			if f := w.observer.Token; f != nil {
 				f(ctx, r.id, n)
 			}

@@ -116,6 +116,20 @@ func TestJobs(t *testing.T) {
 		if !running {
 			t.Errorf("no decode progress seen while the job ran: %+v", seen)
 		}
+		// The progress carries the text so far: always a prefix of the result's (the 600
+		// tokens fit the 64 KiB bound), growing while the job runs.
+		texts := map[string]bool{}
+		for _, p := range seen {
+			if p.TextOffset != 0 || !strings.HasPrefix(res.Text, p.Text) {
+				t.Fatalf("progress text at offset %d, %q, is not a prefix of the result %q", p.TextOffset, p.Text, res.Text)
+			}
+			if p.Text != "" {
+				texts[p.Text] = true
+			}
+		}
+		if len(texts) < 2 {
+			t.Errorf("the progress showed %d distinct texts while 600 tokens were generated, want at least 2", len(texts))
+		}
 	})
 
 	t.Run("GenerateRawPromptAndStop", func(t *testing.T) {
