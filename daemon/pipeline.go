@@ -233,6 +233,8 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 		w.m.expertLookups.WithLabelValues("miss").Add(float64(max(now.Misses-experts.Misses, 0)))
 	}()
 	generated := 0
+	// The progress shows answer and reasoning apart, as the result will (run.result).
+	split := chat.NewReasoningStream(r.thinking)
 	gen, genErr := w.generate(ctx, plan, ids, engine.GenerateOptions{
 		MaxTokens: sampling.MaxTokens,
 		Sampler:   smp,
@@ -254,18 +256,21 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 			}
 		},
 		OnToken: func(n int, text string) {
-			// Also called with an unchanged count for text held back until the end.
-			if n <= generated {
-				if text != "" {
-					r.prog.update(func(pr *jobs.Progress) { pr.AppendText(text) })
+			// What the split still holds at the end is never flushed here: the result,
+			// written next, has it all.
+			answer, reasoning := split.Push(text)
+			if n <= generated { // text held back until the end
+				if answer == "" && reasoning == "" {
+					return
 				}
+				r.prog.update(func(pr *jobs.Progress) { pr.AppendText(answer, reasoning) })
 				return
 			}
 			generated = n
 			if n == 1 {
 				r.setPhase(jobs.PhaseDecode)
 			}
-			r.prog.update(func(pr *jobs.Progress) { pr.Generated = n; pr.AppendText(text) })
+			r.prog.update(func(pr *jobs.Progress) { pr.Generated = n; pr.AppendText(answer, reasoning) })
 			if f := w.observer.Token; f != nil {
 				f(ctx, r.id, n)
 			}

@@ -14,7 +14,7 @@ func TestProgressTextBounded(t *testing.T) {
 	read, got := 0, ""
 	piece := "a€" // 1 + 3 bytes: the cut falls inside characters
 	for i := 0; i < 40000; i++ {
-		p.AppendText(piece)
+		p.AppendText(piece, "")
 		whole.WriteString(piece)
 		if len(p.Text) > ProgressTextMax {
 			t.Fatalf("text is %d bytes, above %d", len(p.Text), ProgressTextMax)

@@ -132,46 +132,66 @@ type Progress struct {
 	Level       int `json:"level,omitempty"`
 	PiecesDone  int `json:"pieces_done,omitempty"`
 	PiecesTotal int `json:"pieces_total,omitempty"`
-	// Text is the end of the text generated so far, at most ProgressTextMax bytes and never
+	// Text is the end of the answer generated so far, at most ProgressTextMax bytes and never
 	// starting inside a UTF-8 character; TextOffset is the byte offset of its first byte in
-	// the whole text, so TextOffset+len(Text) is the text's length so far. Text is only what
-	// the engine released: an incomplete character or a possible stop string is held back.
-	Text       string `json:"text,omitempty"`
-	TextOffset int    `json:"text_offset,omitempty"`
+	// the whole answer, so TextOffset+len(Text) is its length so far. Only released text is
+	// here: an incomplete character or a possible stop string is held back. A thinking
+	// model's reasoning goes to Reasoning and ReasoningOffset the same way, so that both
+	// grow into the result's Text and Reasoning.
+	Text            string `json:"text,omitempty"`
+	TextOffset      int    `json:"text_offset,omitempty"`
+	Reasoning       string `json:"reasoning,omitempty"`
+	ReasoningOffset int    `json:"reasoning_offset,omitempty"`
 }
 
-// ProgressTextMax bounds Progress.Text: the progress is rewritten into Redis several times
-// a second, so its size, not the output's, sets the cost of a write.
+// ProgressTextMax bounds Progress.Text and Progress.Reasoning each: the progress is
+// rewritten into Redis several times a second, so its size, not the output's, sets the
+// cost of a write.
 const ProgressTextMax = 64 << 10
 
-// AppendText adds s to the text so far, dropping the oldest bytes beyond ProgressTextMax
-// (whole characters, so Text always starts on a character).
-func (p *Progress) AppendText(s string) {
+// AppendText adds answer and reasoning text to what the progress shows.
+func (p *Progress) AppendText(answer, reasoning string) {
+	appendBounded(&p.Text, &p.TextOffset, answer)
+	appendBounded(&p.Reasoning, &p.ReasoningOffset, reasoning)
+}
+
+// appendBounded adds s to *text, dropping the oldest bytes beyond ProgressTextMax (whole
+// characters, so the text always starts on one) and counting them in *offset.
+func appendBounded(text *string, offset *int, s string) {
 	if s == "" {
 		return
 	}
-	p.Text += s
-	if over := len(p.Text) - ProgressTextMax; over > 0 {
-		for over < len(p.Text) && !utf8.RuneStart(p.Text[over]) {
+	*text += s
+	if over := len(*text) - ProgressTextMax; over > 0 {
+		for over < len(*text) && !utf8.RuneStart((*text)[over]) {
 			over++
 		}
-		p.Text = strings.Clone(p.Text[over:]) // not a slice that pins the dropped bytes
-		p.TextOffset += over
+		*text = strings.Clone((*text)[over:]) // not a slice that pins the dropped bytes
+		*offset += over
 	}
 }
 
-// TextAfter returns the text after its first n bytes, as far as the progress has it, and
+// TextAfter returns the answer after its first n bytes, as far as the progress has it, and
 // the new length. A reader that fell more than ProgressTextMax behind gets the text from
 // TextOffset on and gap true: the bytes between were dropped.
 func (p Progress) TextAfter(n int) (delta string, next int, gap bool) {
-	end := p.TextOffset + len(p.Text)
+	return after(p.Text, p.TextOffset, n)
+}
+
+// ReasoningAfter is TextAfter for the reasoning.
+func (p Progress) ReasoningAfter(n int) (delta string, next int, gap bool) {
+	return after(p.Reasoning, p.ReasoningOffset, n)
+}
+
+func after(text string, offset, n int) (delta string, next int, gap bool) {
+	end := offset + len(text)
 	switch {
 	case n >= end:
 		return "", max(n, end), false
-	case n < p.TextOffset:
-		return p.Text, end, true
+	case n < offset:
+		return text, end, true
 	}
-	return p.Text[n-p.TextOffset:], end, false
+	return text[n-offset:], end, false
 }
 
 // State is asynq's task state, by asynq's names (the ones asynqmon shows).
