@@ -338,7 +338,7 @@ func TestNativeJobs(t *testing.T) {
 	})
 
 	t.Run("Events", func(t *testing.T) {
-		v := b.submit(t, tokenA, generate(6), http.StatusCreated)
+		v := b.submit(t, tokenA, generate(200), http.StatusCreated)
 		resp := b.send(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/events", nil)
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
@@ -348,17 +348,40 @@ func TestNativeJobs(t *testing.T) {
 		if len(evs) < 2 {
 			t.Fatalf("events: %+v, want progress then result", evs)
 		}
+		// Progress events (without the text), delta events with the text, then the result;
+		// the deltas put together are the result's text.
+		var text strings.Builder
+		deltas := 0
 		for _, e := range evs[:len(evs)-1] {
-			var p jobs.Progress
-			if e.name != "progress" || json.Unmarshal([]byte(e.data), &p) != nil || p.Phase == "" {
-				t.Errorf("event %+v, want progress", e)
+			switch e.name {
+			case "progress":
+				var p jobs.Progress
+				if json.Unmarshal([]byte(e.data), &p) != nil || p.Phase == "" || p.Text != "" || p.Reasoning != "" {
+					t.Errorf("event %+v, want progress without text", e)
+				}
+			case "delta":
+				var d struct {
+					Text string `json:"text"`
+					Gap  bool   `json:"gap"`
+				}
+				if json.Unmarshal([]byte(e.data), &d) != nil || d.Text == "" || d.Gap {
+					t.Errorf("event %+v, want a delta with text", e)
+				}
+				text.WriteString(d.Text)
+				deltas++
+			default:
+				t.Errorf("event %+v, want progress or delta", e)
 			}
 		}
 		last := evs[len(evs)-1]
 		var res jobs.Result
 		if last.name != "result" || json.Unmarshal([]byte(last.data), &res) != nil || res.Usage.CompletionTokens < 1 {
-			t.Errorf("last event %+v, want the result", last)
+			t.Fatalf("last event %+v, want the result", last)
 		}
+		if deltas == 0 || text.String() != res.Text {
+			t.Errorf("%d deltas make %q, the result's text is %q", deltas, text.String(), res.Text)
+		}
+		t.Logf("%d tokens in %d deltas", res.Usage.CompletionTokens, deltas)
 	})
 
 	t.Run("Idempotency", func(t *testing.T) {

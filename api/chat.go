@@ -12,9 +12,10 @@ import (
 
 // chatCompletions runs one chat as a job like any other (queued, routed, planned, visible
 // in asynqmon) and answers when it is done: with a chat.completion, or with stream: true as
-// chat.completion.chunk events. The engine publishes progress, not text, while it runs, so
-// a stream carries the role at once, comments while the job waits and runs (which keep
-// proxies from timing the connection out), and the text in one chunk at the end.
+// chat.completion.chunk events: the role at once, comments while the job waits (which keep
+// proxies from timing the connection out), a chunk with the text each new piece of the
+// job's progress adds (the worker writes it at most every REDLITE_STREAM_INTERVAL), the
+// rest of the text with the logprobs when the job is done, then the finish reason.
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
 	if err != nil {
@@ -78,7 +79,19 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		sse.event("", c)
 	}
 	chunk(map[string]any{"role": jobs.RoleAssistant, "content": ""}, nil, nil, g.Model, nil)
-	res, err := s.client.Wait(ctx, job.ID, func(p jobs.Progress) {
+	var text textReader
+	content := func(d delta) map[string]any {
+		m := map[string]any{"content": d.Text}
+		if d.Reasoning != "" {
+			m["reasoning_content"] = d.Reasoning
+		}
+		return m
+	}
+	res, err := s.client.WaitEvery(ctx, job.ID, s.cfg.StreamPollInterval, func(p jobs.Progress) {
+		if d := text.progress(p); !d.empty() {
+			chunk(content(d), nil, nil, g.Model, nil)
+			return
+		}
 		sse.comment(fmt.Sprintf("%s %d/%d", p.Phase, p.Generated, p.MaxTokens))
 	})
 	if err != nil {
@@ -90,11 +103,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		sse.event("", errorBody{Error: Error{Message: e.msg, Type: e.typ, Code: &code}})
 		return nil
 	}
-	delta := map[string]any{"content": res.Text}
-	if res.Reasoning != "" {
-		delta["reasoning_content"] = res.Reasoning
+	// The logprobs are only in the result: they come with the last piece of text.
+	if d := text.result(res); !d.empty() || res.Logprobs != nil {
+		if d.Gap {
+			s.log.Warn("a streamed chat's result does not continue the text streamed", "job", job.ID)
+		}
+		chunk(content(d), nil, nil, res.Model, res.Logprobs)
 	}
-	chunk(delta, nil, nil, res.Model, res.Logprobs) // the text's tokens, with the text
 	finish := string(res.FinishReason)
 	chunk(map[string]any{}, &finish, nil, res.Model, nil)
 	if opts.IncludeUsage {

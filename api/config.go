@@ -62,6 +62,10 @@ type Config struct {
 	// PollInterval is how often a waiting request (long poll, events, chat completion)
 	// looks at its job.
 	PollInterval time.Duration `env:"REDLITE_API_POLL_INTERVAL" envDefault:"250ms"`
+	// StreamPollInterval is how often a stream that carries text (job events, chat
+	// completions with stream: true) looks at its job: one HGETALL each, so that the
+	// workers' text writes (REDLITE_STREAM_INTERVAL) reach the client without waiting.
+	StreamPollInterval time.Duration `env:"REDLITE_API_STREAM_POLL_INTERVAL" envDefault:"50ms"`
 
 	// The workers' REDLITE_WEBHOOK_SECRET (GET /v1/webhook_secret tells each token the
 	// secret its jobs' webhooks are signed with) and REDLITE_WEBHOOK_ALLOW (a webhook_url
@@ -112,6 +116,8 @@ func (c Config) Validate() error {
 		return bad("REDLITE_API_BATCH_INTERVAL", "must be > 0, got %v", c.BatchInterval)
 	case c.PollInterval <= 0:
 		return bad("REDLITE_API_POLL_INTERVAL", "must be > 0, got %v", c.PollInterval)
+	case c.StreamPollInterval <= 0:
+		return bad("REDLITE_API_STREAM_POLL_INTERVAL", "must be > 0, got %v", c.StreamPollInterval)
 	}
 	for i, t := range c.Tokens {
 		if strings.TrimSpace(t) == "" {

@@ -389,7 +389,9 @@ func jobEndError(st jobs.Status) error {
 }
 
 // getEvents streams the job as Server-Sent Events: "progress" each time the progress
-// changes (phase queued while it waits), then one "result" or "error", then the stream ends.
+// changes (phase queued while it waits), "delta" with the text it adds, then one "result"
+// or "error", then the stream ends. The progress events leave the text out: it is in the
+// deltas, once.
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.status(r)
 	if err != nil {
@@ -403,9 +405,20 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) error {
 	send := sse.event
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.MaxWait)
 	defer cancel()
-	res, err := s.client.Wait(ctx, st.ID, func(p jobs.Progress) { send("progress", p) })
+	var text textReader
+	res, err := s.client.WaitEvery(ctx, st.ID, s.cfg.StreamPollInterval, func(p jobs.Progress) {
+		d := text.progress(p)
+		p.Text, p.TextOffset, p.Reasoning, p.ReasoningOffset = "", 0, "", 0
+		send("progress", p)
+		if !d.empty() {
+			send("delta", d)
+		}
+	})
 	switch {
 	case err == nil:
+		if d := text.result(res); !d.empty() {
+			send("delta", d)
+		}
 		send("result", res)
 	case r.Context().Err() != nil:
 	default:

@@ -306,6 +306,36 @@ func TestOpenAIGoSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("ChatStreamSampled", func(t *testing.T) {
+		// 200 sampled tokens with a seed: the streamed pieces put together are the text of
+		// the same request not streamed. (How many pieces depends on the speed of the model
+		// against REDLITE_STREAM_INTERVAL: logged, not asserted.)
+		params := openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(200), Temperature: openai.Float(0.9), Seed: openai.Int(11),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a long story.")}}
+		cc, err := c.Chat.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream := c.Chat.Completions.NewStreaming(ctx, params)
+		var text strings.Builder
+		pieces := 0
+		for stream.Next() {
+			for _, ch := range stream.Current().Choices {
+				if ch.Delta.Content != "" {
+					text.WriteString(ch.Delta.Content)
+					pieces++
+				}
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if text.String() != cc.Choices[0].Message.Content {
+			t.Errorf("streamed %q\nplain    %q", text.String(), cc.Choices[0].Message.Content)
+		}
+		t.Logf("%d tokens, %d chunks with text", cc.Usage.CompletionTokens, pieces)
+	})
+
 	t.Run("ChatErrors", func(t *testing.T) {
 		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model, N: openai.Int(2),
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hi.")}})

@@ -371,7 +371,13 @@ func finalResult(st Status) (Result, error) {
 // waits it calls onProgress, if not nil, each time the progress changes: phase "queued"
 // while the job waits, then what the worker publishes.
 func (c *Client) Wait(ctx context.Context, id string, onProgress func(Progress)) (Result, error) {
-	tick := time.NewTicker(c.cfg.poll)
+	return c.WaitEvery(ctx, id, c.cfg.poll, onProgress)
+}
+
+// WaitEvery is Wait looking at the job every interval instead of the client's poll
+// interval: a reader streaming the job's text looks more often.
+func (c *Client) WaitEvery(ctx context.Context, id string, every time.Duration, onProgress func(Progress)) (Result, error) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var last Progress
 	first := true
