@@ -76,14 +76,20 @@ func (p *progressWriter) loop() {
 			return
 		case <-p.wake:
 		}
-		interval := p.interval
-		p.mu.Lock()
-		if textLen(p.cur) != written {
-			interval = min(interval, p.textInterval)
-		}
-		p.mu.Unlock()
-		if wait := interval - time.Since(last); !last.IsZero() && wait > 0 {
-			t := time.NewTimer(wait)
+		// Wait out the interval; the text may grow meanwhile, shortening it, so the wait is
+		// looked at again at least every textInterval.
+		for !last.IsZero() {
+			interval := p.interval
+			p.mu.Lock()
+			if textLen(p.cur) != written {
+				interval = min(interval, p.textInterval)
+			}
+			p.mu.Unlock()
+			wait := interval - time.Since(last)
+			if wait <= 0 {
+				break
+			}
+			t := time.NewTimer(min(wait, p.textInterval))
 			select {
 			case <-p.quit:
 				t.Stop()
