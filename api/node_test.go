@@ -38,6 +38,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
 		t.Fatalf("node sdk_test.mjs: %v\n%s", err, out)
 	}
+	t.Logf("node sdk_test.mjs:\n%s", out)
 }
 
 // TestOpenAPITools runs testdata/node/openapi_check.mjs on the served document:
