@@ -408,8 +408,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) error {
 	var text textReader
 	res, err := s.client.WaitEvery(ctx, st.ID, s.cfg.StreamPollInterval, func(p jobs.Progress) {
 		d := text.progress(p)
-		p.Text, p.TextOffset, p.Reasoning, p.ReasoningOffset = "", 0, "", 0
-		send("progress", p)
+		send("progress", p.WithoutText())
 		if !d.empty() {
 			send("delta", d)
 		}

@@ -181,6 +181,11 @@ func TestTenants(t *testing.T) {
 			if token == tokenB && strings.Contains(string(data), runA.ID) {
 				t.Errorf("B's worker list names A's job %s: %s", runA.ID, data)
 			}
+			for _, a := range ws.Data[0].Active {
+				if p := a.Progress; p != nil && (p.Text != "" || p.Reasoning != "") {
+					t.Errorf("the worker list shows a running job's text: %+v", p)
+				}
+			}
 			return ws.Data[0].Active
 		}
 		// asynq lists a worker's jobs with its next heartbeat (every 5 s).

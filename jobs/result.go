@@ -144,6 +144,13 @@ type Progress struct {
 	ReasoningOffset int    `json:"reasoning_offset,omitempty"`
 }
 
+// WithoutText is the progress without its text: counts and phase only, for listings and
+// for readers that take the text apart (TextAfter).
+func (p Progress) WithoutText() Progress {
+	p.Text, p.TextOffset, p.Reasoning, p.ReasoningOffset = "", 0, "", 0
+	return p
+}
+
 // ProgressTextMax bounds Progress.Text and Progress.Reasoning each: the progress is
 // rewritten into Redis several times a second, so its size, not the output's, sets the
 // cost of a write.

@@ -118,8 +118,10 @@ func (c *Client) Workers(ctx context.Context) ([]WorkerServer, error) {
 		}
 		for _, a := range s.ActiveWorkers {
 			j := ActiveJob{ID: a.TaskID, Type: a.TaskType, Queue: a.Queue, Started: a.Started, Deadline: a.Deadline}
-			if st, err := client.Status(ctx, a.TaskID); err == nil && st.State == StateActive {
-				j.Progress = st.Progress
+			if st, err := client.Status(ctx, a.TaskID); err == nil && st.State == StateActive && st.Progress != nil {
+				// Counts only: the list shows every tenant's running jobs, never their text.
+				p := st.Progress.WithoutText()
+				j.Progress = &p
 			}
 			w.Active = append(w.Active, j)
 		}
