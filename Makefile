@@ -8,7 +8,7 @@ test:
 	go test ./...
 
 # A newcomer's loop: the fast tests of every package, without the end-to-end, fault and
-# parity runs that -short skips (75 s of CPU; 1 min 38 s on a 2-core machine at load 6).
+# parity runs that -short skips (56 s on an idle 2-core machine).
 test-short:
 	go test -short ./...
 

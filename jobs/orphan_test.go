@@ -16,6 +16,9 @@ import (
 // would once its lease expired: only under the lease as read, exactly once, with the attempt
 // counted, and asynq runs it again as its second attempt.
 func TestRetryOrphan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("orphan retries against a live lease (-short skips it)")
+	}
 	c, b := setup(t)
 	ctx := context.Background()
 	job, err := c.Enqueue(ctx, &Generate{Prompt: "orphan"}, MaxRetry(2))

@@ -51,6 +51,9 @@ func jobsSetup(t *testing.T, withDaemon bool) string {
 }
 
 func TestJobCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the job commands end to end against a worker (-short skips it)")
+	}
 	url := jobsSetup(t, true)
 
 	var id string
