@@ -75,92 +75,79 @@ func Repack(t Type, data []byte, rows, cols int) []byte {
 	return repackQ4_K(data, rows, cols)
 }
 
-func repackQ4_K(data []byte, rows, cols int) []byte {
-	nb := cols / QK_K
-	rb := Q4_K.RowBytes(cols)
-	out := make([]byte, RepackedBytes(Q4_K, rows, cols))
+// repackGroups lays the rows × cols matrix data of type t out by groups of RepackRows rows:
+// for each group and each 256-value block, one out-block of outBlock bytes, which fill
+// writes from each row's block (src) as the group's row r.
+func repackGroups(t Type, data []byte, rows, cols, outBlock int, fill func(dst, src []byte, r int)) []byte {
+	nb, rb, bb := cols/QK_K, t.RowBytes(cols), t.RowBytes(QK_K)
+	out := make([]byte, RepackedBytes(t, rows, cols))
 	for g := 0; g*RepackRows < rows; g++ {
 		for b := 0; b < nb; b++ {
-			dst := out[(g*nb+b)*q4kr16Block:][:q4kr16Block]
+			dst := out[(g*nb+b)*outBlock:][:outBlock]
 			for r := 0; r < RepackRows && g*RepackRows+r < rows; r++ {
-				src := data[(g*RepackRows+r)*rb+b*144:][:144]
-				copy(dst[2*r:], src[0:2])
-				copy(dst[32+2*r:], src[2:4])
-				for k := 0; k < 8; k++ {
-					sc, m := scaleMinK4(k, src[4:16])
-					dst[64+16*k+r] = sc
-					dst[192+16*k+r] = m
-				}
-				for j := 0; j < 4; j++ {
-					for q := 0; q < 8; q++ {
-						copy(dst[320+512*j+64*q+4*r:][:4], src[16+32*j+4*q:])
-					}
-				}
+				fill(dst, data[(g*RepackRows+r)*rb+b*bb:][:bb], r)
 			}
 		}
 	}
 	return out
+}
+
+// repackK4Header writes the first 320 bytes of a Q4_K or Q5_K out-block for row r: d and
+// dmin of the 16 rows, then their 8 sub-block scales and mins unpacked to bytes.
+func repackK4Header(dst, src []byte, r int) {
+	copy(dst[2*r:], src[0:2])
+	copy(dst[32+2*r:], src[2:4])
+	for k := 0; k < 8; k++ {
+		sc, m := scaleMinK4(k, src[4:16])
+		dst[64+16*k+r] = sc
+		dst[192+16*k+r] = m
+	}
+}
+
+func repackQ4_K(data []byte, rows, cols int) []byte {
+	return repackGroups(Q4_K, data, rows, cols, q4kr16Block, func(dst, src []byte, r int) {
+		repackK4Header(dst, src, r)
+		for j := 0; j < 4; j++ {
+			for q := 0; q < 8; q++ {
+				copy(dst[320+512*j+64*q+4*r:][:4], src[16+32*j+4*q:])
+			}
+		}
+	})
 }
 
 func repackQ5_K(data []byte, rows, cols int) []byte {
-	nb := cols / QK_K
-	rb := Q5_K.RowBytes(cols)
-	out := make([]byte, RepackedBytes(Q5_K, rows, cols))
-	for g := 0; g*RepackRows < rows; g++ {
-		for b := 0; b < nb; b++ {
-			dst := out[(g*nb+b)*q5kr16Block:][:q5kr16Block]
-			for r := 0; r < RepackRows && g*RepackRows+r < rows; r++ {
-				src := data[(g*RepackRows+r)*rb+b*176:][:176]
-				copy(dst[2*r:], src[0:2])
-				copy(dst[32+2*r:], src[2:4])
-				for k := 0; k < 8; k++ {
-					sc, m := scaleMinK4(k, src[4:16])
-					dst[64+16*k+r] = sc
-					dst[192+16*k+r] = m
-				}
-				qh, qs := src[16:48], src[48:176]
-				for j := 0; j < 4; j++ {
-					chunk := dst[320+640*j:][:640]
-					for q := 0; q < 8; q++ {
-						copy(chunk[64*q+4*r:][:4], qs[32*j+4*q:])
-						for i := 0; i < 4; i++ {
-							h := qh[4*q+i] >> (2 * j)
-							chunk[512+4*r+i] |= h & 1 << q
-							chunk[576+4*r+i] |= h >> 1 & 1 << q
-						}
-					}
+	return repackGroups(Q5_K, data, rows, cols, q5kr16Block, func(dst, src []byte, r int) {
+		repackK4Header(dst, src, r)
+		qh, qs := src[16:48], src[48:176]
+		for j := 0; j < 4; j++ {
+			chunk := dst[320+640*j:][:640]
+			for q := 0; q < 8; q++ {
+				copy(chunk[64*q+4*r:][:4], qs[32*j+4*q:])
+				for i := 0; i < 4; i++ {
+					h := qh[4*q+i] >> (2 * j)
+					chunk[512+4*r+i] |= h & 1 << q
+					chunk[576+4*r+i] |= h >> 1 & 1 << q
 				}
 			}
 		}
-	}
-	return out
+	})
 }
 
 func repackQ6_K(data []byte, rows, cols int) []byte {
-	nb := cols / QK_K
-	rb := Q6_K.RowBytes(cols)
-	out := make([]byte, RepackedBytes(Q6_K, rows, cols))
-	for g := 0; g*RepackRows < rows; g++ {
-		for b := 0; b < nb; b++ {
-			dst := out[(g*nb+b)*q6kr16Block:][:q6kr16Block]
-			for r := 0; r < RepackRows && g*RepackRows+r < rows; r++ {
-				src := data[(g*RepackRows+r)*rb+b*210:][:210]
-				copy(dst[2*r:], src[208:210])
-				q := q6kValues(src)
-				for s := 0; s < 16; s++ {
-					dst[32+16*s+r] = src[192+s]
-					sub := dst[288+192*s:]
-					for i := 0; i < 4; i++ {
-						a, b, c, d := q[16*s+i], q[16*s+4+i], q[16*s+8+i], q[16*s+12+i]
-						sub[4*r+i] = a&15 | b<<4
-						sub[64+4*r+i] = c&15 | d<<4
-						sub[128+4*r+i] = a>>4 | b>>4<<2 | c>>4<<4 | d>>4<<6
-					}
-				}
+	return repackGroups(Q6_K, data, rows, cols, q6kr16Block, func(dst, src []byte, r int) {
+		copy(dst[2*r:], src[208:210])
+		q := q6kValues(src)
+		for s := 0; s < 16; s++ {
+			dst[32+16*s+r] = src[192+s]
+			sub := dst[288+192*s:]
+			for i := 0; i < 4; i++ {
+				a, b, c, d := q[16*s+i], q[16*s+4+i], q[16*s+8+i], q[16*s+12+i]
+				sub[4*r+i] = a&15 | b<<4
+				sub[64+4*r+i] = c&15 | d<<4
+				sub[128+4*r+i] = a>>4 | b>>4<<2 | c>>4<<4 | d>>4<<6
 			}
 		}
-	}
-	return out
+	})
 }
 
 // q6kValues is a Q6_K block's 256 values as stored, 0…63 (the value is q − 32).
