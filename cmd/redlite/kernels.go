@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
@@ -15,7 +16,8 @@ import (
 // default its kernels ("avx512vnni (8-bit: Q4_K avx512vnni, rows repacked by 16; Q6_K avx2,
 // four tokens)"), and the memory the repacked layouts take. Empty for other backends.
 func cpuKernels(b ml.Backend, f *gguf.File) string {
-	if b.Name() != "cpu" {
+	cb, ok := b.(*cpu.Backend)
+	if !ok {
 		return ""
 	}
 	var types []quant.Type
@@ -24,10 +26,11 @@ func cpuKernels(b ml.Backend, f *gguf.File) string {
 		if len(t.Dims) >= 2 && quant.Int8Faster(t.Type) && !slices.Contains(types, t.Type) {
 			types = append(types, t.Type)
 		}
-		// As the backend binds weights: matrices (not expert stacks) of a repacked type.
-		if len(t.Dims) == 2 && quant.Int8Faster(t.Type) && quant.Int8Repacked(t.Type) {
-			repacked += quant.RepackedBytes(t.Type, int(t.Dims[1]), int(t.Dims[0]))
+		dims := make([]int, len(t.Dims))
+		for i, d := range t.Dims {
+			dims[i] = int(d)
 		}
+		repacked += cb.RepackedBytes(t.Type, dims)
 	}
 	slices.Sort(types)
 	var parts []string

@@ -36,6 +36,16 @@ type Backend struct {
 // so the daemon keeps this out of the budget.
 func (b *Backend) HostWeightBytes() int64 { return b.hostWeights.Load() }
 
+// RepackedBytes is what binding a weight of typ and dims (GGUF order) repacks for the 8-bit
+// kernels on this machine: a matrix too large to expand to float32, on the 8-bit path, of
+// a type whose kernels here read repacked rows; 0 otherwise.
+func (b *Backend) RepackedBytes(typ quant.Type, dims []int) int {
+	if len(dims) != 2 || dims[0]*dims[1] <= smallVector || b.Dot() == DotExact || !b.int8(typ) || !quant.Int8Repacked(typ) {
+		return 0
+	}
+	return quant.RepackedBytes(typ, dims[1], dims[0])
+}
+
 // New returns a CPU backend using threads goroutines (0: GOMAXPROCS).
 func New(threads int) *Backend {
 	b := &Backend{pool: newPool(threads)}
@@ -109,7 +119,7 @@ func (b *Backend) Weight(m ml.Mapping, name string, typ quant.Type, dims []int, 
 	if err != nil {
 		return nil, err
 	}
-	if len(dims) == 2 && w.f32 == nil && b.Dot() != DotExact && b.int8(typ) {
+	if b.RepackedBytes(typ, dims) > 0 {
 		w.packed = quant.Repack(typ, w.data, w.rows, w.cols)
 	}
 	b.hostWeights.Add(int64(len(w.packed)))
