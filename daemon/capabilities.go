@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/internal/buildinfo"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/metalkit"
@@ -61,7 +60,7 @@ func capabilityOf(name string, lm *loadedModel, budget planner.Budget, cal plann
 		Slots: slots, MaxContext: capped(largest.Context),
 		Tokens: lm.tokenStats(),
 	}
-	for _, kv := range []ml.DType{ml.F32, ml.F16} {
+	for _, kv := range planner.KVPrecisions {
 		if pool != nil && kv != pool.KV {
 			continue // the pool has one precision
 		}

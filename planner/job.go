@@ -57,6 +57,17 @@ const (
 	CacheAllow ExpertCachePolicy = "allow"
 )
 
+// KVPrecisions are the KV cache precisions the planner chooses from, best first.
+var KVPrecisions = []ml.DType{ml.F32, ml.F16}
+
+// KVs are the precisions the policy lets the planner choose from: the forced one, or all.
+func (p Policy) KVs() []ml.DType {
+	if p.KV != nil {
+		return []ml.DType{*p.KV}
+	}
+	return KVPrecisions
+}
+
 // ForceKV is a Policy.KV that forces precision d.
 func ForceKV(d ml.DType) *ml.DType { return &d }
 

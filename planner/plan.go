@@ -129,12 +129,7 @@ type search struct {
 	usable  int64 // MiB
 }
 
-func (s *search) kvs() []ml.DType {
-	if s.job.Policy.KV != nil {
-		return []ml.DType{*s.job.Policy.KV}
-	}
-	return []ml.DType{ml.F32, ml.F16}
-}
+func (s *search) kvs() []ml.DType { return s.job.Policy.KVs() }
 
 func (s *search) mtps() []bool {
 	if s.p.HasMTP() && !s.job.Policy.DisableMTP {
