@@ -40,6 +40,8 @@ type Backend struct {
 	live, peak int64
 	// vecs holds small vectors converted to float32 at load (vectors.go).
 	vecs vectorArena
+	// experts is the bounded expert cache (experts.go).
+	experts expertCache
 }
 
 // New returns a backend over dev. The backend does not own dev: close the device after the
@@ -205,6 +207,11 @@ type weight struct {
 	// vec holds the float32 values of a vector of at most smallVector elements (norms,
 	// biases, gates, convolution kernels); Len 0 otherwise.
 	vec Region
+	// An expert stack [experts, rows, cols]: its bytes in the mapped file, what the expert
+	// cache copies from, its number among the expert weights and the bytes of one expert.
+	host   []byte
+	expert int
+	slice  int64
 }
 
 func (w *weight) Name() string     { return w.name }
@@ -245,6 +252,11 @@ func (b *Backend) Weight(mm ml.Mapping, name string, typ quant.Type, dims []int,
 	var err error
 	if w.raw, err = m.region(b.dev, offset, size); err != nil {
 		return nil, fmt.Errorf("metalkit: weight %s: %w", name, err)
+	}
+	if len(dims) == 3 && !small {
+		w.host = m.data[offset : offset+size : offset+size]
+		w.slice = size / int64(dims[2])
+		b.experts.bind(w)
 	}
 	if small {
 		if typ == quant.F32 && offset%4 == 0 {

@@ -38,6 +38,10 @@ type context struct {
 	// named are the tensors given to Name since the last Compute, for Backend.Hook.
 	named []named
 	err   error // the first failure; the pass is over
+	// routes holds the router ids read back for the expert cache (experts.go), by ids
+	// tensor; cacheHeld whether this Compute holds the cache.
+	routes    map[*tensor][]float32
+	cacheHeld bool
 }
 
 // op is one recorded operation.
@@ -182,8 +186,23 @@ func (c *context) Compute() error {
 	if err := c.plan(first); err != nil {
 		return c.fail(err)
 	}
-	cmd := c.b.dev.NewCommands()
-	e := &encoder{dev: c.b.dev, cmd: cmd}
+	e := &encoder{dev: c.b.dev, cmd: c.b.dev.NewCommands()}
+	defer c.doneExperts()
+	e.sync = func() {
+		if e.err != nil {
+			return
+		}
+		e.cmd.Commit()
+		err := e.cmd.Wait()
+		e.cmd = c.b.dev.NewCommands()
+		if err != nil {
+			e.err = fmt.Errorf("forward pass before a routing read-back: %w", err)
+			return
+		}
+		if c.cacheHeld {
+			c.b.experts.release()
+		}
+	}
 	for i := first; i < len(c.ops); i++ {
 		for _, t := range c.ops[i].outs {
 			if t.host != nil && e.err == nil {
@@ -202,14 +221,14 @@ func (c *context) Compute() error {
 			c.next = len(c.ops)
 			// Abandon the list (Wait without Commit) so that the device frees what the
 			// pass holds and runs no more of it.
-			cmd.Wait()
+			e.cmd.Wait()
 			return c.fail(fmt.Errorf("metalkit: %s: %w", c.ops[i].name, e.err))
 		}
 	}
 	c.next = len(c.ops)
 	c.rope, c.iotas = nil, nil
-	cmd.Commit()
-	if err := cmd.Wait(); err != nil {
+	e.cmd.Commit()
+	if err := e.cmd.Wait(); err != nil {
 		return c.fail(fmt.Errorf("metalkit: forward pass: %w", err))
 	}
 	named := c.named
@@ -354,7 +373,7 @@ func (c *context) Close() {
 			c.b.putScratch(s.buf, s.need)
 		}
 	}
-	c.segs, c.ops, c.made, c.rope, c.iotas, c.named = nil, nil, nil, nil, nil, nil
+	c.segs, c.ops, c.made, c.rope, c.iotas, c.named, c.routes = nil, nil, nil, nil, nil, nil, nil
 	c.next, c.seen = 0, 0
 	if c.err == nil {
 		c.err = errClosed

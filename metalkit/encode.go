@@ -32,6 +32,9 @@ type encoder struct {
 	dev device.Device
 	cmd device.Commands
 	err error // the first failure; later calls do nothing
+	// sync commits what is encoded, waits for it and starts a new command list (the host
+	// reads a routing result mid-pass: experts.go); nil outside a context's Compute.
+	sync func()
 }
 
 // dispatch encodes kernel name over groups threadgroups of threads threads. args is a
@@ -39,6 +42,12 @@ type encoder struct {
 // fields, explicit padding: its encoding/binary layout is the C layout, which a test
 // checks against clang's).
 func (e *encoder) dispatch(name string, consts []device.Constant, groups, threads [3]int, shared int, cost device.Cost, args any, regions ...Region) {
+	e.dispatchWith(nil, name, consts, groups, threads, shared, cost, args, regions...)
+}
+
+// dispatchWith is dispatch with more small arguments copied at encoding time (setBytes) at
+// the indices after the regions': an expert product's slot table.
+func (e *encoder) dispatchWith(extra [][]byte, name string, consts []device.Constant, groups, threads [3]int, shared int, cost device.Cost, args any, regions ...Region) {
 	if e.err != nil {
 		return
 	}
@@ -69,6 +78,9 @@ func (e *encoder) dispatch(name string, consts []device.Constant, groups, thread
 	}
 	for i, r := range regions {
 		d.Buffers = append(d.Buffers, device.BufferArg{Index: i + 1, Buffer: r.Buf, Offset: r.Off, Length: r.Len})
+	}
+	for i, b := range extra {
+		d.Bytes = append(d.Bytes, device.BytesArg{Index: len(regions) + 1 + i, Data: b})
 	}
 	if shared > 0 {
 		d.Shared = []device.SharedArg{{Index: 0, Size: shared}}

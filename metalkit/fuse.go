@@ -55,13 +55,10 @@ func (c *context) fuseTails(first int) {
 			continue
 		}
 		c.ops[j] = op{
-			name: "matmul experts+sum",
-			ins:  []*tensor{m.x, m.ids, s.w},
-			outs: []*tensor{s.out},
-			encode: func(e *encoder) {
-				e.matMulExpertsSum(m.w.typ, m.w.raw, m.experts, m.rows, m.cols, c.region(m.x), m.perSlot,
-					c.region(m.ids), m.k, c.region(s.w), c.region(s.out), m.n)
-			},
+			name:   "matmul experts+sum",
+			ins:    []*tensor{m.x, m.ids, s.w},
+			outs:   []*tensor{s.out},
+			encode: func(e *encoder) { c.encodeExperts(e, m, s) },
 		}
 		c.ops[i] = op{name: "matmul experts (fused into the sum)"}
 		// The products exist nowhere: a later use or Read fails as for an intermediate

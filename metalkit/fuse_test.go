@@ -70,11 +70,11 @@ func TestMatMulExpertsSum(t *testing.T) {
 					two := upload(t, dev, make([]byte, 4*n*tc.rows))
 					one := upload(t, dev, make([]byte, 4*n*tc.rows))
 					run(t, dev, func(e *encoder) {
-						e.matMulExperts(typ, wr, tc.experts, tc.rows, tc.cols, x, perSlot, ids, tc.k, prod, n)
+						e.matMulExperts(typ, wr, tc.experts, tc.rows, tc.cols, x, perSlot, ids, tc.k, prod, n, allPairs(n, tc.k))
 						e.weightedSum(prod, ws, two, n, tc.k, tc.rows)
 					})
 					run(t, dev, func(e *encoder) {
-						e.matMulExpertsSum(typ, wr, tc.experts, tc.rows, tc.cols, x, perSlot, ids, tc.k, ws, one, n)
+						e.matMulExpertsSum(typ, wr, tc.experts, tc.rows, tc.cols, x, perSlot, ids, tc.k, ws, one, n, allPairs(n, tc.k))
 					})
 					want, got := readF32(t, two), readF32(t, one)
 					for i := range want {

@@ -174,60 +174,74 @@ func (e *encoder) matMulMPS(r mpsRoute, t quant.Type, w Region, rows, cols int, 
 // [n, k, cols] (xPerSlot); ids [n, k] float32; y [n, k, rows]. Up to matVecMaxTokens tokens
 // every (token, slot) pair is a mat-vec over its expert's rows (decode); beyond, each
 // expert's threadgroups gather the pairs routed to it on the GPU and run the tiled mat-mat
-// over them, decoding the expert's weights once per tile of pairs (prefill).
-func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k int, y Region, n int) {
-	rb, eb, perSlot := checkExperts("expert matmul", t, w, experts, rows, cols, x, xPerSlot, ids, k, n)
+// over them, decoding the expert's weights once per tile of pairs (prefill). r says where the
+// experts are (w itself, or the slots of the expert cache's arena) and which pairs to compute.
+func (e *encoder) matMulExperts(t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k int, y Region, n int, r expertRound) {
+	rb, eb, perSlot := checkExperts("expert matmul", t, w, experts, rows, cols, x, xPerSlot, ids, k, n, r)
 	checkRegion("expert output", y, int64(n)*int64(k)*int64(rows)*4)
 	sfx := kernels.TypeSuffix(t)
 	if n <= matVecMaxTokens {
-		args, groups := mvIdArgs(experts, rows, cols, rb, eb, perSlot, k, n)
-		e.dispatch("mul_mv_id_"+sfx+"_f32", nil,
+		args, groups := mvIdArgs(experts, rows, cols, rb, eb, perSlot, k, n, r)
+		e.dispatchWith(r.table(), "mul_mv_id_"+sfx+"_f32", nil,
 			[3]int{groups, n * k, 1},
 			[3]int{kernels.MvSimdgroups * simdWidth, 1, 1},
-			0, expertsVecCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
+			0, expertsVecCost(t, experts, rows, cols, n, k, xPerSlot, r), args, w, x, ids, y)
 		return
 	}
 	args := kernels.MulMmIdArgs{
 		Rows: int32(rows), Cols: int32(cols), N: int32(n), K: int32(k),
 		Experts: int32(experts), XPerSlot: perSlot,
+		Cached: b2i(r.cached), T0: int32(r.t0), T1: int32(r.t1), S0: int32(r.s0), S1: int32(r.s1),
 		RowBytes: uint64(rb), ExpertBytes: uint64(eb),
 	}
-	e.dispatch("mul_mm_id_"+sfx+"_f32", nil,
+	e.dispatchWith(r.table(), "mul_mm_id_"+sfx+"_f32", nil,
 		[3]int{ceilDiv(rows, kernels.MmRows), experts, 1},
 		[3]int{kernels.MmThreads, 1, 1},
-		0, expertsMatCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, y)
+		0, expertsMatCost(t, experts, rows, cols, n, k, xPerSlot, r), args, w, x, ids, y)
 }
 
 // matMulExpertsSum encodes matMulExperts followed by weightedSum in one dispatch (decode,
 // n ≤ matVecMaxTokens): y[i] = Σ_j ws[i][j] · (x[i][j] · wᵀ of expert ids[i][j]), the slots
 // added in selection order; ws [n, k] float32, y [n, rows]. Each slot's product is the one
 // matMulExperts computes, so y is bit-identical to the two dispatches (Red Lite's fused
-// down projection and MoE tail), without the [n, k, rows] products in memory.
-func (e *encoder) matMulExpertsSum(t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k int, ws, y Region, n int) {
-	rb, eb, perSlot := checkExperts("fused expert sum", t, w, experts, rows, cols, x, xPerSlot, ids, k, n)
+// down projection and MoE tail), without the [n, k, rows] products in memory. A round of
+// slots from r.s0 > 0 continues the sums an earlier round of the same tokens left in y.
+func (e *encoder) matMulExpertsSum(t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k int, ws, y Region, n int, r expertRound) {
+	rb, eb, perSlot := checkExperts("fused expert sum", t, w, experts, rows, cols, x, xPerSlot, ids, k, n, r)
 	if n > matVecMaxTokens {
 		panic(fmt.Sprintf("metalkit: fused expert sum of %d tokens (at most %d)", n, matVecMaxTokens))
 	}
 	checkRegion("expert sum weights", ws, int64(n)*int64(k)*4)
 	checkRegion("expert sum output", y, int64(n)*int64(rows)*4)
-	args, groups := mvIdArgs(experts, rows, cols, rb, eb, perSlot, k, n)
-	e.dispatch("mul_mv_id_sum_"+kernels.TypeSuffix(t)+"_f32", nil,
+	args, groups := mvIdArgs(experts, rows, cols, rb, eb, perSlot, k, n, r)
+	e.dispatchWith(r.table(), "mul_mv_id_sum_"+kernels.TypeSuffix(t)+"_f32", nil,
 		[3]int{groups, n, 1},
 		[3]int{kernels.MvSimdgroups * simdWidth, 1, 1},
-		0, expertsSumCost(t, experts, rows, cols, n, k, xPerSlot), args, w, x, ids, ws, y)
+		0, expertsSumCost(t, experts, rows, cols, n, k, xPerSlot, r), args, w, x, ids, ws, y)
 }
 
 // checkExperts panics, naming what, when an expert product's sizes or regions are wrong,
-// and returns the bytes of a weight row and of an expert, and x_per_slot as the kernels
-// take it.
-func checkExperts(what string, t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k, n int) (rb int, eb int64, perSlot int32) {
+// and returns the bytes of a weight row and of an expert (of a slot when r is cached), and
+// x_per_slot as the kernels take it.
+func checkExperts(what string, t quant.Type, w Region, experts, rows, cols int, x Region, xPerSlot bool, ids Region, k, n int, r expertRound) (rb int, eb int64, perSlot int32) {
 	checkMatrix(t, rows, cols)
 	if experts <= 0 || k <= 0 || n <= 0 {
 		panic(fmt.Sprintf("metalkit: %s of %d tokens, %d slots, %d experts", what, n, k, experts))
 	}
+	if r.t0 < 0 || r.t0 >= r.t1 || r.t1 > n || r.s0 < 0 || r.s0 >= r.s1 || r.s1 > k {
+		panic(fmt.Sprintf("metalkit: %s of tokens [%d, %d) of %d and slots [%d, %d) of %d", what, r.t0, r.t1, n, r.s0, r.s1, k))
+	}
 	rb = t.RowBytes(cols)
 	eb = int64(rows) * int64(rb)
-	checkRegion("expert weights", w, int64(experts)*eb)
+	if r.cached {
+		if len(r.where) != experts || r.slotBytes < eb {
+			panic(fmt.Sprintf("metalkit: %s through a table of %d experts (want %d) and slots of %d bytes (need %d)", what, len(r.where), experts, r.slotBytes, eb))
+		}
+		eb = r.slotBytes
+		checkRegion("expert cache arena", w, int64(slices.Max(r.where)+1)*eb)
+	} else {
+		checkRegion("expert weights", w, int64(experts)*eb)
+	}
 	xRows := int64(n)
 	if xPerSlot {
 		xRows *= int64(k)
@@ -240,12 +254,13 @@ func checkExperts(what string, t quant.Type, w Region, experts, rows, cols int, 
 
 // mvIdArgs are the arguments of the expert mat-vec kernels (mul_mv_id, mul_mv_id_sum) and
 // the threadgroups that cover the rows.
-func mvIdArgs(experts, rows, cols, rb int, eb int64, perSlot int32, k, n int) (kernels.MulMvIdArgs, int) {
+func mvIdArgs(experts, rows, cols, rb int, eb int64, perSlot int32, k, n int, r expertRound) (kernels.MulMvIdArgs, int) {
 	lanes := mvLanes(cols)
 	rowsPerGroup := kernels.MvSimdgroups * simdWidth / lanes
 	return kernels.MulMvIdArgs{
 		Rows: int32(rows), Cols: int32(cols), N: int32(n), Lanes: int32(lanes),
 		K: int32(k), Experts: int32(experts), XPerSlot: perSlot,
+		Cached: b2i(r.cached), T0: int32(r.t0), T1: int32(r.t1), S0: int32(r.s0), S1: int32(r.s1),
 		RowBytes: uint64(rb), ExpertBytes: uint64(eb),
 	}, ceilDiv(rows, rowsPerGroup)
 }
@@ -317,9 +332,9 @@ func gemmCost(rows, cols, n int) device.Cost {
 
 // expertsVecCost: the routed experts' weights (at most every expert once: pairs routed to
 // the same expert read it again from cache), the activations of every pair, the outputs.
-func expertsVecCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
-	pairs := int64(n) * int64(k)
-	xRows := int64(n)
+func expertsVecCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool, r expertRound) device.Cost {
+	pairs := int64(r.t1-r.t0) * int64(r.s1-r.s0)
+	xRows := int64(r.t1 - r.t0)
 	if xPerSlot {
 		xRows = pairs
 	}
@@ -333,12 +348,12 @@ func expertsVecCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) 
 
 // expertsSumCost: what expertsVecCost reads, and the slots' weights; only the sums are
 // written, and each product is scaled and added (2 FLOPs per product).
-func expertsSumCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
-	c := expertsVecCost(t, experts, rows, cols, n, k, xPerSlot)
-	pairs := int64(n) * int64(k)
+func expertsSumCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool, r expertRound) device.Cost {
+	c := expertsVecCost(t, experts, rows, cols, n, k, xPerSlot, r)
+	pairs := int64(r.t1-r.t0) * int64(r.s1-r.s0)
 	c.Label = "matvec experts+sum " + kernels.TypeSuffix(t)
 	c.Read += pairs * 4
-	c.Written = int64(n) * int64(rows) * 4
+	c.Written = int64(r.t1-r.t0) * int64(rows) * 4
 	c.FLOPs += 2 * pairs * int64(rows)
 	return c
 }
@@ -346,8 +361,8 @@ func expertsSumCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) 
 // expertsMatCost: every expert's weights once per tile of kernels.MmTokens pairs routed to
 // it (the routing spread evenly: the model cannot know it), the activations once per tile
 // of kernels.MmRows rows, and the ids once per threadgroup.
-func expertsMatCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool) device.Cost {
-	pairs := int64(n) * int64(k)
+func expertsMatCost(t quant.Type, experts, rows, cols, n, k int, xPerSlot bool, r expertRound) device.Cost {
+	pairs := int64(r.t1-r.t0) * int64(r.s1-r.s0)
 	tilesPerExpert := max(1, ceilDiv(int(pairs), experts*kernels.MmTokens))
 	groups := int64(ceilDiv(rows, kernels.MmRows)) * int64(experts)
 	return device.Cost{

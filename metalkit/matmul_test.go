@@ -260,7 +260,7 @@ func TestMatMulExperts(t *testing.T) {
 					})
 					y := upload(t, dev, make([]byte, 4*n*k*rows))
 					run(t, dev, func(e *encoder) {
-						e.matMulExperts(typ, wr, experts, rows, cols, uploadF32(t, dev, x), perSlot, uploadF32(t, dev, ids), k, y, n)
+						e.matMulExperts(typ, wr, experts, rows, cols, uploadF32(t, dev, x), perSlot, uploadF32(t, dev, ids), k, y, n, allPairs(n, k))
 					})
 					// Output row p·rows+r is expert ids[p]'s row r, for pair p = i·k+j.
 					worst := compareProducts(t, "experts", readF32(t, y), want,
@@ -336,9 +336,9 @@ func TestMatMulDispatch(t *testing.T) {
 	const rows, cols = 4096, 2048
 	e.matMul(quant.IQ2_XXS, big, rows, cols, big, big, 1)
 	e.matMul(quant.IQ2_XXS, big, rows, cols, big, big, matVecMaxTokens+1)
-	e.matMulExperts(quant.IQ1_M, big, 512, 512, cols, big, false, big, 10, big, 1)
+	e.matMulExperts(quant.IQ1_M, big, 512, 512, cols, big, false, big, 10, big, 1, allPairs(1, 10))
 	e.getRows(quant.Q6_K, big, cols, big, big, 5)
-	e.matMulExperts(quant.IQ2_XS, big, 512, 512, cols, big, true, big, 10, big, 2048)
+	e.matMulExperts(quant.IQ2_XS, big, 512, 512, cols, big, true, big, 10, big, 2048, allPairs(2048, 10))
 	if e.err != nil {
 		t.Fatal(e.err)
 	}
@@ -429,7 +429,7 @@ func TestMatMulExpertsOutside(t *testing.T) {
 		x := uploadF32(t, dev, randomVector(rng, n*cols))
 		y := upload(t, dev, make([]byte, 4*n*rows))
 		run(t, dev, func(e *encoder) {
-			e.matMulExperts(typ, w, experts, rows, cols, x, false, uploadF32(t, dev, ids), k, y, n)
+			e.matMulExperts(typ, w, experts, rows, cols, x, false, uploadF32(t, dev, ids), k, y, n, allPairs(n, k))
 		})
 		got := readF32(t, y)
 		for p := 0; p < n; p++ {

@@ -438,10 +438,9 @@ func (c *context) MatMulExperts(wt ml.Weight, x, ids ml.Tensor) ml.Tensor {
 		panic(fmt.Sprintf("metalkit: expert product of %s %v with x %v and ids %v", w.name, w.dims, xt.shape, it.shape))
 	}
 	out := c.out(n, k, rows)
-	c.record("matmul experts", false, func(e *encoder) {
-		e.matMulExperts(w.typ, w.raw, experts, rows, cols, c.region(xt), !shared, c.region(it), k, c.region(out), n)
-	}, []*tensor{out}, xt, it)
-	c.ops[len(c.ops)-1].experts = &expertsCall{w, experts, rows, cols, xt, !shared, it, k, n, out}
+	call := &expertsCall{w, experts, rows, cols, xt, !shared, it, k, n, out}
+	c.record("matmul experts", false, func(e *encoder) { c.encodeExperts(e, call, nil) }, []*tensor{out}, xt, it)
+	c.ops[len(c.ops)-1].experts = call
 	return out
 }
 

@@ -39,9 +39,13 @@ type MulMvIdArgs struct {
 	K           int32 // slots per token
 	Experts     int32
 	XPerSlot    int32 // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
-	Pad0        int32
+	Cached      int32 // 1: expert e is at w + where[e]·ExpertBytes (an expert cache arena)
+	T0          int32 // the tokens [T0, T1) and slots [S0, S1) this dispatch computes
+	T1          int32
+	S0          int32
+	S1          int32
 	RowBytes    uint64
-	ExpertBytes uint64 // bytes of one expert's matrix
+	ExpertBytes uint64 // bytes of one expert's matrix (of a cache slot when cached)
 }
 
 // MulMmIdArgs are the arguments of the expert mat-mat kernels mul_mm_id_<type>_f32: one
@@ -53,8 +57,14 @@ type MulMmIdArgs struct {
 	K           int32 // slots per token
 	Experts     int32
 	XPerSlot    int32 // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
+	Cached      int32 // as in MulMvIdArgs
+	T0          int32
+	T1          int32
+	S0          int32
+	S1          int32
+	Pad0        int32
 	RowBytes    uint64
-	ExpertBytes uint64 // bytes of one expert's matrix
+	ExpertBytes uint64 // bytes of one expert's matrix (of a cache slot when cached)
 }
 
 // GetRowsArgs are the arguments of get_rows_<type>.

@@ -29,9 +29,13 @@ struct mul_mv_id_args {
     int32_t  k;          // slots per token
     int32_t  experts;
     int32_t  x_per_slot; // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
-    int32_t  pad0;
+    int32_t  cached;     // 1: expert e is at w + where[e]·expert_bytes (an expert cache arena)
+    int32_t  t0;         // the tokens [t0, t1) and slots [s0, s1) this dispatch computes
+    int32_t  t1;
+    int32_t  s0;
+    int32_t  s1;
     uint64_t row_bytes;
-    uint64_t expert_bytes; // bytes of one expert's matrix
+    uint64_t expert_bytes; // bytes of one expert's matrix (of a cache slot when cached)
 };
 
 struct mul_mm_id_args {
@@ -41,8 +45,14 @@ struct mul_mm_id_args {
     int32_t  k;          // slots per token
     int32_t  experts;
     int32_t  x_per_slot; // 1: x is [n, k, cols]; 0: x is [n, cols], shared by the slots
+    int32_t  cached;     // as in mul_mv_id_args
+    int32_t  t0;
+    int32_t  t1;
+    int32_t  s0;
+    int32_t  s1;
+    int32_t  pad0;
     uint64_t row_bytes;
-    uint64_t expert_bytes; // bytes of one expert's matrix
+    uint64_t expert_bytes; // bytes of one expert's matrix (of a cache slot when cached)
 };
 
 struct get_rows_args {

@@ -77,25 +77,46 @@ void mul_mv_impl(constant mul_mv_args & a, device const uchar * w, device const 
 
 // ---- experts (mul_mat_id): the same mat-vec per (token, slot) pair, tgpig.y the pair.
 // An id outside [0, experts) gives a row of NaN rather than reading outside the weights.
+//
+// With a bounded expert cache (a.cached) the experts' matrices are slots of one arena: expert
+// e is at w + where[e]·expert_bytes, and where[e] < 0 means it is not held (a NaN row, as for a
+// bad id; the host never routes a pair there). A dispatch computes the pairs of tokens
+// [t0, t1) and slots [s0, s1) and leaves the others' outputs alone, so that a step whose
+// experts do not fit the arena at once runs in rounds.
+
+// expert_at returns where expert e's matrix starts, or null when e is not a valid id or
+// not held.
+inline device const uchar * expert_at(int32_t cached, int32_t experts, uint64_t expert_bytes,
+                                      device const uchar * w, constant int * where, float fe) {
+    const int e = int(fe);
+    if (!(fe >= 0.0f && e < experts && float(e) == fe)) {
+        return nullptr;
+    }
+    const int at = cached ? where[e] : e;
+    return at < 0 ? nullptr : w + (uint64_t)at * expert_bytes;
+}
+
 template <typename F>
 void mul_mv_id_impl(constant mul_mv_id_args & a, device const uchar * w, device const float * x,
-                    device const float * ids, device float * y, uint3 tgpig, ushort sgitg, ushort tiisg) {
+                    device const float * ids, device float * y, constant int * where,
+                    uint3 tgpig, ushort sgitg, ushort tiisg) {
     const int lanes = a.lanes;
     const int rps = 32 / lanes;
     const int row = (int(tgpig.x) * MV_SIMDGROUPS + sgitg) * rps + tiisg / lanes;
     const int j = tiisg % lanes;
     const int pair = int(tgpig.y); // token pair / k, slot pair % k
-    const float fe = ids[pair];
-    const int e = int(fe);
-    const bool ok = fe >= 0.0f && e < a.experts && float(e) == fe;
+    if (pair / a.k < a.t0 || pair / a.k >= a.t1 || pair % a.k < a.s0 || pair % a.k >= a.s1) {
+        return; // another round's pair: the whole threadgroup leaves
+    }
+    device const uchar * we = expert_at(a.cached, a.experts, a.expert_bytes, w, where, ids[pair]);
     device const float * xp = x + (uint64_t)(a.x_per_slot ? pair : pair / a.k) * a.cols;
     float acc[MV_TOKENS] = {0.0f};
-    if (ok && row < a.rows) {
-        mul_mv_row<F>(w + (uint64_t)e * a.expert_bytes + (uint64_t)row * a.row_bytes, a.cols, xp, 1, lanes, j, acc);
+    if (we != nullptr && row < a.rows) {
+        mul_mv_row<F>(we + (uint64_t)row * a.row_bytes, a.cols, xp, 1, lanes, j, acc);
     }
     mv_reduce(acc, 1, lanes);
     if (j == 0 && row < a.rows) {
-        y[(uint64_t)pair * a.rows + row] = ok ? acc[0] : NAN;
+        y[(uint64_t)pair * a.rows + row] = we != nullptr ? acc[0] : NAN;
     }
 }
 
@@ -104,29 +125,31 @@ void mul_mv_id_impl(constant mul_mv_id_args & a, device const uchar * w, device 
 // each slot's dot is reduced exactly as there before it is scaled and added in selection
 // order, as weighted_sum_f32 adds them: the result is bit-identical to the two kernels, and
 // the [n, k, rows] products never go through memory. An id outside [0, experts) makes the
-// row NaN, as mul_mv_id's NaN row does through the sum.
+// row NaN, as mul_mv_id's NaN row does through the sum. A round of slots [s0, s1) with
+// s0 > 0 continues the sum the previous round left in y, in the same order.
 template <typename F>
 void mul_mv_id_sum_impl(constant mul_mv_id_args & a, device const uchar * w, device const float * x,
                         device const float * ids, device const float * ws, device float * y,
-                        uint3 tgpig, ushort sgitg, ushort tiisg) {
+                        constant int * where, uint3 tgpig, ushort sgitg, ushort tiisg) {
     const int lanes = a.lanes;
     const int rps = 32 / lanes;
     const int row = (int(tgpig.x) * MV_SIMDGROUPS + sgitg) * rps + tiisg / lanes;
     const int j = tiisg % lanes;
     const int t = int(tgpig.y);
-    float sum = 0.0f;
-    for (int s = 0; s < a.k; s++) {
+    if (t < a.t0 || t >= a.t1) {
+        return;
+    }
+    float sum = a.s0 > 0 && row < a.rows ? y[(uint64_t)t * a.rows + row] : 0.0f;
+    for (int s = a.s0; s < a.s1; s++) {
         const int pair = t * a.k + s;
-        const float fe = ids[pair];
-        const int e = int(fe);
-        const bool ok = fe >= 0.0f && e < a.experts && float(e) == fe;
+        device const uchar * we = expert_at(a.cached, a.experts, a.expert_bytes, w, where, ids[pair]);
         device const float * xp = x + (uint64_t)(a.x_per_slot ? pair : t) * a.cols;
         float acc[MV_TOKENS] = {0.0f};
-        if (ok && row < a.rows) {
-            mul_mv_row<F>(w + (uint64_t)e * a.expert_bytes + (uint64_t)row * a.row_bytes, a.cols, xp, 1, lanes, j, acc);
+        if (we != nullptr && row < a.rows) {
+            mul_mv_row<F>(we + (uint64_t)row * a.row_bytes, a.cols, xp, 1, lanes, j, acc);
         }
         mv_reduce(acc, 1, lanes);
-        const float v = ok ? acc[0] : NAN;
+        const float v = we != nullptr ? acc[0] : NAN;
         sum += v * ws[pair];
     }
     if (j == 0 && row < a.rows) {
@@ -248,7 +271,7 @@ void mul_mm_impl(constant mul_mm_args & a, device const uchar * w, device const 
 
 template <typename F>
 void mul_mm_id_impl(constant mul_mm_id_args & a, device const uchar * w, device const float * x,
-                    device const float * ids, device float * y,
+                    device const float * ids, device float * y, constant int * where,
                     threadgroup float * ws, threadgroup float * xs,
                     threadgroup int * list, threadgroup int * xrow, threadgroup int * yrow,
                     threadgroup int * counts, uint3 tgpig, ushort tiitg, ushort sgitg, ushort tiisg) {
@@ -256,16 +279,22 @@ void mul_mm_id_impl(constant mul_mm_id_args & a, device const uchar * w, device 
     const int e = int(tgpig.y);
     const int tid = tiitg;
     const int np = a.n * a.k;
-    device const uchar * we = w + (uint64_t)e * a.expert_bytes;
+    // A cached expert not held in this round has no pairs here; expert 0's threadgroups
+    // still run to write the NaN rows of bad ids.
+    const int at = a.cached ? where[e] : e;
+    if (at < 0 && e != 0) {
+        return;
+    }
+    device const uchar * we = w + (uint64_t)max(at, 0) * a.expert_bytes;
     int have = 0; // pairs in list (the same in every thread)
     for (int base = 0; base < np; base += MM_THREADS) {
         const int p = base + tid;
         uint m = 0;
-        if (p < np) {
+        if (p < np && p / a.k >= a.t0 && p / a.k < a.t1 && p % a.k >= a.s0 && p % a.k < a.s1) {
             const float fe = ids[p];
             const int id = int(fe);
             const bool ok = fe >= 0.0f && id < a.experts && float(id) == fe;
-            m = ok && id == e ? 1u : 0u;
+            m = ok && id == e && at >= 0 ? 1u : 0u;
             if (!ok && e == 0) {
                 for (int r = r0; r < min(a.rows, r0 + MM_TM); r++) {
                     y[(uint64_t)p * a.rows + r] = NAN;

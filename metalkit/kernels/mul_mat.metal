@@ -34,6 +34,7 @@ kernel void mul_mm_id_f32_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -44,7 +45,7 @@ kernel void mul_mm_id_f32_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_f32>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_f32>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_f32_f32(
@@ -53,10 +54,11 @@ kernel void mul_mv_id_f32_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_f32>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_f32>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_f32_f32(
@@ -66,10 +68,11 @@ kernel void mul_mv_id_sum_f32_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_f32>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_f32>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_f16_f32(
@@ -102,6 +105,7 @@ kernel void mul_mm_id_f16_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -112,7 +116,7 @@ kernel void mul_mm_id_f16_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_f16>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_f16>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_f16_f32(
@@ -121,10 +125,11 @@ kernel void mul_mv_id_f16_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_f16>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_f16>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_f16_f32(
@@ -134,10 +139,11 @@ kernel void mul_mv_id_sum_f16_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_f16>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_f16>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_bf16_f32(
@@ -170,6 +176,7 @@ kernel void mul_mm_id_bf16_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -180,7 +187,7 @@ kernel void mul_mm_id_bf16_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_bf16>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_bf16>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_bf16_f32(
@@ -189,10 +196,11 @@ kernel void mul_mv_id_bf16_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_bf16>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_bf16>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_bf16_f32(
@@ -202,10 +210,11 @@ kernel void mul_mv_id_sum_bf16_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_bf16>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_bf16>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q4_0_f32(
@@ -238,6 +247,7 @@ kernel void mul_mm_id_q4_0_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -248,7 +258,7 @@ kernel void mul_mm_id_q4_0_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q4_0>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q4_0>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q4_0_f32(
@@ -257,10 +267,11 @@ kernel void mul_mv_id_q4_0_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q4_0>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q4_0>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q4_0_f32(
@@ -270,10 +281,11 @@ kernel void mul_mv_id_sum_q4_0_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q4_0>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q4_0>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q4_1_f32(
@@ -306,6 +318,7 @@ kernel void mul_mm_id_q4_1_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -316,7 +329,7 @@ kernel void mul_mm_id_q4_1_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q4_1>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q4_1>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q4_1_f32(
@@ -325,10 +338,11 @@ kernel void mul_mv_id_q4_1_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q4_1>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q4_1>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q4_1_f32(
@@ -338,10 +352,11 @@ kernel void mul_mv_id_sum_q4_1_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q4_1>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q4_1>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q5_0_f32(
@@ -374,6 +389,7 @@ kernel void mul_mm_id_q5_0_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -384,7 +400,7 @@ kernel void mul_mm_id_q5_0_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q5_0>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q5_0>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q5_0_f32(
@@ -393,10 +409,11 @@ kernel void mul_mv_id_q5_0_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q5_0>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q5_0>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q5_0_f32(
@@ -406,10 +423,11 @@ kernel void mul_mv_id_sum_q5_0_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q5_0>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q5_0>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q5_1_f32(
@@ -442,6 +460,7 @@ kernel void mul_mm_id_q5_1_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -452,7 +471,7 @@ kernel void mul_mm_id_q5_1_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q5_1>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q5_1>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q5_1_f32(
@@ -461,10 +480,11 @@ kernel void mul_mv_id_q5_1_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q5_1>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q5_1>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q5_1_f32(
@@ -474,10 +494,11 @@ kernel void mul_mv_id_sum_q5_1_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q5_1>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q5_1>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q8_0_f32(
@@ -510,6 +531,7 @@ kernel void mul_mm_id_q8_0_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -520,7 +542,7 @@ kernel void mul_mm_id_q8_0_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q8_0>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q8_0>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q8_0_f32(
@@ -529,10 +551,11 @@ kernel void mul_mv_id_q8_0_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q8_0>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q8_0>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q8_0_f32(
@@ -542,10 +565,11 @@ kernel void mul_mv_id_sum_q8_0_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q8_0>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q8_0>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q2_K_f32(
@@ -578,6 +602,7 @@ kernel void mul_mm_id_q2_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -588,7 +613,7 @@ kernel void mul_mm_id_q2_K_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q2_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q2_K>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q2_K_f32(
@@ -597,10 +622,11 @@ kernel void mul_mv_id_q2_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q2_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q2_K>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q2_K_f32(
@@ -610,10 +636,11 @@ kernel void mul_mv_id_sum_q2_K_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q2_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q2_K>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q3_K_f32(
@@ -646,6 +673,7 @@ kernel void mul_mm_id_q3_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -656,7 +684,7 @@ kernel void mul_mm_id_q3_K_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q3_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q3_K>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q3_K_f32(
@@ -665,10 +693,11 @@ kernel void mul_mv_id_q3_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q3_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q3_K>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q3_K_f32(
@@ -678,10 +707,11 @@ kernel void mul_mv_id_sum_q3_K_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q3_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q3_K>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q4_K_f32(
@@ -714,6 +744,7 @@ kernel void mul_mm_id_q4_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -724,7 +755,7 @@ kernel void mul_mm_id_q4_K_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q4_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q4_K>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q4_K_f32(
@@ -733,10 +764,11 @@ kernel void mul_mv_id_q4_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q4_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q4_K>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q4_K_f32(
@@ -746,10 +778,11 @@ kernel void mul_mv_id_sum_q4_K_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q4_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q4_K>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q5_K_f32(
@@ -782,6 +815,7 @@ kernel void mul_mm_id_q5_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -792,7 +826,7 @@ kernel void mul_mm_id_q5_K_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q5_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q5_K>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q5_K_f32(
@@ -801,10 +835,11 @@ kernel void mul_mv_id_q5_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q5_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q5_K>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q5_K_f32(
@@ -814,10 +849,11 @@ kernel void mul_mv_id_sum_q5_K_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q5_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q5_K>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_q6_K_f32(
@@ -850,6 +886,7 @@ kernel void mul_mm_id_q6_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -860,7 +897,7 @@ kernel void mul_mm_id_q6_K_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_q6_K>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_q6_K>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_q6_K_f32(
@@ -869,10 +906,11 @@ kernel void mul_mv_id_q6_K_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_q6_K>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_q6_K>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_q6_K_f32(
@@ -882,10 +920,11 @@ kernel void mul_mv_id_sum_q6_K_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_q6_K>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_q6_K>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq2_xxs_f32(
@@ -918,6 +957,7 @@ kernel void mul_mm_id_iq2_xxs_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -928,7 +968,7 @@ kernel void mul_mm_id_iq2_xxs_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq2_xxs>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq2_xxs>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq2_xxs_f32(
@@ -937,10 +977,11 @@ kernel void mul_mv_id_iq2_xxs_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq2_xxs>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq2_xxs>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq2_xxs_f32(
@@ -950,10 +991,11 @@ kernel void mul_mv_id_sum_iq2_xxs_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq2_xxs>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq2_xxs>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq2_xs_f32(
@@ -986,6 +1028,7 @@ kernel void mul_mm_id_iq2_xs_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -996,7 +1039,7 @@ kernel void mul_mm_id_iq2_xs_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq2_xs>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq2_xs>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq2_xs_f32(
@@ -1005,10 +1048,11 @@ kernel void mul_mv_id_iq2_xs_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq2_xs>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq2_xs>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq2_xs_f32(
@@ -1018,10 +1062,11 @@ kernel void mul_mv_id_sum_iq2_xs_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq2_xs>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq2_xs>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq2_s_f32(
@@ -1054,6 +1099,7 @@ kernel void mul_mm_id_iq2_s_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -1064,7 +1110,7 @@ kernel void mul_mm_id_iq2_s_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq2_s>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq2_s>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq2_s_f32(
@@ -1073,10 +1119,11 @@ kernel void mul_mv_id_iq2_s_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq2_s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq2_s>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq2_s_f32(
@@ -1086,10 +1133,11 @@ kernel void mul_mv_id_sum_iq2_s_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq2_s>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq2_s>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq3_xxs_f32(
@@ -1122,6 +1170,7 @@ kernel void mul_mm_id_iq3_xxs_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -1132,7 +1181,7 @@ kernel void mul_mm_id_iq3_xxs_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq3_xxs>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq3_xxs>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq3_xxs_f32(
@@ -1141,10 +1190,11 @@ kernel void mul_mv_id_iq3_xxs_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq3_xxs>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq3_xxs>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq3_xxs_f32(
@@ -1154,10 +1204,11 @@ kernel void mul_mv_id_sum_iq3_xxs_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq3_xxs>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq3_xxs>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq3_s_f32(
@@ -1190,6 +1241,7 @@ kernel void mul_mm_id_iq3_s_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -1200,7 +1252,7 @@ kernel void mul_mm_id_iq3_s_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq3_s>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq3_s>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq3_s_f32(
@@ -1209,10 +1261,11 @@ kernel void mul_mv_id_iq3_s_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq3_s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq3_s>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq3_s_f32(
@@ -1222,10 +1275,11 @@ kernel void mul_mv_id_sum_iq3_s_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq3_s>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq3_s>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq1_s_f32(
@@ -1258,6 +1312,7 @@ kernel void mul_mm_id_iq1_s_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -1268,7 +1323,7 @@ kernel void mul_mm_id_iq1_s_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq1_s>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq1_s>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq1_s_f32(
@@ -1277,10 +1332,11 @@ kernel void mul_mv_id_iq1_s_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq1_s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq1_s>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq1_s_f32(
@@ -1290,10 +1346,11 @@ kernel void mul_mv_id_sum_iq1_s_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq1_s>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq1_s>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq1_m_f32(
@@ -1326,6 +1383,7 @@ kernel void mul_mm_id_iq1_m_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -1336,7 +1394,7 @@ kernel void mul_mm_id_iq1_m_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq1_m>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq1_m>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq1_m_f32(
@@ -1345,10 +1403,11 @@ kernel void mul_mv_id_iq1_m_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq1_m>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq1_m>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq1_m_f32(
@@ -1358,10 +1417,11 @@ kernel void mul_mv_id_sum_iq1_m_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq1_m>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq1_m>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq4_nl_f32(
@@ -1394,6 +1454,7 @@ kernel void mul_mm_id_iq4_nl_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -1404,7 +1465,7 @@ kernel void mul_mm_id_iq4_nl_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq4_nl>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq4_nl>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq4_nl_f32(
@@ -1413,10 +1474,11 @@ kernel void mul_mv_id_iq4_nl_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq4_nl>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq4_nl>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq4_nl_f32(
@@ -1426,10 +1488,11 @@ kernel void mul_mv_id_sum_iq4_nl_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq4_nl>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq4_nl>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_iq4_xs_f32(
@@ -1462,6 +1525,7 @@ kernel void mul_mm_id_iq4_xs_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -1472,7 +1536,7 @@ kernel void mul_mm_id_iq4_xs_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_iq4_xs>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_iq4_xs>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_iq4_xs_f32(
@@ -1481,10 +1545,11 @@ kernel void mul_mv_id_iq4_xs_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_iq4_xs>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_iq4_xs>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_iq4_xs_f32(
@@ -1494,8 +1559,9 @@ kernel void mul_mv_id_sum_iq4_xs_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_iq4_xs>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_iq4_xs>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }

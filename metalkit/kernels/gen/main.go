@@ -235,6 +235,7 @@ kernel void mul_mm_id_%[1]s_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort tiitg [[thread_index_in_threadgroup]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
@@ -245,7 +246,7 @@ kernel void mul_mm_id_%[1]s_f32(
     threadgroup int xrow[MM_TN];
     threadgroup int yrow[MM_TN];
     threadgroup int counts[MM_THREADS / 32];
-    mul_mm_id_impl<fmt_%[1]s>(args, w, x, ids, y, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+    mul_mm_id_impl<fmt_%[1]s>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_%[1]s_f32(
@@ -254,10 +255,11 @@ kernel void mul_mv_id_%[1]s_f32(
         device const float * x [[buffer(2)]],
         device const float * ids [[buffer(3)]],
         device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_impl<fmt_%[1]s>(args, w, x, ids, y, tgpig, sgitg, tiisg);
+    mul_mv_id_impl<fmt_%[1]s>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
 }
 
 kernel void mul_mv_id_sum_%[1]s_f32(
@@ -267,10 +269,11 @@ kernel void mul_mv_id_sum_%[1]s_f32(
         device const float * ids [[buffer(3)]],
         device const float * ws [[buffer(4)]],
         device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
         uint3 tgpig [[threadgroup_position_in_grid]],
         ushort sgitg [[simdgroup_index_in_threadgroup]],
         ushort tiisg [[thread_index_in_simdgroup]]) {
-    mul_mv_id_sum_impl<fmt_%[1]s>(args, w, x, ids, ws, y, tgpig, sgitg, tiisg);
+    mul_mv_id_sum_impl<fmt_%[1]s>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
 `, s)
 	}

@@ -1,0 +1,176 @@
+package metalkit
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/internal/fixtures"
+)
+
+// routeTrace is the routing of a run: for each pass, each MoE layer's routed experts per
+// token (the k most probable of the router's logits, ties to the lower id, as Route chooses).
+type routeTrace [][][][]int
+
+// traceRouting makes hook record the routing of the passes of a backend whose Hook it is,
+// from the router logits every qwen3next MoE layer names ffn_moe_logits.
+func traceRouting(k int) (*routeTrace, func(name string, layer int, shape []int, data []float32)) {
+	var (
+		mu   sync.Mutex
+		tr   routeTrace
+		last = -1
+	)
+	return &tr, func(name string, layer int, shape []int, data []float32) {
+		if name != "ffn_moe_logits" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if layer <= last || len(tr) == 0 {
+			tr = append(tr, nil) // layers come in order within a pass
+		}
+		last = layer
+		n, experts := shape[0], shape[1]
+		var toks [][]int
+		for i := 0; i < n; i++ {
+			row := data[i*experts : (i+1)*experts]
+			order := make([]int, experts)
+			for e := range order {
+				order[e] = e
+			}
+			slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(row[b], row[a]) })
+			toks = append(toks, order[:k])
+		}
+		tr[len(tr)-1] = append(tr[len(tr)-1], toks)
+	}
+}
+
+// replay runs a trace through the cache's bookkeeping as the backend does (experts.go):
+// each MoE layer waits for its routing, then gate, up and down look up their rounds' experts
+// (ascending), waiting first when the unpinned slots do not hold a round; each pass ends
+// with a wait.
+func replay(tr routeTrace, slots int, policy slotPolicy, experts int) ml.ExpertStats {
+	s := newExpertSlots(slots, policy, 0)
+	for _, pass := range tr {
+		for l, toks := range pass {
+			s.release()
+			n, k := len(toks), len(toks[0])
+			ids := make([]float32, 0, n*k)
+			for _, tok := range toks {
+				for _, e := range tok {
+					ids = append(ids, float32(e))
+				}
+			}
+			for w := 3 * l; w < 3*l+3; w++ {
+				for _, r := range planRounds(ids, n, k, experts, slots) {
+					if s.needsWait(w, r.experts) {
+						s.release()
+					}
+					for _, e := range r.experts {
+						s.lookup(sliceKey{w, e}, 1)
+					}
+				}
+			}
+		}
+		s.release()
+	}
+	return s.stats
+}
+
+// TestExpertCacheForward runs the IQ2_XXS tiny-qwen3next fixture (IQ2_XXS and other experts:
+// slices of several sizes) on the harness with an expert cache of a handful of slots — fewer
+// than a quarter of the slices, fewer than one prefill chunk routes to, and a single slot —
+// and checks: logits bit-identical to full residency, prefill (the mat-mat kernel, in
+// rounds) and decode (the fused sum); hit, miss and eviction counts equal to replaying the
+// run's routing through the LRU bookkeeping; and every held slot holding its slice's bytes
+// from the file.
+func TestExpertCacheForward(t *testing.T) {
+	dev := testDevice(t)
+	path := fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
+	full, err := engine.Load(path, engine.Options{Backend: New(dev)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	k, err := full.File.Int("qwen3next.expert_used_count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	experts, err := full.File.Int("qwen3next.expert_count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := full.Config().Vocab
+	ids := make([]int32, 12)
+	for i := range ids {
+		ids[i] = int32((i*7919 + 13) % vocab)
+	}
+	const prompt, decode = 12, 4 // tokens prefilled whole, tokens prefilled one at a time
+	want := [][]float32{prefill(t, full, ids[:prompt], ml.F32, 0), prefill(t, full, ids[:decode], ml.F32, 1)}
+	if st := full.Backend.(*Backend).ExpertStats(); st != (ml.ExpertStats{}) {
+		t.Errorf("full residency counted %+v", st)
+	}
+
+	sizes := []int64{10, 1}
+	if testing.Short() {
+		sizes = sizes[:1] // about 25 s on the harness; a single slot, 45 s more
+	}
+	for _, slots := range sizes {
+		t.Run(fmt.Sprintf("slots=%d", slots), func(t *testing.T) {
+			b := New(dev)
+			tr, hook := traceRouting(int(k))
+			b.Hook = hook
+			m, err := engine.Load(path, engine.Options{Backend: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			a := &b.experts
+			if 4*slots >= a.slices {
+				t.Fatalf("%d slots of %d slices: not under a quarter", slots, a.slices)
+			}
+			size := (a.largest + scratchAlign - 1) / scratchAlign * scratchAlign
+			if err := b.SetExpertCache(slots*size + size/2); err != nil {
+				t.Fatal(err)
+			}
+			got := [][]float32{prefill(t, m, ids[:prompt], ml.F32, 0), prefill(t, m, ids[:decode], ml.F32, 1)}
+			for i := range want {
+				if d, at := logitsDiff(want[i], got[i]); d != 0 {
+					t.Errorf("run %d: logits differ from full residency by %g at %d", i, d, at)
+				}
+			}
+			if a.slots.n != int(slots) {
+				t.Fatalf("arena of %d slots, want %d", a.slots.n, slots)
+			}
+			st := b.ExpertStats()
+			sim := replay(*tr, int(slots), policyLRU, int(experts))
+			if st.Hits != sim.Hits || st.Misses != sim.Misses || st.Evictions != sim.Evictions {
+				t.Errorf("counters %+v; replaying the routing gives %+v", st, sim)
+			}
+			if st.Misses == 0 || st.Evictions == 0 || st.Capacity != slots*size+size/2 || st.Bytes <= 0 || st.Bytes > slots*size {
+				t.Errorf("counters %+v", st)
+			}
+			t.Logf("%d passes; %+v", len(*tr), st)
+			// The fill path: every held slot has its slice's bytes.
+			for i := range a.slots.slot {
+				s := a.slots.slot[i]
+				if !s.held {
+					continue
+				}
+				w := a.weights[s.key.weight]
+				buf := make([]byte, w.slice)
+				if err := a.buf.Read(int64(i)*a.slotBytes, buf); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(buf, w.host[int64(s.key.expert)*w.slice:int64(s.key.expert+1)*w.slice]) {
+					t.Errorf("slot %d: not the bytes of expert %d of %s", i, s.key.expert, w.name)
+				}
+			}
+		})
+	}
+}
