@@ -3,13 +3,16 @@ package daemon
 import (
 	"context"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/tokenizer"
+	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/metalkit"
 	"github.com/redlite/batch/metalkit/harness/harnesstest"
+	"github.com/redlite/batch/planner"
 )
 
 // TestMetalHarnessJob runs a job end to end — Redis, the daemon, the engine — on the Metal
@@ -55,5 +58,57 @@ func TestMetalHarnessJob(t *testing.T) {
 	_, body := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
 	if !regexp.MustCompile(`redlite_build_info\{backend="metal-harness",`).MatchString(body) {
 		t.Errorf("/metrics has no build info of backend metal-harness")
+	}
+}
+
+// TestMetalHarnessBoundedExpertCache runs a MoE job on the Metal backend (harness device) of
+// a worker whose limit is one MiB short of holding every expert: the plan takes a bounded
+// expert cache, which the Metal backend now has (metalkit/experts.go), and the greedy text is
+// the CPU's.
+func TestMetalHarnessBoundedExpertCache(t *testing.T) {
+	harnesstest.Device(t)
+	b := setup(t)
+	cfg := b.cfg
+	cfg.Backend = metalkit.KindHarness
+	cfg.Model = fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
+	const prompt, maxTokens = "Experts that do not all fit stay in a cache.", 6
+	lm, err := loadModel(cfg.Model, "", engine.Options{Threads: 1, CPUDot: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	ids := lm.tok.EncodeWith(prompt, tokenizer.EncodeOpts{AddSpecial: true})
+	full, err := planner.Choose(planner.Job{PromptTokens: len(ids), MaxTokens: maxTokens, Policy: planner.Policy{MaxChunk: cfg.MaxChunk}},
+		lm.profile, planner.DefaultCalibration(metalkit.KindHarness), planner.Budget{LimitMiB: 1 << 20, Source: planner.SourceOverride})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := lm.m.NewSession(engine.SessionOptions{Context: len(ids) + maxTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: maxTokens, Vocab: lm.tok, Stream: lm.tok.NewStreamDecoder()})
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.GPULimitMiB = full.NeedMiB - 1
+	d := startDaemon(t, cfg, Observer{})
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)})
+	res, err := waitResult(t, b.client, job.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Plan.Backend != metalkit.KindHarness || res.Plan.ExpertResidency != string(planner.ResidencyCache) || res.Plan.ExpertCacheMiB <= 0 {
+		t.Errorf("plan %+v, want a bounded expert cache on %s", res.Plan, metalkit.KindHarness)
+	}
+	if res.Text != want.Text || res.Usage.CompletionTokens != want.CompletionTokens {
+		t.Errorf("metal-harness with a bounded cache wrote %q (%d tokens); the CPU %q (%d)", res.Text, res.Usage.CompletionTokens, want.Text, want.CompletionTokens)
+	}
+	_, body := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
+	miss := regexp.MustCompile(`(?m)^redlite_expert_cache_lookups_total\{result="miss"\} ([0-9.e+]+)$`).FindStringSubmatch(body)
+	if n, _ := strconv.ParseFloat(append(miss, "", "0")[1], 64); n <= 0 {
+		t.Errorf("no expert cache misses in /metrics: %v", miss)
 	}
 }

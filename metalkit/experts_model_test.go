@@ -3,13 +3,19 @@ package metalkit
 import (
 	"bytes"
 	"cmp"
+	gocontext "context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
@@ -172,5 +178,93 @@ func TestExpertCacheForward(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSlotPolicyTrace measures the eviction policies on a routing trace of the CPU engine:
+// the tiny-qwen3next fixture (REDLITE_TEST_TRACE=mini: the qwen3next-mini synth, 64 experts
+// of Qwen3-Next-80B's size, 10 used, about a minute) prefills 64 tokens of
+// docs/architecture.md at once and then 256 one at a time, as decode steps would; the trace
+// is replayed through the cache's bookkeeping with LRU and LFU at an eighth, a quarter and a
+// half of the slices. It logs the misses per decode step (metalkit/README.md quotes them) and
+// checks that a cache of every slice only misses each slice once.
+func TestSlotPolicyTrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a measurement: about 20 s on the CPU")
+	}
+	path := fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
+	if os.Getenv("REDLITE_TEST_TRACE") == "mini" {
+		path = filepath.Join(t.TempDir(), "mini.gguf")
+		if _, err := synth.WriteFile(gocontext.Background(), path, "qwen3next-mini", synth.Options{Type: synth.IQ2_XXS, Seed: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := cpu.New(0)
+	m, err := engine.Load(path, engine.Options{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	k, err1 := m.File.Int(m.Config().Arch + ".expert_used_count")
+	experts, err2 := m.File.Int(m.Config().Arch + ".expert_count")
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	tr, hook := traceRouting(int(k))
+	b.Hook = hook
+	tok, err := m.Tokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(filepath.Join("..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prompt, steps = 64, 256
+	ids := tok.Encode(string(text), false)
+	if len(ids) < prompt+steps {
+		t.Fatalf("%d tokens of text", len(ids))
+	}
+	s, err := m.NewSession(engine.SessionOptions{Context: prompt + steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Prefill(gocontext.Background(), ids[:prompt], engine.PrefillOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prefill(gocontext.Background(), ids[prompt:prompt+steps], engine.PrefillOptions{Chunk: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if len(*tr) != 1+steps {
+		t.Fatalf("%d passes traced, want %d", len(*tr), 1+steps)
+	}
+	total := 3 * int(experts) * len((*tr)[0])
+	distinct := map[sliceKey]bool{}
+	for _, pass := range *tr {
+		for l, toks := range pass {
+			for _, tk := range toks {
+				for _, e := range tk {
+					for w := 3 * l; w < 3*l+3; w++ {
+						distinct[sliceKey{w, e}] = true
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%s: %d slices, %d MoE layers, %d of %d experts used; misses per decode step:", filepath.Base(path), total, len((*tr)[0]), k, experts)
+	t.Logf("| cache | LRU | LFU |")
+	for _, frac := range []int{8, 4, 2, 1} {
+		n := total / frac
+		row := fmt.Sprintf("| %d slots (1/%d) |", n, frac)
+		for _, p := range []slotPolicy{policyLRU, policyLFU} {
+			warm := replay((*tr)[:1], n, p, int(experts))
+			all := replay(*tr, n, p, int(experts))
+			row += fmt.Sprintf(" %.2f |", float64(all.Misses-warm.Misses)/steps)
+			if frac == 1 && (all.Misses != int64(len(distinct)) || all.Evictions != 0) {
+				t.Errorf("%v with every slice: %+v, want %d misses (each slice once), no evictions", p, all, len(distinct))
+			}
+		}
+		t.Log(row)
 	}
 }
