@@ -195,7 +195,7 @@ func TestSlotPolicyTrace(t *testing.T) {
 	path := fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
 	if os.Getenv("REDLITE_TEST_TRACE") == "mini" {
 		path = filepath.Join(t.TempDir(), "mini.gguf")
-		if _, err := synth.WriteFile(gocontext.Background(), path, "qwen3next-mini", synth.Options{Type: synth.IQ2_XXS, Seed: 5}); err != nil {
+		if _, err := synth.WriteFile(gocontext.Background(), path, "qwen3next-mini", synth.Options{Type: synth.Q8_0, Seed: 5}); err != nil {
 			t.Fatal(err)
 		}
 	}
