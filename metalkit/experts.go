@@ -218,6 +218,7 @@ func (c *context) encodeExperts(e *encoder, m *expertsCall, s *sumCall) {
 			c.region(m.ids), m.k, c.region(s.w), c.region(s.out), m.n, r)
 	}
 	a := &c.b.experts
+	// A stack small enough to be held as float32 vectors (tests' toys) stays in place.
 	if !a.bounded() || m.w.host == nil {
 		run(m.w.raw, allPairs(m.n, m.k))
 		return

@@ -209,10 +209,11 @@ type ScratchPool interface {
 // its size.
 //
 // On the CPU the cache is a heap copy of the slices, which bounds how much of the file must
-// stay paged in. A Metal backend would keep the slices in one GPU buffer of fixed-size slots:
-// the routing result must then be read on the host before the expert products of that layer
-// are encoded, so a bounded cache splits the command buffer at every MoE layer (the one place
-// a graph's values reach the host mid-pass); with every expert resident no split is needed.
+// stay paged in. The Metal backend keeps the slices in one GPU buffer of fixed-size slots
+// (metalkit/experts.go): the routing result is read on the host before the expert products
+// of that layer are encoded, so a bounded cache splits the command buffer at every MoE layer
+// (the one place a graph's values reach the host mid-pass); with every expert resident no
+// split is needed, and the GPU routes without counting lookups.
 type ExpertResidency interface {
 	// SetExpertCache bounds the routed-expert slices held to bytes; 0 means all resident.
 	// A cache always holds at least the one slice being multiplied, whatever its size.
