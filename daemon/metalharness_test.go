@@ -25,23 +25,13 @@ func TestMetalHarnessJob(t *testing.T) {
 	cfg.Backend = metalkit.KindHarness
 	const prompt, maxTokens = "The harness runs Metal kernels on the CPU.", 8
 
-	// What the CPU backend generates greedily.
 	// The Metal kernels compute with float32 activations: the CPU's exact path.
 	lm, err := loadModel(cfg.Model, "", engine.Options{Threads: 1, CPUDot: "exact"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lm.close()
-	ids := lm.tok.EncodeWith(prompt, tokenizer.EncodeOpts{AddSpecial: true})
-	s, err := lm.m.NewSession(engine.SessionOptions{Context: len(ids) + maxTokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: maxTokens, Vocab: lm.tok, Stream: lm.tok.NewStreamDecoder()})
-	s.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := greedy(t, lm, prompt, maxTokens)
 
 	d := startDaemon(t, cfg, Observer{})
 	job := enqueue(t, b.client, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)})
@@ -83,15 +73,7 @@ func TestMetalHarnessBoundedExpertCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := lm.m.NewSession(engine.SessionOptions{Context: len(ids) + maxTokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: maxTokens, Vocab: lm.tok, Stream: lm.tok.NewStreamDecoder()})
-	s.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := greedy(t, lm, prompt, maxTokens)
 
 	cfg.GPULimitMiB = full.NeedMiB - 1
 	d := startDaemon(t, cfg, Observer{})
@@ -106,6 +88,29 @@ func TestMetalHarnessBoundedExpertCache(t *testing.T) {
 	if res.Text != want.Text || res.Usage.CompletionTokens != want.CompletionTokens {
 		t.Errorf("metal-harness with a bounded cache wrote %q (%d tokens); the CPU %q (%d)", res.Text, res.Usage.CompletionTokens, want.Text, want.CompletionTokens)
 	}
+	expertMisses(t, d)
+}
+
+// greedy is what lm generates greedily from prompt.
+func greedy(t *testing.T, lm *loadedModel, prompt string, maxTokens int) engine.Generation {
+	t.Helper()
+	ids := lm.tok.EncodeWith(prompt, tokenizer.EncodeOpts{AddSpecial: true})
+	s, err := lm.m.NewSession(engine.SessionOptions{Context: len(ids) + maxTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: maxTokens, Vocab: lm.tok, Stream: lm.tok.NewStreamDecoder()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// expertMisses fails unless the daemon's /metrics count expert cache misses: the cache was
+// really used.
+func expertMisses(t *testing.T, d *Daemon) {
+	t.Helper()
 	_, body := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
 	miss := regexp.MustCompile(`(?m)^redlite_expert_cache_lookups_total\{result="miss"\} ([0-9.e+]+)$`).FindStringSubmatch(body)
 	if n, _ := strconv.ParseFloat(append(miss, "", "0")[1], 64); n <= 0 {

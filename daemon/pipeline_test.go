@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -414,14 +413,7 @@ func TestBoundedExpertCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What full residency generates, on the test's own copy of the model.
-	s, err := lm.m.NewSession(engine.SessionOptions{Context: len(ids) + maxTokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := s.Generate(context.Background(), ids, engine.GenerateOptions{MaxTokens: maxTokens, Vocab: lm.tok, Stream: lm.tok.NewStreamDecoder()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := greedy(t, lm, prompt, maxTokens)
 
 	cfg.GPULimitMiB = full.NeedMiB - 1
 	d := startDaemon(t, cfg, Observer{})
@@ -436,10 +428,5 @@ func TestBoundedExpertCache(t *testing.T) {
 	if res.Text != want.Text || res.Usage.CompletionTokens != want.CompletionTokens {
 		t.Errorf("with a bounded cache: %q (%d tokens); fully resident: %q (%d)", res.Text, res.Usage.CompletionTokens, want.Text, want.CompletionTokens)
 	}
-	// The cache was really used: its misses are in the metrics.
-	_, body := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
-	miss := regexp.MustCompile(`(?m)^redlite_expert_cache_lookups_total\{result="miss"\} ([0-9.e+]+)$`).FindStringSubmatch(body)
-	if n, _ := strconv.ParseFloat(append(miss, "", "0")[1], 64); n <= 0 {
-		t.Errorf("no expert cache misses in /metrics: %v", miss)
-	}
+	expertMisses(t, d)
 }

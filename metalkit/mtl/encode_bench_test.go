@@ -87,15 +87,7 @@ func BenchmarkEncodeDecodeStep(b *testing.B) {
 		b.ReportAllocs()
 		cpu := cpuTime()
 		for b.Loop() {
-			if s.Pos() == s.Capacity() {
-				b.StopTimer()
-				s.Close()
-				s = session(b, m)
-				b.StartTimer()
-			}
-			if _, err := s.Decode(ctx, 1); err != nil {
-				b.Fatal(err)
-			}
+			decode(b, m, &s)
 		}
 		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(lib.Count("commit"))/float64(b.N), "commits/op")
@@ -121,15 +113,7 @@ func BenchmarkEncodeDecodeStep(b *testing.B) {
 		b.ReportAllocs()
 		cpu := cpuTime()
 		for b.Loop() {
-			if s.Pos() == s.Capacity() {
-				b.StopTimer()
-				s.Close()
-				s = session(b, m)
-				b.StartTimer()
-			}
-			if _, err := s.Decode(ctx, 1); err != nil {
-				b.Fatal(err)
-			}
+			decode(b, m, &s)
 		}
 		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(lib.Count("commit"))/float64(b.N), "commits/op")
@@ -138,6 +122,19 @@ func BenchmarkEncodeDecodeStep(b *testing.B) {
 			b.Errorf("no lookups through the cache: %+v", st)
 		}
 	})
+}
+
+// decode runs one decode step of *s, replacing it with a new session when it is full.
+func decode(b *testing.B, m *engine.Model, s **engine.Session) {
+	if (*s).Pos() == (*s).Capacity() {
+		b.StopTimer()
+		(*s).Close()
+		*s = session(b, m)
+		b.StartTimer()
+	}
+	if _, err := (*s).Decode(stdcontext.Background(), 1); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // cpuTime is the process's user and system CPU time in ns: on this shared machine the wall
