@@ -49,8 +49,13 @@ type expertSlots struct {
 	pinned int // slots pinned in this epoch
 	tick   int64
 	// free lists the slots never filled, taken before any eviction.
-	free  []int32
-	stats ml.ExpertStats
+	free []int32
+	// The held slots from the most to the least recently used (prev and next by slot, -1
+	// ends): LRU's victim is the last unpinned one, found from the tail in a step or two
+	// since the pinned slots were all used in this epoch.
+	prev, next []int32
+	head, tail int32
+	stats      ml.ExpertStats
 }
 
 type slotState struct {
@@ -67,9 +72,11 @@ func newExpertSlots(n int, policy slotPolicy, capacity int64) *expertSlots {
 		panic(fmt.Sprintf("metalkit: expert cache of %d slots", n))
 	}
 	s := &expertSlots{policy: policy, n: n, at: map[sliceKey]int32{}, slot: make([]slotState, n), epoch: 1,
+		prev: make([]int32, n), next: make([]int32, n), head: -1, tail: -1,
 		stats: ml.ExpertStats{Capacity: capacity}}
 	for i := n - 1; i >= 0; i-- {
 		s.free = append(s.free, int32(i))
+		s.prev[i], s.next[i] = -1, -1
 	}
 	return s
 }
@@ -134,12 +141,37 @@ func (s *expertSlots) touch(i int32) {
 	}
 	st.last = s.tick
 	st.uses++
+	if s.head == i {
+		return
+	}
+	if s.prev[i] >= 0 || s.tail == i { // in the list: unlink
+		s.next[s.prev[i]] = s.next[i]
+		if s.next[i] >= 0 {
+			s.prev[s.next[i]] = s.prev[i]
+		} else {
+			s.tail = s.prev[i]
+		}
+	}
+	s.prev[i], s.next[i] = -1, s.head
+	if s.head >= 0 {
+		s.prev[s.head] = i
+	} else {
+		s.tail = i
+	}
+	s.head = i
 }
 
-// victim is the unpinned held slot the policy evicts, -1 if every slot is pinned. A scan:
-// the arena has a few thousand slots (4 GiB of 888 KiB slices is 4,723) and a miss also
-// copies the slice, about a megabyte.
+// victim is the unpinned held slot the policy evicts, -1 if every slot is pinned. LFU scans
+// every slot (it serves the policy measurement; BenchmarkExpertSlots times both).
 func (s *expertSlots) victim() int32 {
+	if s.policy == policyLRU {
+		for i := s.tail; i >= 0; i = s.prev[i] {
+			if s.slot[i].pin != s.epoch {
+				return i
+			}
+		}
+		return -1
+	}
 	best := int32(-1)
 	for i := range s.slot {
 		st := &s.slot[i]
