@@ -63,13 +63,7 @@ func (e *encoder) attentionDecode(q Region, heads int, c *cache, layer, pos0 int
 		e.err = err
 		return
 	}
-	// A threadgroup holds its heads' queries (4·tgHeads·hd bytes) beside the kernel's own
-	// threadgroup memory: grouped only where both fit (a head of 1,024 features in a group
-	// of 8 does not), else one head per threadgroup.
-	tgHeads, gridY := 1, heads
-	if attnGrouped && group <= kernels.AttnMaxGroup && 4*group*hd+p.StaticShared() <= device.MaxThreadgroupMemory {
-		tgHeads, gridY = group, kvHeads
-	}
+	tgHeads, gridY := decodeHeads(p, heads, kvHeads, hd)
 	// With one split the kernel writes the output itself and touches no partials; bind out
 	// in their place.
 	pacc, pml := out, out
@@ -94,6 +88,118 @@ func (e *encoder) attentionDecode(q Region, heads int, c *cache, layer, pos0 int
 			attentionMergeCost(heads, hd, nsplit),
 			kernels.AttnMergeArgs{Heads: int32(heads), HeadDim: int32(hd), NSplit: int32(nsplit)},
 			pacc, pml, out)
+	}
+}
+
+// decodeHeads is the query heads a decode threadgroup computes and the grid's threadgroups
+// along y. A threadgroup holds its heads' queries (4·tgHeads·hd bytes) beside the kernel's
+// own threadgroup memory: grouped only where both fit (a head of 1,024 features in a group
+// of 8 does not), else one head per threadgroup.
+func decodeHeads(p device.Pipeline, heads, kvHeads, hd int) (tgHeads, gridY int) {
+	group := heads / kvHeads
+	if attnGrouped && group <= kernels.AttnMaxGroup && 4*group*hd+p.StaticShared() <= device.MaxThreadgroupMemory {
+		return group, kvHeads
+	}
+	return 1, heads
+}
+
+// decodeSeq is one sequence of a batched decode step: its cache, the position of its token,
+// its queries [heads, headDim], where its output row starts in the batch's output (bytes),
+// and where its block table starts in the batch's tables (entries).
+type decodeSeq struct {
+	c      *cache
+	pos0   int
+	q      Region
+	outOff int64
+	table0 int
+}
+
+// attentionDecodeBatch encodes the decode attention of one token of each of seqs, all of one
+// pool, over their block tables: one attn_decode_batch_<type> dispatch for every split of
+// every sequence, then one attn_merge_batch_f32 when a sequence has more than one split
+// (both once per kernels.AttnBatchMaxSeqs sequences), instead of a decode and a merge per
+// sequence. tables holds every sequence's block table as float32 block numbers; the
+// queries must lie in one buffer (a pass's scratch). The arithmetic is attentionDecode's.
+func (e *encoder) attentionDecodeBatch(seqs []decodeSeq, heads, layer int, scale float32, tables, out Region) {
+	if e.err != nil || len(seqs) == 0 {
+		return
+	}
+	seqs0 := seqs[0].c
+	pool := seqs0.pool
+	kvHeads, hd, dt := pool.kvHeads, pool.headDim, pool.dtype
+	if heads <= 0 || heads%kvHeads != 0 {
+		e.err = fmt.Errorf("metalkit: batched attention of %d heads over a cache of %d kv heads", heads, kvHeads)
+		return
+	}
+	qBytes := int64(4 * heads * hd)
+	lo, hi := seqs[0].q.Off, int64(0)
+	for i, s := range seqs {
+		if s.c.pool != pool {
+			e.err = fmt.Errorf("metalkit: batched attention over the caches of two pools (sequence %d)", i)
+			return
+		}
+		if err := s.c.checkSpan("attend over", layer, s.pos0, 1); err != nil {
+			e.err = err
+			return
+		}
+		if s.q.Buf != seqs[0].q.Buf || s.q.Off%16 != 0 || s.q.Len < qBytes {
+			e.err = fmt.Errorf("metalkit: batched attention: sequence %d's queries (%d bytes at %d) are not %d bytes at a multiple of 16 in the first sequence's buffer", i, s.q.Len, s.q.Off, qBytes)
+			return
+		}
+		if s.outOff < 0 || s.outOff%4 != 0 || s.outOff+qBytes > out.Len {
+			e.err = fmt.Errorf("metalkit: batched attention: sequence %d's output at byte %d of %d", i, s.outOff, out.Len)
+			return
+		}
+		lo, hi = min(lo, s.q.Off), max(hi, s.q.Off+qBytes)
+	}
+	q := Region{Buf: seqs[0].q.Buf, Off: lo, Len: hi - lo}
+	kernel := "attn_decode_batch_" + dt.String()
+	p, err := e.dev.Pipeline(kernel)
+	if err != nil {
+		e.err = err
+		return
+	}
+	tgHeads, gridY := decodeHeads(p, heads, kvHeads, hd)
+	split := seqs[0].c.split()
+	d := kernels.AttnDecodeArgs{
+		Heads: int32(heads), KVHeads: int32(kvHeads), HeadDim: int32(hd), Group: int32(heads / kvHeads), TGHeads: int32(tgHeads),
+		Split: int32(split), BlockSize: int32(pool.blockSize), Scale: scale,
+	}
+	for len(seqs) > 0 {
+		chunk := seqs[:min(len(seqs), kernels.AttnBatchMaxSeqs)]
+		seqs = seqs[len(chunk):]
+		args := kernels.AttnDecodeBatchArgs{D: d, Seqs: int32(len(chunk))}
+		var cost, merge device.Cost
+		merges := false
+		for i, s := range chunk {
+			positions := s.pos0 + 1
+			nsplit := ml.BlocksFor(positions, split)
+			args.QOff[i] = int32((s.q.Off - lo) / 16)
+			args.OutOff[i] = int32(s.outOff / 4)
+			args.Positions[i] = int32(positions)
+			args.Table0[i] = int32(s.table0)
+			args.Split0[i] = args.Splits
+			args.Splits += int32(nsplit)
+			cost = sumCost(cost, attentionDecodeCost(heads, kvHeads, tgHeads, hd, positions, nsplit, dt))
+			if nsplit > 1 {
+				merges = true
+				merge = sumCost(merge, attentionMergeCost(heads, hd, nsplit))
+			}
+		}
+		splits := int64(args.Splits)
+		accBytes := 4 * splits * int64(heads*hd)
+		w, err := pool.workspace(accBytes + 8*splits*int64(heads))
+		if err != nil {
+			e.err = err
+			return
+		}
+		pacc, pml := w.Sub(0, accBytes), w.Sub(accBytes, 8*splits*int64(heads))
+		e.dispatch(kernel, nil, [3]int{int(args.Splits), gridY, 1}, [3]int{kernels.AttnDecodeThreads, 1, 1}, 4*tgHeads*hd,
+			cost, args, q, seqs0.layerK(layer), seqs0.layerV(layer), tables, pacc, pml, out)
+		if merges {
+			e.dispatch("attn_merge_batch_f32", nil, [3]int{heads, len(chunk), 1}, [3]int{kernels.AttnDecodeThreads, 1, 1}, 0,
+				merge, args, pacc, pml, out)
+		}
 	}
 }
 
@@ -140,6 +246,11 @@ func attentionDecodeCost(heads, kvHeads, tgHeads, hd, positions, nsplit int, dt 
 		written = int64(nsplit) * int64(heads) * int64(hd+2) * 4
 	}
 	return device.Cost{Label: "attention decode", Read: kv + q, Written: written, FLOPs: 4 * int64(heads) * int64(positions) * int64(hd)}
+}
+
+// sumCost adds b's traffic and arithmetic to a's, under b's label.
+func sumCost(a, b device.Cost) device.Cost {
+	return device.Cost{Label: b.Label, Read: a.Read + b.Read, Written: a.Written + b.Written, FLOPs: a.FLOPs + b.FLOPs}
 }
 
 // attentionMergeCost: every split's partials of every head, rescaled and summed.

@@ -6,19 +6,21 @@ package kernels
 // attnArgs maps each argument struct of args_attn.h (KV cache, attention, convolution and
 // DeltaNet) by its C name to its Go mirror. TestArgLayouts checks both against clang.
 var attnArgs = map[string]any{
-	"kv_store_args":      KVStoreArgs{},
-	"kv_load_args":       KVLoadArgs{},
-	"attn_decode_args":   AttnDecodeArgs{},
-	"attn_merge_args":    AttnMergeArgs{},
-	"attn_prefill_args":  AttnPrefillArgs{},
-	"conv1d_causal_args": Conv1DCausalArgs{},
-	"deltanet_args":      DeltaNetArgs{},
+	"kv_store_args":          KVStoreArgs{},
+	"kv_load_args":           KVLoadArgs{},
+	"attn_decode_args":       AttnDecodeArgs{},
+	"attn_merge_args":        AttnMergeArgs{},
+	"attn_decode_batch_args": AttnDecodeBatchArgs{},
+	"attn_prefill_args":      AttnPrefillArgs{},
+	"conv1d_causal_args":     Conv1DCausalArgs{},
+	"deltanet_args":          DeltaNetArgs{},
 }
 
 // Constants of args_attn.h the host sizes dispatches with.
 const (
 	AttnDecodeThreads  = 128
 	AttnMaxGroup       = 8
+	AttnBatchMaxSeqs   = 32
 	AttnPrefillQueries = 2
 	AttnMaxHeadDim     = 256
 	ConvMaxKernel      = 8
@@ -46,6 +48,16 @@ type AttnDecodeArgs struct {
 
 type AttnMergeArgs struct {
 	Heads, HeadDim, NSplit, Pad0 int32
+}
+
+type AttnDecodeBatchArgs struct {
+	D            AttnDecodeArgs
+	Seqs, Splits int32
+	QOff         [AttnBatchMaxSeqs]int32
+	OutOff       [AttnBatchMaxSeqs]int32
+	Positions    [AttnBatchMaxSeqs]int32
+	Table0       [AttnBatchMaxSeqs]int32
+	Split0       [AttnBatchMaxSeqs]int32
 }
 
 type AttnPrefillArgs struct {

@@ -11,6 +11,10 @@
 // Most query heads one decode threadgroup computes (Qwen3-Next: 16 query heads over 2 KV
 // heads); more per KV head takes the per-query-head variant.
 #define ATTN_MAX_GROUP 8
+// Most sequences one batched decode dispatch attends (attn_decode_batch_*): the per-sequence
+// arrays of its argument struct, 688 bytes at 32, go by setBytes (at most 4 KiB); a larger
+// batch takes one dispatch per 32 sequences.
+#define ATTN_BATCH_MAX_SEQS 32
 // Query tokens per prefill threadgroup: one SIMD group each. Their queries of up to
 // ATTN_MAX_GROUP heads of ATTN_MAX_HEAD_DIM take 16 KiB of threadgroup memory at 2.
 #define ATTN_PREFILL_QUERIES 2
@@ -74,6 +78,23 @@ struct attn_merge_args {
     int32_t head_dim;
     int32_t nsplit;
     int32_t pad0;
+};
+
+// attn_decode_batch_f32/f16 and attn_merge_batch_f32: one query token of each of seqs
+// sequences of one KV pool. d holds what they share (its positions and nsplit are unused):
+// heads, group, tg_heads, split, block size, scale. Per sequence s: its queries at q_off[s]
+// float4s into q, its output at out_off[s] floats into out, positions[s] positions attended,
+// its block table at entry table0[s] of tables, and its partials from the batch's split
+// split0[s] (splits in sequence order; sequence s has ⌈positions[s]/split⌉ of them).
+struct attn_decode_batch_args {
+    struct attn_decode_args d;
+    int32_t seqs;
+    int32_t splits; // the batch's splits: the dispatch's threadgroups along x
+    int32_t q_off[ATTN_BATCH_MAX_SEQS];
+    int32_t out_off[ATTN_BATCH_MAX_SEQS];
+    int32_t positions[ATTN_BATCH_MAX_SEQS];
+    int32_t table0[ATTN_BATCH_MAX_SEQS];
+    int32_t split0[ATTN_BATCH_MAX_SEQS];
 };
 
 // attn_prefill_f32/f16: n query tokens at positions pos0 … pos0+n−1, causal.

@@ -9,8 +9,11 @@ using namespace metal;
 
 #include "args_attn.h"
 
-static inline int kv_row(device const int32_t *table, int p, int block_size) {
-    return table[p / block_size] * block_size + p % block_size;
+// T is int32_t for a cache's own table, float for the tables of a batch (a pass input:
+// block numbers as float32 values, exact below 2^24, as the engine holds ids).
+template <typename T>
+static inline int kv_row(device const T *table, int p, int block_size) {
+    return int(table[p / block_size]) * block_size + p % block_size;
 }
 
 // ---- store and load --------------------------------------------------------------------
@@ -95,9 +98,10 @@ kernel void kv_load_f16(constant kv_load_args &a [[buffer(0)]],
 // cache block (the host chooses the split so). With one split the output is normalised
 // here; otherwise each split leaves its max, sum of exponentials and unnormalised
 // accumulator for attn_merge_f32.
-template <typename K4, typename V>
-static void attn_decode(constant attn_decode_args &a, device const float4 *q,
-                        device const K4 *kc, device const V *vc, device const int32_t *table,
+template <typename K4, typename V, typename T>
+static void attn_decode(constant attn_decode_args &a, const int positions, const int nsplit,
+                        device const float4 *q, device const K4 *kc, device const V *vc,
+                        device const T *table,
                         device float *pacc, device float *pml, device float *out,
                         threadgroup float4 *sq, threadgroup float *sp, threadgroup float *sred,
                         uint2 tg, uint tid, uint lane, uint sg) {
@@ -119,7 +123,7 @@ static void attn_decode(constant attn_decode_args &a, device const float4 *q,
 
     const int split = int(tg.x);
     const int p0 = split * a.split;
-    const int len = min(a.split, a.positions - p0);
+    const int len = min(a.split, positions - p0);
     const int row0 = kv_row(table, p0, a.block_size);
     const int stride = a.kv_heads * hd;
     const bool ok = int(tid) < len;
@@ -201,7 +205,7 @@ static void attn_decode(constant attn_decode_args &a, device const float4 *q,
         }
         for (int h = 0; h < ATTN_MAX_GROUP; h++) {
             if (h < G) {
-                if (a.nsplit == 1) {
+                if (nsplit == 1) {
                     out[(h0 + h) * hd + d] = acc[h] / l[h];
                 } else {
                     pacc[(ulong(split) * ulong(a.heads) + ulong(h0 + h)) * ulong(hd) + ulong(d)] = acc[h];
@@ -209,7 +213,7 @@ static void attn_decode(constant attn_decode_args &a, device const float4 *q,
             }
         }
     }
-    if (a.nsplit > 1 && tid == 0) {
+    if (nsplit > 1 && tid == 0) {
         for (int h = 0; h < ATTN_MAX_GROUP; h++) {
             if (h < G) {
                 const ulong at = (ulong(split) * ulong(a.heads) + ulong(h0 + h)) * 2;
@@ -235,7 +239,7 @@ kernel void attn_decode_f32(constant attn_decode_args &a [[buffer(0)]],
                             uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
-    attn_decode<float4, float>(a, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+    attn_decode<float4, float, int32_t>(a, a.positions, a.nsplit, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
 }
 
 kernel void attn_decode_f16(constant attn_decode_args &a [[buffer(0)]],
@@ -253,32 +257,130 @@ kernel void attn_decode_f16(constant attn_decode_args &a [[buffer(0)]],
                             uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
-    attn_decode<half4, half>(a, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+    attn_decode<half4, half, int32_t>(a, a.positions, a.nsplit, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
 }
 
-// One threadgroup per query head: out = Σ_s e^(m_s − M)·acc_s / Σ_s e^(m_s − M)·l_s with M
+// One threadgroup per query head h: out = Σ_s e^(m_s − M)·acc_s / Σ_s e^(m_s − M)·l_s with M
 // the largest split max. Every split saw at least one position, so every m_s is finite.
+static void attn_merge(const int heads, const int head_dim, const int nsplit,
+                       device const float *pacc, device const float *pml, device float *out,
+                       uint h, uint tid) {
+    float M = ATTN_NO_SCORE;
+    for (int s = 0; s < nsplit; s++) {
+        M = max(M, pml[(ulong(s) * ulong(heads) + h) * 2]);
+    }
+    float L = 0.0f;
+    for (int s = 0; s < nsplit; s++) {
+        const ulong at = (ulong(s) * ulong(heads) + h) * 2;
+        L += pml[at + 1] * exp(pml[at] - M);
+    }
+    for (int d = int(tid); d < head_dim; d += ATTN_DECODE_THREADS) {
+        float o = 0.0f;
+        for (int s = 0; s < nsplit; s++) {
+            const ulong at = ulong(s) * ulong(heads) + h;
+            o += pacc[at * ulong(head_dim) + ulong(d)] * exp(pml[at * 2] - M);
+        }
+        out[ulong(h) * ulong(head_dim) + ulong(d)] = o / L;
+    }
+}
+
 kernel void attn_merge_f32(constant attn_merge_args &a [[buffer(0)]],
                            device const float *pacc [[buffer(1)]],
                            device const float *pml [[buffer(2)]],
                            device float *out [[buffer(3)]],
                            uint h [[threadgroup_position_in_grid]],
                            uint tid [[thread_index_in_threadgroup]]) {
-    float M = ATTN_NO_SCORE;
-    for (int s = 0; s < a.nsplit; s++) {
-        M = max(M, pml[(ulong(s) * ulong(a.heads) + h) * 2]);
-    }
-    float L = 0.0f;
-    for (int s = 0; s < a.nsplit; s++) {
-        const ulong at = (ulong(s) * ulong(a.heads) + h) * 2;
-        L += pml[at + 1] * exp(pml[at] - M);
-    }
-    for (int d = int(tid); d < a.head_dim; d += ATTN_DECODE_THREADS) {
-        float o = 0.0f;
-        for (int s = 0; s < a.nsplit; s++) {
-            const ulong at = ulong(s) * ulong(a.heads) + h;
-            o += pacc[at * ulong(a.head_dim) + ulong(d)] * exp(pml[at * 2] - M);
+    attn_merge(a.heads, a.head_dim, a.nsplit, pacc, pml, out, h, tid);
+}
+
+// ---- decode of a batch: every sequence of a step in one dispatch ----------------------------
+//
+// The sequences of a step, each one query token over its own block table, as one grid:
+// threadgroup x runs split x of the batch's splits (sequence s owns splits
+// split0[s] … split0[s+1]−1), y as in attn_decode. Each sequence's partials are its splits'
+// rows of pacc and pml; a sequence of one split writes its output itself, the others are
+// merged by attn_merge_batch_f32 over a (query head, sequence) grid. The arithmetic is
+// attn_decode's and attn_merge's, so the outputs are the per-sequence kernels' bit for bit.
+
+// attn_batch_seq is the sequence whose splits hold batch split x: the last s with
+// split0[s] ≤ x.
+static inline int attn_batch_seq(constant attn_decode_batch_args &a, int x) {
+    int lo = 0, hi = a.seqs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (a.split0[mid] <= x) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
         }
-        out[ulong(h) * ulong(a.head_dim) + ulong(d)] = o / L;
     }
+    return lo;
+}
+
+template <typename K4, typename V>
+static void attn_decode_batch(constant attn_decode_batch_args &a, device const float4 *q,
+                              device const K4 *kc, device const V *vc, device const float *tables,
+                              device float *pacc, device float *pml, device float *out,
+                              threadgroup float4 *sq, threadgroup float *sp, threadgroup float *sred,
+                              uint2 tg, uint tid, uint lane, uint sg) {
+    const int s = attn_batch_seq(a, int(tg.x));
+    const int positions = a.positions[s];
+    const int nsplit = (positions + a.d.split - 1) / a.d.split;
+    const ulong part = ulong(a.split0[s]) * ulong(a.d.heads);
+    attn_decode<K4, V, float>(a.d, positions, nsplit, q + a.q_off[s], kc, vc, tables + a.table0[s],
+                              pacc + part * ulong(a.d.head_dim), pml + part * 2, out + a.out_off[s],
+                              sq, sp, sred, uint2(tg.x - uint(a.split0[s]), tg.y), tid, lane, sg);
+}
+
+kernel void attn_decode_batch_f32(constant attn_decode_batch_args &a [[buffer(0)]],
+                                  device const float4 *q [[buffer(1)]],
+                                  device const float4 *kc [[buffer(2)]],
+                                  device const float *vc [[buffer(3)]],
+                                  device const float *tables [[buffer(4)]],
+                                  device float *pacc [[buffer(5)]],
+                                  device float *pml [[buffer(6)]],
+                                  device float *out [[buffer(7)]],
+                                  threadgroup float4 *sq [[threadgroup(0)]],
+                                  uint2 tg [[threadgroup_position_in_grid]],
+                                  uint tid [[thread_index_in_threadgroup]],
+                                  uint lane [[thread_index_in_simdgroup]],
+                                  uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
+    threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
+    attn_decode_batch<float4, float>(a, q, kc, vc, tables, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+}
+
+kernel void attn_decode_batch_f16(constant attn_decode_batch_args &a [[buffer(0)]],
+                                  device const float4 *q [[buffer(1)]],
+                                  device const half4 *kc [[buffer(2)]],
+                                  device const half *vc [[buffer(3)]],
+                                  device const float *tables [[buffer(4)]],
+                                  device float *pacc [[buffer(5)]],
+                                  device float *pml [[buffer(6)]],
+                                  device float *out [[buffer(7)]],
+                                  threadgroup float4 *sq [[threadgroup(0)]],
+                                  uint2 tg [[threadgroup_position_in_grid]],
+                                  uint tid [[thread_index_in_threadgroup]],
+                                  uint lane [[thread_index_in_simdgroup]],
+                                  uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
+    threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
+    attn_decode_batch<half4, half>(a, q, kc, vc, tables, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+}
+
+// Threadgroup (h, s): query head h of sequence s, when s has more than one split.
+kernel void attn_merge_batch_f32(constant attn_decode_batch_args &a [[buffer(0)]],
+                                 device const float *pacc [[buffer(1)]],
+                                 device const float *pml [[buffer(2)]],
+                                 device float *out [[buffer(3)]],
+                                 uint2 tg [[threadgroup_position_in_grid]],
+                                 uint tid [[thread_index_in_threadgroup]]) {
+    const int s = int(tg.y);
+    const int nsplit = (a.positions[s] + a.d.split - 1) / a.d.split;
+    if (nsplit == 1) {
+        return;
+    }
+    const ulong part = ulong(a.split0[s]) * ulong(a.d.heads);
+    attn_merge(a.d.heads, a.d.head_dim, nsplit, pacc + part * ulong(a.d.head_dim), pml + part * 2,
+               out + a.out_off[s], tg.x, tid);
 }
