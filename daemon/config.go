@@ -50,7 +50,8 @@ type Config struct {
 	CPUDot string `env:"REDLITE_CPU_DOT" envDefault:"auto"`
 	// Threads for the CPU backend; 0 means one per core.
 	Threads int `env:"REDLITE_THREADS" envDefault:"0"`
-	// The Metal backend's switches: REDLITE_METAL_MPS, REDLITE_METAL_FUSED_TAIL.
+	// The Metal backend's switches: REDLITE_METAL_MPS, REDLITE_METAL_FUSED_TAIL,
+	// REDLITE_METAL_BATCH_ATTENTION.
 	metalkit.Switches
 
 	// KV forces the KV cache precision: auto (the planner chooses), f32 or f16.

@@ -28,6 +28,11 @@ type Backend struct {
 	// (MPSMatrixMultiplication on a Mac) when it has one; New sets it. Off, the tiled kernel
 	// runs them.
 	MPS bool
+	// BatchAttention attends the decode tokens of every sequence of a batched step that share
+	// a KV pool in one dispatch (plus one merge) per layer, writing the batch's output rows
+	// in place (attention.go); New sets it. Off, each sequence has its own dispatches and
+	// the rows are joined by copies.
+	BatchAttention bool
 
 	dev  device.Device
 	name string
@@ -47,22 +52,24 @@ type Backend struct {
 // New returns a backend over dev. The backend does not own dev: close the device after the
 // backend's buffers are released.
 func New(dev device.Device) *Backend {
-	return &Backend{dev: dev, name: "metal", FusedTail: true, MPS: true}
+	return &Backend{dev: dev, name: "metal", FusedTail: true, MPS: true, BatchAttention: true}
 }
 
 // Switches are the Metal backend's switches in the environment, which the daemon's
 // configuration and the engine commands read (with caarlos0/env, both on by default) and
-// Open applies. The zero value turns both off.
+// Open applies. The zero value turns them all off.
 type Switches struct {
 	// MPS is REDLITE_METAL_MPS (Backend.MPS).
 	MPS bool `env:"REDLITE_METAL_MPS" envDefault:"true"`
 	// FusedTail is REDLITE_METAL_FUSED_TAIL (Backend.FusedTail).
 	FusedTail bool `env:"REDLITE_METAL_FUSED_TAIL" envDefault:"true"`
+	// BatchAttention is REDLITE_METAL_BATCH_ATTENTION (Backend.BatchAttention).
+	BatchAttention bool `env:"REDLITE_METAL_BATCH_ATTENTION" envDefault:"true"`
 }
 
 // apply sets the switches of e on b.
 func (e Switches) apply(b *Backend) *Backend {
-	b.MPS, b.FusedTail = e.MPS, e.FusedTail
+	b.MPS, b.FusedTail, b.BatchAttention = e.MPS, e.FusedTail, e.BatchAttention
 	return b
 }
 

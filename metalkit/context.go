@@ -35,6 +35,8 @@ type context struct {
 	rope map[ropeKey]*tensor
 	// iotas holds this Compute's row-id inputs by length (ops.go).
 	iotas map[int]*tensor
+	// tables holds this Compute's block tables of batched attention (attention_batch.go).
+	tables []*blockTables
 	// named are the tensors given to Name since the last Compute, for Backend.Hook.
 	named []named
 	err   error // the first failure; the pass is over
@@ -226,7 +228,7 @@ func (c *context) Compute() error {
 		}
 	}
 	c.next = len(c.ops)
-	c.rope, c.iotas = nil, nil
+	c.rope, c.iotas, c.tables = nil, nil, nil
 	e.cmd.Commit()
 	if err := e.cmd.Wait(); err != nil {
 		return c.fail(fmt.Errorf("metalkit: forward pass: %w", err))

@@ -264,11 +264,7 @@ func (c *context) StoreKV(cc ml.Cache, layer, pos0 int, k, v ml.Tensor) {
 func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32) ml.Tensor {
 	kc := cc.(*cache)
 	qt := q.(*tensor)
-	if len(qt.shape) != 3 || qt.shape[2] != kc.pool.headDim || qt.shape[1]%kc.pool.kvHeads != 0 || layer < 0 || layer >= kc.pool.layers ||
-		pos0 < 0 || pos0+qt.shape[0] > kc.capacity {
-		panic(fmt.Sprintf("metalkit: attention of q %v at %d of layer %d over a cache of %d layers × %d × %d×%d",
-			qt.shape, pos0, layer, kc.pool.layers, kc.capacity, kc.pool.kvHeads, kc.pool.headDim))
-	}
+	checkAttention(qt, kc, layer, pos0)
 	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
 	out := c.out(n, heads*hd)
 	c.record("attention", false, func(e *encoder) {

@@ -229,6 +229,17 @@ type ExpertStats struct {
 	Capacity                int64 // 0: all resident
 }
 
+// BatchAttention is implemented by contexts that attend every run of a batch in one
+// operation: the Metal backend attends the decode tokens of a step's sequences in one
+// dispatch over their block tables instead of one per sequence. Graphs reach it through
+// model.Attend, which falls back to Attention run by run.
+type BatchAttention interface {
+	// AttentionRuns is Attention(qs[j], cs[j], layer, pos0s[j], scale) for every j, the
+	// results joined along the first dimension in order: [Σ n_j, heads·headDim]. Every q has
+	// the same heads and headDim.
+	AttentionRuns(qs []Tensor, cs []Cache, layer int, pos0s []int, scale float32) Tensor
+}
+
 // MinRouteWeightSum is the least sum of the chosen probabilities that Route's
 // renormalisation divides by (the smallest normal float16, as llama.cpp clamps it): it
 // keeps the weights finite.

@@ -148,6 +148,23 @@ func PerRun(ctx ml.Context, runs []Run, f func(j int, r Run) ml.Tensor) ml.Tenso
 	return ConcatRows(ctx, parts...)
 }
 
+// Attend is every run's causal attention of its queries qs[j] [N, heads, headDim] over its
+// own cache caches[j] at its positions, joined in batch order: [n, heads·headDim]. A context
+// that attends a batch in one operation (ml.BatchAttention) gets every run at once; other
+// contexts, and a lone run, attend run by run.
+func Attend(ctx ml.Context, runs []Run, qs []ml.Tensor, caches []ml.Cache, layer int, scale float32) ml.Tensor {
+	if ba, ok := ctx.(ml.BatchAttention); ok && len(runs) > 1 {
+		pos0s := make([]int, len(runs))
+		for j, r := range runs {
+			pos0s[j] = r.Pos0
+		}
+		return ba.AttentionRuns(qs, caches, layer, pos0s, scale)
+	}
+	return PerRun(ctx, runs, func(j int, r Run) ml.Tensor {
+		return ctx.Attention(qs[j], caches[j], layer, r.Pos0, scale)
+	})
+}
+
 // ConcatRows joins tensors along their first dimension (the others must agree).
 func ConcatRows(ctx ml.Context, ts ...ml.Tensor) ml.Tensor {
 	if len(ts) == 1 {

@@ -277,6 +277,10 @@ func (m *Model) newState(c ml.Cache) *State {
 func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 	runs := b.MustRuns()
 	states := model.RunStates[*State](runs)
+	kvs := make([]ml.Cache, len(states))
+	for j, s := range states {
+		kvs[j] = s.kv
+	}
 	c := m.cfg
 	n := len(b.Tokens)
 	scale := m.kqScale
@@ -297,12 +301,10 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 		qr := make([]ml.Tensor, len(runs))
 		for j, r := range runs {
 			kr := ctx.RoPE(model.RunRows(ctx, runs, j, k), r.Pos0, m.rope)
-			ctx.StoreKV(states[j].kv, i, r.Pos0, kr, model.RunRows(ctx, runs, j, v))
+			ctx.StoreKV(kvs[j], i, r.Pos0, kr, model.RunRows(ctx, runs, j, v))
 			qr[j] = ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope)
 		}
-		a := ctx.Name(model.PerRun(ctx, runs, func(j int, r model.Run) ml.Tensor {
-			return ctx.Attention(qr[j], states[j].kv, i, r.Pos0, scale)
-		}), "kqv_out", i) // [n, heads·hd]
+		a := ctx.Name(model.Attend(ctx, runs, qr, kvs, i, scale), "kqv_out", i) // [n, heads·hd]
 		h := ctx.Add(x, ctx.MatMul(l.o, a))
 
 		// Feed-forward block: out = h + Wdown · (silu(Wgate·ĥ) ⊙ Wup·ĥ), or the routed

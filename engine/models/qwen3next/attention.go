@@ -24,9 +24,7 @@ func (m *Model) attention(ctx ml.Context, runs []model.Run, kvs []ml.Cache, b bl
 		m.storeKV(ctx, kvs[j], b, model.RunRows(ctx, runs, j, k), model.RunRows(ctx, runs, j, v), span{r.N, r.Pos0})
 		qr[j] = ctx.Name(ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope), "Qcur", i) // rotate the first rope.Dims
 	}
-	att := model.PerRun(ctx, runs, func(j int, r model.Run) ml.Tensor {
-		return ctx.Attention(qr[j], kvs[j], b.slot, r.Pos0, float32(1/math.Sqrt(float64(hd))))
-	})
+	att := model.Attend(ctx, runs, qr, kvs, b.slot, float32(1/math.Sqrt(float64(hd))))
 	a := ctx.Name(ctx.Mul(att, ctx.Sigmoid(gate)), "attn_gated", i) // [n, H·hd]
 	return ctx.Name(ctx.MatMul(l.o, a), "attn_output", i)
 }
