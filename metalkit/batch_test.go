@@ -125,7 +125,7 @@ func TestBatchedStepParity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("whole models on the harness device (-short skips it)")
 	}
-	seqs := [][]int32{make([]int32, 21), make([]int32, 3), make([]int32, 12), make([]int32, 1)}
+	seqs := [][]int32{make([]int32, 19), make([]int32, 3), make([]int32, 6), make([]int32, 1)}
 	for i, s := range seqs {
 		for j := range s {
 			s[j] = int32((i*131 + j*7919 + 13) % 200)
@@ -140,8 +140,13 @@ func TestBatchedStepParity(t *testing.T) {
 		{tok(0, 3), nil, tok(2, 3), tok(3, 3)},        // one sits out
 	}
 	const lastDecode = 3 // a step of four decode tokens
-	for _, name := range []string{"tiny-qwen3next-Q8_0", "tiny-qwen3-Q8_0"} {
-		for _, kv := range []ml.DType{ml.F32, ml.F16} {
+	// qwen3next prefills at about 0.2 s a token on the harness: f16 KV only (the flagship's).
+	for _, tc := range []struct {
+		name string
+		kvs  []ml.DType
+	}{{"tiny-qwen3next-Q8_0", []ml.DType{ml.F16}}, {"tiny-qwen3-Q8_0", []ml.DType{ml.F32, ml.F16}}} {
+		name := tc.name
+		for _, kv := range tc.kvs {
 			t.Run(fmt.Sprintf("%s/%s", name, kv), func(t *testing.T) {
 				path := fixtures.Path(t, "models", name+".gguf")
 				ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
