@@ -257,6 +257,9 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 				return rows[:vocab], nil
 			}
 			t.g.Speculation.Passes++
+			if rows != nil {
+				return rows, nil // rejected: id was fed again alone
+			}
 		}
 		return s.Decode(ctx, id)
 	}

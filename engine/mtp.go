@@ -50,16 +50,21 @@ func (s *Session) DecodeGreedy(ctx context.Context, logits []float32, n int) ([]
 			if err != nil {
 				return out, st, err
 			}
-			if ok {
+			if s.drafted {
 				st.Drafted++
-				st.Accepted++
 				st.Passes++
+			}
+			if ok {
+				st.Accepted++
 				out = append(out, int32(argmaxLogits(rows[:vocab])))
 				next = int32(argmaxLogits(rows[vocab:]))
 				continue
-			} else if s.drafted {
-				st.Drafted++
+			}
+			if rows != nil {
+				// Rejected: next was fed again alone; rows are its logits.
 				st.Passes++
+				next = int32(argmaxLogits(rows))
+				continue
 			}
 		}
 		if err := s.check([]int32{next}); err != nil {
@@ -77,8 +82,14 @@ func (s *Session) DecodeGreedy(ctx context.Context, logits []float32, n int) ([]
 
 // speculate feeds tok and the MTP head's draft of the token after it in one verification
 // pass. When the model's own choice after tok is the draft, both stay in the session and it
-// returns the two positions' logits ([2·vocab]); otherwise it undoes the pass and returns
-// false, and the caller feeds tok alone. s.drafted says whether a verification pass ran.
+// returns the two positions' logits ([2·vocab]) and true. Otherwise it undoes the
+// verification and feeds tok alone, in one pass, and returns tok's logits ([vocab]) and
+// false. With nil logits and false nothing was fed (no room for two tokens): the caller
+// feeds tok. s.drafted says whether a verification pass ran.
+//
+// A step takes two passes when the draft is accepted (draft with the checkpoint, verify) and
+// three when it is not (the third undoes the verification and redoes tok): each pass is a
+// command buffer and a wait on a GPU, so what can share a pass does.
 func (s *Session) speculate(d model.Drafter, tok int32) ([]float32, bool, error) {
 	s.drafted = false
 	if s.check([]int32{tok, 0}) != nil {
@@ -93,42 +104,45 @@ func (s *Session) speculate(d model.Drafter, tok int32) ([]float32, bool, error)
 	}
 	s.drafted = true
 	vocab := s.m.Config().Vocab
-	rows, err := s.verify(d, tok, draft)
+	rows, err := s.forward([]int32{tok, draft}, true)
 	if err != nil {
 		return nil, false, err
 	}
 	if int32(argmaxLogits(rows[:vocab])) == draft {
 		return rows, true, nil
 	}
-	return nil, false, s.rollback(d, 2)
+	rows, err = s.redo(d, tok)
+	return rows, false, err
 }
 
-// draft asks the MTP head for the token after tok, which is about to be fed at s.pos. The
-// argmax runs on the backend: one id comes back, not the logits.
+// draft checkpoints the recurrent state that the verification pass will overwrite and asks
+// the MTP head for the token after tok, which is about to be fed at s.pos, in one pass (the
+// head reads the state it carries, and the checkpoint only copies it). The argmax runs on
+// the backend: one id comes back, not the logits.
 func (s *Session) draft(d model.Drafter, tok int32) (int32, error) {
-	id, err := s.pass(func(ctx ml.Context) ml.Tensor { return ctx.Argmax(d.Draft(ctx, s.state, tok, s.pos)) })
+	id, err := s.pass(func(ctx ml.Context) ml.Tensor {
+		d.Checkpoint(ctx, s.state)
+		return ctx.Argmax(d.Draft(ctx, s.state, tok, s.pos))
+	})
 	if err != nil {
 		return 0, err
 	}
 	return int32(id[0]), nil
 }
 
-// verify checkpoints the recurrent state and feeds tok and draft in one pass, returning
-// both positions' logits.
-func (s *Session) verify(d model.Drafter, tok, draft int32) ([]float32, error) {
-	if _, err := s.pass(func(ctx ml.Context) ml.Tensor { d.Checkpoint(ctx, s.state); return nil }); err != nil {
+// redo undoes the verification pass of tok and its draft and feeds tok alone, in one pass:
+// the rollback restores the state the single token's forward pass then reads.
+func (s *Session) redo(d model.Drafter, tok int32) ([]float32, error) {
+	s.pos -= 2
+	out, err := s.pass(func(ctx ml.Context) ml.Tensor {
+		d.Rollback(ctx, s.state)
+		return s.m.Graph.Forward(ctx, model.Single(s.state, []int32{tok}, s.pos, false))
+	})
+	if err != nil {
 		return nil, err
 	}
-	return s.forward([]int32{tok, draft}, true)
-}
-
-// rollback undoes the last verification pass of n tokens.
-func (s *Session) rollback(d model.Drafter, n int) error {
-	if _, err := s.pass(func(ctx ml.Context) ml.Tensor { d.Rollback(ctx, s.state); return nil }); err != nil {
-		return err
-	}
-	s.pos -= n
-	return nil
+	s.pos++
+	return out, nil
 }
 
 func argmaxLogits(x []float32) int {
