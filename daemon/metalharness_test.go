@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/engine/tokenizer"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/jobs"
@@ -115,5 +118,62 @@ func expertMisses(t *testing.T, d *Daemon) {
 	miss := regexp.MustCompile(`(?m)^redlite_expert_cache_lookups_total\{result="miss"\} ([0-9.e+]+)$`).FindStringSubmatch(body)
 	if n, _ := strconv.ParseFloat(append(miss, "", "0")[1], 64); n <= 0 {
 		t.Errorf("no expert cache misses in /metrics: %v", miss)
+	}
+}
+
+// TestMetalHarnessMTPAndBatch runs greedy jobs of a model with an MTP head (the synthesized
+// tiny-qwen3next-mtp) on REDLITE_BACKEND=metal-harness: alone on a worker of concurrency 1
+// the plan takes MTP (self-speculative decoding on the Metal backend); on a worker of
+// concurrency 2 the two jobs run batched, whose steps attend both sequences' decode tokens
+// in one dispatch, and without MTP (a batch never drafts). Every text equals the CPU's
+// greedy text without MTP.
+func TestMetalHarnessMTPAndBatch(t *testing.T) {
+	harnesstest.Device(t)
+	if testing.Short() {
+		t.Skip("qwen3next on the harness device (-short skips it)")
+	}
+	path := filepath.Join(t.TempDir(), "tiny-qwen3next-mtp.gguf")
+	if _, err := synth.WriteFile(context.Background(), path, "tiny-qwen3next-mtp", synth.Options{Type: synth.Q8_0, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	prompts := []string{"The harness runs Metal kernels.", "Two jobs share a step."}
+	const maxTokens = 6
+	lm, err := loadModel(path, "", engine.Options{Threads: 1, CPUDot: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	var want []string
+	for _, p := range prompts {
+		want = append(want, greedy(t, lm, p, maxTokens).Text)
+	}
+	for _, concurrency := range []int{1, 2} {
+		t.Run(fmt.Sprintf("concurrency=%d", concurrency), func(t *testing.T) {
+			b := setup(t)
+			cfg := b.cfg
+			cfg.Backend, cfg.Model, cfg.Concurrency = metalkit.KindHarness, path, concurrency
+			startDaemon(t, cfg, Observer{})
+			var ids []string
+			for _, p := range prompts[:concurrency] {
+				ids = append(ids, enqueue(t, b.client, &jobs.Generate{Prompt: p, MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)}).ID)
+			}
+			most := 0
+			for i, id := range ids {
+				res, err := waitResult(t, b.client, id, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Text != want[i] {
+					t.Errorf("job %d: metal-harness wrote %q; the CPU without MTP %q", i, res.Text, want[i])
+				}
+				if res.Plan.Backend != metalkit.KindHarness || res.Plan.MTP != (concurrency == 1) {
+					t.Errorf("job %d: plan on %s with MTP %v, want %s with MTP %v", i, res.Plan.Backend, res.Plan.MTP, metalkit.KindHarness, concurrency == 1)
+				}
+				most = max(most, res.Plan.Batch)
+			}
+			if concurrency > 1 && most < 2 {
+				t.Errorf("the jobs never ran in one step (largest batch %d)", most)
+			}
+		})
 	}
 }
