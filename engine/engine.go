@@ -319,20 +319,38 @@ func (s *Session) forward(tokens []int32, all bool) ([]float32, error) {
 // when it returns nil). A pass that fails breaks the session, whose state may then hold part
 // of the pass.
 func (s *Session) pass(build func(ml.Context) ml.Tensor) ([]float32, error) {
+	outs, err := s.passReading(func(ctx ml.Context) []ml.Tensor { return []ml.Tensor{build(ctx)} })
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], nil
+}
+
+// passReading is pass for a build that returns several tensors to read (nil ones read as nil).
+func (s *Session) passReading(build func(ml.Context) []ml.Tensor) ([][]float32, error) {
 	if s.broken != nil {
 		return nil, s.broken
 	}
-	out, err := runPass(s.m.Backend, build)
+	outs, err := runPasses(s.m.Backend, build)
 	if err != nil {
 		s.broken = err
 	}
-	return out, err
+	return outs, err
 }
 
 // runPass issues one forward pass on b with build, runs it and reads the tensor build
 // returns (none when it returns nil). An operation's error and a panic while the graph is
 // issued (a shape that does not fit) both fail the pass.
-func runPass(b ml.Backend, build func(ml.Context) ml.Tensor) (out []float32, err error) {
+func runPass(b ml.Backend, build func(ml.Context) ml.Tensor) ([]float32, error) {
+	outs, err := runPasses(b, func(ctx ml.Context) []ml.Tensor { return []ml.Tensor{build(ctx)} })
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], nil
+}
+
+// runPasses is runPass reading every tensor build returns.
+func runPasses(b ml.Backend, build func(ml.Context) []ml.Tensor) (out [][]float32, err error) {
 	ctx := b.NewContext()
 	defer ctx.Close()
 	defer func() {
@@ -344,12 +362,18 @@ func runPass(b ml.Backend, build func(ml.Context) ml.Tensor) (out []float32, err
 			}
 		}
 	}()
-	t := build(ctx)
+	ts := build(ctx)
 	if err := ctx.Compute(); err != nil {
 		return nil, fmt.Errorf("engine: forward pass: %w", err)
 	}
-	if t == nil {
-		return nil, nil
+	out = make([][]float32, len(ts))
+	for i, t := range ts {
+		if t == nil {
+			continue
+		}
+		if out[i], err = ctx.Read(t); err != nil {
+			return nil, err
+		}
 	}
-	return ctx.Read(t)
+	return out, nil
 }

@@ -87,47 +87,34 @@ func (s *Session) DecodeGreedy(ctx context.Context, logits []float32, n int) ([]
 // false. With nil logits and false nothing was fed (no room for two tokens): the caller
 // feeds tok. s.drafted says whether a verification pass ran.
 //
-// A step takes two passes when the draft is accepted (draft with the checkpoint, verify) and
-// three when it is not (the third undoes the verification and redoes tok): each pass is a
-// command buffer and a wait on a GPU, so what can share a pass does.
+// The checkpoint, the draft and its verification are one pass: the draft's id goes from
+// the head's argmax to the verification's embedding on the backend, and only the id (to
+// check) and the logits come back. So an accepted draft takes one pass for two tokens, and
+// a rejected one two passes (the second undoes the verification and redoes tok): each
+// pass is a command buffer and a wait on a GPU.
 func (s *Session) speculate(d model.Drafter, tok int32) ([]float32, bool, error) {
 	s.drafted = false
 	if s.check([]int32{tok, 0}) != nil {
 		return nil, false, s.broken
 	}
-	draft, err := s.draft(d, tok)
+	pos := s.pos
+	outs, err := s.passReading(func(ctx ml.Context) []ml.Tensor {
+		d.Checkpoint(ctx, s.state)
+		logits := d.Draft(ctx, s.state, tok, pos)
+		// The id the verification embeds is consumed by it; a second argmax is read.
+		return []ml.Tensor{ctx.Argmax(logits), d.Verify(ctx, s.state, tok, ctx.Argmax(logits), pos)}
+	})
 	if err != nil {
 		return nil, false, err
-	}
-	if s.check([]int32{tok, draft}) != nil {
-		return nil, false, s.broken
 	}
 	s.drafted = true
-	vocab := s.m.Config().Vocab
-	rows, err := s.forward([]int32{tok, draft}, true)
-	if err != nil {
-		return nil, false, err
-	}
-	if int32(argmaxLogits(rows[:vocab])) == draft {
+	s.pos += 2
+	draft, rows := int32(outs[0][0]), outs[1]
+	if int32(argmaxLogits(rows[:s.m.Config().Vocab])) == draft {
 		return rows, true, nil
 	}
 	rows, err = s.redo(d, tok)
 	return rows, false, err
-}
-
-// draft checkpoints the recurrent state that the verification pass will overwrite and asks
-// the MTP head for the token after tok, which is about to be fed at s.pos, in one pass (the
-// head reads the state it carries, and the checkpoint only copies it). The argmax runs on
-// the backend: one id comes back, not the logits.
-func (s *Session) draft(d model.Drafter, tok int32) (int32, error) {
-	id, err := s.pass(func(ctx ml.Context) ml.Tensor {
-		d.Checkpoint(ctx, s.state)
-		return ctx.Argmax(d.Draft(ctx, s.state, tok, s.pos))
-	})
-	if err != nil {
-		return 0, err
-	}
-	return int32(id[0]), nil
 }
 
 // redo undoes the verification pass of tok and its draft and feeds tok alone, in one pass:

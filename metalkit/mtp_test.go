@@ -53,8 +53,8 @@ func (o *rightTwiceInThree) Draft(ctx ml.Context, s model.State, token int32, po
 // daemon runs a job at REDLITE_CONCURRENCY 1, with the synthesized head and with drafts
 // right two times in three: the tokens and text equal the CPU's without MTP, and the passes
 // (command lists, each a commit and a wait on a GPU) are those of
-// engine.Session.speculate: two per accepted draft, three per rejected one, one per token
-// decoded alone.
+// engine.Session.speculate: one per accepted draft (checkpoint, draft and verification
+// together), two per rejected one, one per token decoded alone.
 func TestMTPSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("MTP on the harness device (-short skips it)")
@@ -111,11 +111,11 @@ func TestMTPSession(t *testing.T) {
 			t.Errorf("oracle %v: speculation %+v", oracle, sp)
 		}
 		// The prefill is one pass; every token but the last is fed: a token decoded alone
-		// takes a pass, an accepted draft feeds two tokens in two passes, a rejected one
-		// feeds one in three.
+		// takes a pass, an accepted draft feeds two tokens in one pass, a rejected one
+		// feeds one in two.
 		rejected := sp.Drafted - sp.Accepted
 		alone := len(got.Tokens) - 1 - 2*sp.Accepted - rejected
-		if wantLists := 1 + alone + 2*sp.Accepted + 3*rejected; lists != wantLists {
+		if wantLists := 1 + alone + sp.Accepted + 2*rejected; lists != wantLists {
 			t.Errorf("oracle %v: %d command lists, want %d (%d alone, %d accepted, %d rejected)", oracle, lists, wantLists, alone, sp.Accepted, rejected)
 		}
 	}

@@ -58,6 +58,11 @@ type Drafter interface {
 	// Draft runs the head for token at pos — the token the main model has just predicted,
 	// not yet fed to it — and returns the head's logits for the token after it: [1, vocab].
 	Draft(ctx ml.Context, s State, token int32, pos int) ml.Tensor
+	// Verify is Forward of token and the draft after it at pos and pos+1, with the logits of
+	// both ([2, vocab]), where draft is the draft's id as a tensor [1] of the same pass (the
+	// Argmax of Draft's logits): drafting and verifying are one pass, with no round trip to
+	// the host for the draft.
+	Verify(ctx ml.Context, s State, token int32, draft ml.Tensor, pos int) ml.Tensor
 	// Checkpoint copies s's recurrent state; Rollback restores the copy, undoing the
 	// Forward calls in between. KV entries need no copy: positions past the rollback point
 	// are simply written again.

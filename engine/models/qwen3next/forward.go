@@ -6,6 +6,12 @@ import (
 )
 
 func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
+	return m.forward(ctx, b, ctx.InputIDs(b.Tokens))
+}
+
+// forward is Forward with the batch's token ids in ids [n], a tensor of the pass: the
+// uploaded b.Tokens, or ids computed in the pass (Verify's draft).
+func (m *Model) forward(ctx ml.Context, b model.Batch, ids ml.Tensor) ml.Tensor {
 	runs := b.MustRuns()
 	states := model.RunStates[*State](runs)
 	n := len(b.Tokens)
@@ -14,7 +20,7 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 		kvs[j] = s.kv
 	}
 
-	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(b.Tokens)) // [n, d]
+	x := ctx.Embed(m.tokenEmbd, ids) // [n, d]
 	for i := range m.layers {
 		l := &m.layers[i]
 		// Mixer block: h = x + mixer(norm(x))
@@ -58,7 +64,7 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 			flat := ctx.Concat(ctx.Reshape(prev, 1, d), ctx.Reshape(ctx.Rows(hr, 0, r.N-1), 1, (r.N-1)*d))
 			prev = ctx.Reshape(flat, r.N, d)
 		}
-		m.mtpForward(ctx, s, b.Tokens[r.Start:r.Start+r.N], prev, r.Pos0, false)
+		m.mtpForward(ctx, s, model.RunRows(ctx, runs, j, ids), r.N, prev, r.Pos0, false)
 		ctx.Assign(s.mtp.pending, ctx.Rows(hr, r.N-1, 1))
 	}
 	if len(rows) == 0 {
@@ -70,13 +76,13 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 // mtpForward runs the MTP head for tokens at pos0 … paired with hidden states h [n, d],
 // writing its KV cache; with logits set it returns the head's logits for the last token,
 // else nil.
-func (m *Model) mtpForward(ctx ml.Context, s *State, tokens []int32, h ml.Tensor, pos0 int, logits bool) ml.Tensor {
-	t, n, il := m.mtp, len(tokens), m.cfg.Layers
+func (m *Model) mtpForward(ctx ml.Context, s *State, ids ml.Tensor, n int, h ml.Tensor, pos0 int, logits bool) ml.Tensor {
+	t, il := m.mtp, m.cfg.Layers
 	embed := t.embed
 	if embed == nil {
 		embed = m.tokenEmbd
 	}
-	e := ctx.RMSNorm(ctx.Embed(embed, ctx.InputIDs(tokens)), t.enorm, m.eps)
+	e := ctx.RMSNorm(ctx.Embed(embed, ids), t.enorm, m.eps)
 	hn := ctx.RMSNorm(h, t.hnorm, m.eps)
 	x := ctx.Name(ctx.MatMul(t.ehProj, ctx.Concat(e, hn)), "mtp_eh_proj", il) // [n, d]
 

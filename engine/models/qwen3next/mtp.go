@@ -54,7 +54,13 @@ func (s *State) recurrent() []ml.Tensor {
 
 func (m *Model) Draft(ctx ml.Context, st model.State, token int32, pos int) ml.Tensor {
 	s := st.(*State)
-	return m.mtpForward(ctx, s, []int32{token}, s.mtp.pending, pos, true)
+	return m.mtpForward(ctx, s, ctx.InputIDs([]int32{token}), 1, s.mtp.pending, pos, true)
+}
+
+func (m *Model) Verify(ctx ml.Context, st model.State, token int32, draft ml.Tensor, pos int) ml.Tensor {
+	ids := ctx.Concat(ctx.InputIDs([]int32{token}), draft) // [2]
+	b := model.Single(st, []int32{token, 0}, pos, true)    // the draft's id is in ids
+	return m.forward(ctx, b, ids)
 }
 
 func (m *Model) Checkpoint(ctx ml.Context, st model.State) {
