@@ -196,10 +196,30 @@ func total(c map[string]int) (n int) {
 	return n
 }
 
-// recordDecodeStep loads the model at path on a recording device and counts one batched
-// decode step of seqs sequences at depth positions each, over a pool of the scheduler's
-// blocks (nothing runs: the positions need no prefill), with BatchAttention as given.
-func recordDecodeStep(t testing.TB, path string, seqs, depth int, batch bool) (counts map[string]int, attnLayers int) {
+// decodeBatch is a decode step of seqs sequences at depth positions each, over a pool of
+// the scheduler's blocks in f16 (no prefill: a recording device runs nothing, so the
+// positions need no keys). The states and pool are freed when the test ends.
+func decodeBatch(t testing.TB, m *engine.Model, seqs, depth int) model.Batch {
+	t.Helper()
+	pool, err := m.Graph.NewKVPool(m.Backend, seqs*ml.BlocksFor(depth+1, engine.DefaultBlockSize), engine.DefaultBlockSize, ml.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Free)
+	var bt model.Batch
+	for i := range seqs {
+		s, err := m.Graph.NewPooledState(m.Backend, pool, depth+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Free)
+		bt = bt.Add(s, []int32{int32(i)}, depth, true)
+	}
+	return bt
+}
+
+// recordModel loads the model at path on a recording device, with BatchAttention as given.
+func recordModel(t testing.TB, path string, batch bool) (*engine.Model, *device.Recorder) {
 	t.Helper()
 	rec := device.NewRecorder(kernels.Source())
 	b := New(rec)
@@ -208,23 +228,17 @@ func recordDecodeStep(t testing.TB, path string, seqs, depth int, batch bool) (c
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	pool, err := m.Graph.NewKVPool(b, seqs*ml.BlocksFor(depth+1, engine.DefaultBlockSize), engine.DefaultBlockSize, ml.F16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Free()
-	var bt model.Batch
-	for i := range seqs {
-		s, err := m.Graph.NewPooledState(b, pool, depth+1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Free()
-		bt = bt.Add(s, []int32{int32(i)}, depth, true)
-	}
+	t.Cleanup(func() { m.Close() })
+	return m, rec
+}
+
+// recordDecodeStep counts one decodeBatch step of the model at path on a recording device.
+func recordDecodeStep(t testing.TB, path string, seqs, depth int, batch bool) (counts map[string]int, attnLayers int) {
+	t.Helper()
+	m, rec := recordModel(t, path, batch)
+	bt := decodeBatch(t, m, seqs, depth)
 	rec.Reset()
-	ctx := b.NewContext()
+	ctx := m.Backend.NewContext()
 	defer ctx.Close()
 	m.Graph.Forward(ctx, bt)
 	if err := ctx.Compute(); err != nil {
@@ -274,32 +288,12 @@ func BenchmarkBatchedDecodeStep(b *testing.B) {
 	const seqs, depth = 4, 4096
 	for _, batch := range []bool{false, true} {
 		b.Run(fmt.Sprintf("batch=%v", batch), func(b *testing.B) {
-			rec := device.NewRecorder(kernels.Source())
-			be := New(rec)
-			be.BatchAttention = batch
-			m, err := engine.Load(path, engine.Options{Backend: be})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			pool, err := m.Graph.NewKVPool(be, seqs*ml.BlocksFor(depth+1, engine.DefaultBlockSize), engine.DefaultBlockSize, ml.F16)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer pool.Free()
-			var bt model.Batch
-			for i := range seqs {
-				s, err := m.Graph.NewPooledState(be, pool, depth+1)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Free()
-				bt = bt.Add(s, []int32{int32(i)}, depth, true)
-			}
+			m, rec := recordModel(b, path, batch)
+			bt := decodeBatch(b, m, seqs, depth)
 			b.ResetTimer()
 			for range b.N {
 				rec.Reset()
-				ctx := be.NewContext()
+				ctx := m.Backend.NewContext()
 				m.Graph.Forward(ctx, bt)
 				err := ctx.Compute()
 				ctx.Close()

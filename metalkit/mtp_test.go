@@ -26,6 +26,25 @@ func (d *listCounter) NewCommands() device.Commands {
 	return d.Device.NewCommands()
 }
 
+// mtpModels writes the synthesized tiny-qwen3next-mtp (the fixtures have no MTP head) and
+// loads it on the CPU backend, the reference, and on this backend over dev.
+func mtpModels(t *testing.T, dev device.Device) (ref, m *engine.Model) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tiny-qwen3next-mtp.gguf")
+	if _, err := synth.WriteFile(gocontext.Background(), path, "tiny-qwen3next-mtp", synth.Options{Type: synth.Q8_0, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	load := func(b ml.Backend) *engine.Model {
+		m, err := engine.Load(path, engine.Options{Backend: b, CPUDot: "exact"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	return load(refCPU()), load(New(dev))
+}
+
 // rightTwiceInThree replaces the MTP head's guesses with the known greedy continuation, wrong
 // on every third draft, so that a session takes both the accepting and the rejecting path
 // (the synthesized head's own drafts are never right).
@@ -59,20 +78,8 @@ func TestMTPSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("MTP on the harness device (-short skips it)")
 	}
-	path := filepath.Join(t.TempDir(), "tiny-qwen3next-mtp.gguf")
-	if _, err := synth.WriteFile(gocontext.Background(), path, "tiny-qwen3next-mtp", synth.Options{Type: synth.Q8_0, Seed: 3}); err != nil {
-		t.Fatal(err)
-	}
 	dev := &listCounter{Device: harnesstest.Device(t)}
-	load := func(b ml.Backend) *engine.Model {
-		m, err := engine.Load(path, engine.Options{Backend: b, CPUDot: "exact"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
-	ref, m := load(refCPU()), load(New(dev))
+	ref, m := mtpModels(t, dev)
 	prompt := []int32{5, 77, 300, 12, 9, 480}
 	const maxTokens = 10
 	gen := func(m *engine.Model, mtp bool) engine.Generation {

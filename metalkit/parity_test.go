@@ -11,7 +11,6 @@ import (
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
-	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/metalkit/harness/harnesstest"
 )
@@ -167,22 +166,10 @@ func TestMTPParity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("MTP on the harness device (-short skips it)")
 	}
-	dev := harnesstest.Device(t)
-	path := filepath.Join(t.TempDir(), "tiny-qwen3next-mtp.gguf")
-	if _, err := synth.WriteFile(gocontext.Background(), path, "tiny-qwen3next-mtp", synth.Options{Type: synth.Q8_0, Seed: 3}); err != nil {
-		t.Fatal(err)
-	}
-	load := func(b ml.Backend) *engine.Model {
-		m, err := engine.Load(path, engine.Options{Backend: b, CPUDot: "exact"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
+	ref, m := mtpModels(t, harnesstest.Device(t))
 	prompt := []int32{5, 77, 300, 12, 9, 480}
-	want := greedy(t, load(refCPU()), prompt, false)
-	got := greedy(t, load(New(dev)), prompt, true)
+	want := greedy(t, ref, prompt, false)
+	got := greedy(t, m, prompt, true)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("metal-harness with MTP %v; the CPU without %v", got, want)
 	}
