@@ -126,4 +126,18 @@ func TestMTPSession(t *testing.T) {
 			t.Errorf("oracle %v: %d command lists, want %d (%d alone, %d accepted, %d rejected)", oracle, lists, wantLists, alone, sp.Accepted, rejected)
 		}
 	}
+	// With a bounded expert cache (an eighth of the experts) a pass splits at every MoE
+	// layer to read the routing back, the draft's and the verification's alike: the same
+	// tokens, and misses counted.
+	b := m.Backend.(*Backend)
+	if err := b.SetExpertCache(real.(model.Facts).ExpertTotalBytes() / 8); err != nil {
+		t.Fatal(err)
+	}
+	defer b.SetExpertCache(0)
+	m.Graph = &rightTwiceInThree{Graph: real, Drafter: real.(model.Drafter), want: want.Tokens, base: len(prompt), vocab: m.Config().Vocab}
+	got := gen(m, true)
+	m.Graph = real
+	if !slices.Equal(got.Tokens, want.Tokens) || got.Speculation.Accepted == 0 || b.ExpertStats().Misses == 0 {
+		t.Errorf("with an expert cache: %v (%+v, %+v); the CPU without MTP %v", got.Tokens, got.Speculation, b.ExpertStats(), want.Tokens)
+	}
 }
