@@ -48,6 +48,9 @@ const (
 	MaxTopLogprobs       = 20
 	MaxAbsPenalty        = 2.0  // presence_penalty and frequency_penalty, OpenAI's range
 	MaxRepetitionPenalty = 10.0 // llama.cpp's penalty_repeat; 1 is off
+	// MaxN bounds a generate payload's n: the choices share one prefill, and each holds a
+	// sequence of its own while it decodes.
+	MaxN = 8
 )
 
 // Grammar returns the grammar f asks for, nil for text (or a nil f). Its error names the
@@ -137,6 +140,9 @@ func (g *Generate) validateSampling() error {
 	}
 	if v := g.RepetitionPenalty; v != nil && !(*v > 0 && *v <= MaxRepetitionPenalty) {
 		return invalid("repetition_penalty", "must be greater than 0 and at most %g (1 is off), got %g", MaxRepetitionPenalty, *v)
+	}
+	if v := g.N; v != nil && (*v < 1 || *v > MaxN) {
+		return invalid("n", "must be between 1 and %d, got %d", MaxN, *v)
 	}
 	return nil
 }

@@ -90,6 +90,9 @@ type Generate struct {
 	PresencePenalty   *float64 `json:"presence_penalty,omitempty"`
 	FrequencyPenalty  *float64 `json:"frequency_penalty,omitempty"`
 	RepetitionPenalty *float64 `json:"repetition_penalty,omitempty"`
+	// N asks for N (1 to MaxN) independent completions of the prompt, which is read once:
+	// the result's Choices, each sampled with its own seed stream.
+	N *int `json:"n,omitempty"`
 	Common
 }
 
@@ -154,6 +157,8 @@ type Sampling struct {
 	TopLogprobs int
 	// Penalties, 0 (1 for Repetition) when off.
 	PresencePenalty, FrequencyPenalty, RepetitionPenalty float64
+	// N is the number of completions, at least 1.
+	N int
 }
 
 // Sampling returns g's settings with defaults for the fields it leaves out.
@@ -173,6 +178,7 @@ func (g *Generate) Sampling() Sampling {
 		PresencePenalty:   valOr(g.PresencePenalty, 0),
 		FrequencyPenalty:  valOr(g.FrequencyPenalty, 0),
 		RepetitionPenalty: valOr(g.RepetitionPenalty, 1),
+		N:                 valOr(g.N, 1),
 	}
 }
 
@@ -187,6 +193,7 @@ func (s *Summarize) Sampling() Sampling {
 		Format:      s.ResponseFormat,
 
 		RepetitionPenalty: 1,
+		N:                 1,
 	}
 }
 

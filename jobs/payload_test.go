@@ -96,6 +96,8 @@ func TestValidateGenerate(t *testing.T) {
 		{"Presence", func(g *Generate) { g.PresencePenalty = ptr(2.5) }, "presence_penalty: must be between -2 and 2, got 2.5"},
 		{"Frequency", func(g *Generate) { g.FrequencyPenalty = ptr(-3.0) }, "frequency_penalty: must be between -2 and 2, got -3"},
 		{"Repetition", func(g *Generate) { g.RepetitionPenalty = ptr(0.0) }, "repetition_penalty: must be greater than 0 and at most 10 (1 is off), got 0"},
+		{"NZero", func(g *Generate) { g.N = ptr(0) }, "n: must be between 1 and 8, got 0"},
+		{"NNine", func(g *Generate) { g.N = ptr(9) }, "n: must be between 1 and 8, got 9"},
 	}
 	tests = append(tests, commonCases(func(f func(*Common)) func(*Generate) {
 		return func(g *Generate) { f(&g.Common) }
@@ -216,7 +218,7 @@ func TestDecode(t *testing.T) {
 		name, typ, doc, want string
 	}{
 		{"UnknownTop", TypeGenerate, `{"version":1,"prompt":"x","temprature":0.5}`,
-			"temprature: unknown field (known: deadline, enable_thinking, frequency_penalty, idempotency_key, logprobs, max_tokens, messages, metadata, min_p, model, presence_penalty, priority, prompt, repetition_penalty, response_format, seed, stop, temperature, timeout, top_k, top_logprobs, top_p, version, webhook_url)"},
+			"temprature: unknown field (known: deadline, enable_thinking, frequency_penalty, idempotency_key, logprobs, max_tokens, messages, metadata, min_p, model, n, presence_penalty, priority, prompt, repetition_penalty, response_format, seed, stop, temperature, timeout, top_k, top_logprobs, top_p, version, webhook_url)"},
 		{"UnknownNested", TypeGenerate, `{"version":1,"messages":[{"role":"user","content":"x","name":"bob"}]}`,
 			"messages[0].name: unknown field (known: content, role)"},
 		{"UnknownInstructions", TypeSummarize, `{"version":1,"input":"x","instructions":{"tone":"dry"}}`,

@@ -41,6 +41,29 @@ type Result struct {
 	Workers []string `json:"workers,omitempty"`
 	// Logprobs, when the payload asked for them, has one entry per generated token.
 	Logprobs *Logprobs `json:"logprobs,omitempty"`
+	// Choices, for a payload with n > 1, are the n completions in order; the first is also
+	// Text, Reasoning, FinishReason and Logprobs above. Usage counts the prompt once and the
+	// completion tokens of every choice. Absent for n 1.
+	Choices []Choice `json:"choices,omitempty"`
+}
+
+// Choice is one of a result's n completions.
+type Choice struct {
+	Index            int          `json:"index"`
+	Text             string       `json:"text"`
+	Reasoning        string       `json:"reasoning,omitempty"`
+	FinishReason     FinishReason `json:"finish_reason"`
+	CompletionTokens int          `json:"completion_tokens"`
+	Logprobs         *Logprobs    `json:"logprobs,omitempty"`
+}
+
+// All returns the result's completions: Choices, or the result's own text as the only one.
+func (r Result) All() []Choice {
+	if len(r.Choices) > 0 {
+		return r.Choices
+	}
+	return []Choice{{Text: r.Text, Reasoning: r.Reasoning, FinishReason: r.FinishReason,
+		CompletionTokens: r.Usage.CompletionTokens, Logprobs: r.Logprobs}}
 }
 
 // Logprobs is OpenAI's choice logprobs object.
