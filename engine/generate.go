@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -202,27 +203,109 @@ func (t *generation) result(cancelled bool) Generation {
 // MaxTokens or a full context. When ctx ends it returns what was generated so far with
 // FinishCancelled and ctx's error; other errors are engine faults.
 func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOptions) (Generation, error) {
-	t, err := newGeneration(o, len(prompt))
-	if err != nil {
-		return t.g, err
-	}
-	fail := func(err error) (Generation, error) {
-		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-			return t.result(true), err
-		}
-		t.g.Text = t.text.String()
-		return t.g, err
-	}
+	gs, err := s.GenerateN(ctx, prompt, []GenerateOptions{o})
+	return gs[0], err
+}
 
+// GenerateN generates len(os) completions of one prompt, each with its own options (its
+// own sampler, grammar matcher and text stream): the prompt is prefilled once (with os[0]'s
+// chunk and progress), the state after it kept, and each completion decoded from there in
+// turn, the state restored between them. It returns one Generation per option, and the
+// first error; a completion that did not run because an earlier one failed or ctx ended is
+// FinishCancelled. Each Generation has the prompt's tokens and prefill time; the caller
+// counts them once.
+func (s *Session) GenerateN(ctx context.Context, prompt []int32, os []GenerateOptions) ([]Generation, error) {
+	ts, err := newGenerations(os, len(prompt))
+	if err != nil {
+		return generationsOf(ts), err
+	}
+	o := os[0]
 	start, pos := time.Now(), s.Pos()
 	logits, err := s.Prefill(ctx, prompt, PrefillOptions{Chunk: o.Chunk, CancelEvery: o.CancelEvery, Progress: o.OnPrefill})
-	t.g.Prefill = time.Since(start)
-	if err != nil {
-		// PromptTokens counts what was prefilled, not what was asked for.
-		t.g.PromptTokens = s.Pos() - pos
-		return fail(err)
+	for _, t := range ts {
+		t.g.Prefill = time.Since(start)
+		if err != nil {
+			// PromptTokens counts what was prefilled, not what was asked for.
+			t.g.PromptTokens = s.Pos() - pos
+		}
 	}
+	if err != nil {
+		return failAll(ctx, ts, err)
+	}
+	var snap []byte
+	prefilled := s.pos
+	if len(ts) > 1 {
+		// The next pass may reuse the logits' memory; the state is saved once, restored for
+		// each completion after the first.
+		logits = slices.Clone(logits)
+		if snap, err = s.state.Snapshot(s.m.Backend, prefilled); err != nil {
+			return failAll(ctx, ts, fmt.Errorf("engine: keep the state after the prompt: %w", err))
+		}
+	}
+	for i, t := range ts {
+		if i > 0 {
+			if err := s.state.Restore(s.m.Backend, prefilled, snap); err != nil {
+				s.broken = err
+				return failAll(ctx, ts[i:], fmt.Errorf("engine: restore the state after the prompt: %w", err))
+			}
+			s.pos, s.drafted = prefilled, false
+		}
+		if err := s.decode(ctx, t, logits); err != nil {
+			gs := generationsOf(ts)
+			if len(ts) > i+1 {
+				failAll(ctx, ts[i+1:], err)
+				gs = generationsOf(ts)
+			}
+			return gs, err
+		}
+	}
+	return generationsOf(ts), nil
+}
 
+func newGenerations(os []GenerateOptions, promptTokens int) ([]*generation, error) {
+	if len(os) == 0 {
+		return []*generation{{}}, errors.New("engine: generate of no completions")
+	}
+	ts := make([]*generation, len(os))
+	var first error
+	for i, o := range os {
+		t, err := newGeneration(o, promptTokens)
+		ts[i] = t
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return ts, first
+}
+
+func generationsOf(ts []*generation) []Generation {
+	gs := make([]Generation, len(ts))
+	for i, t := range ts {
+		gs[i] = t.g
+	}
+	return gs
+}
+
+// failAll ends generations that stopped with err: with ctx's end as cancelled, with what
+// they generated so far.
+func failAll(ctx context.Context, ts []*generation, err error) ([]Generation, error) {
+	for _, t := range ts {
+		t.fail(ctx, err)
+	}
+	return generationsOf(ts), err
+}
+
+func (t *generation) fail(ctx context.Context, err error) {
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		t.result(true)
+		return
+	}
+	t.g.Text = t.text.String()
+}
+
+// decode samples t's tokens from logits, the session's after the prompt, until t is over.
+func (s *Session) decode(ctx context.Context, t *generation, logits []float32) error {
+	o := t.o
 	// With the session's MTP head and greedy sampling a step may feed two tokens: the chosen
 	// one and the head's draft of the next, kept when the model agrees — the draft then is
 	// the next greedy choice, and ahead holds the logits after it, already in the session.
@@ -264,12 +347,12 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		return s.Decode(ctx, id)
 	}
 
-	start = time.Now()
+	start := time.Now()
 	for {
 		id, err := t.pick(logits)
 		if err != nil {
 			t.g.Text = t.text.String()
-			return t.g, err
+			return err
 		}
 		fed := s.pos // tokens in the session, not counting an accepted draft not yet chosen
 		if ahead != nil {
@@ -280,9 +363,11 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		}
 		if logits, err = advance(id); err != nil {
 			t.g.Decode = time.Since(start)
-			return fail(err)
+			t.fail(ctx, err)
+			return err
 		}
 	}
 	t.g.Decode = time.Since(start)
-	return t.result(false), nil
+	t.result(false)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,6 +99,14 @@ type sequence struct {
 	next     int32     // the token to feed when decoding
 	decoding bool
 
+	// forks are the other completions of a GenerateN, which start from this sequence's
+	// state once its prompt is read; nil once forked (or for a fork itself).
+	forks []*sequence
+	// snap is a fork's state to start from until it is admitted, and first the logits
+	// after the prompt it samples its first token from.
+	snap  []byte
+	first []float32
+
 	finished chan struct{}
 	answered bool // finished is closed
 	err      error
@@ -180,39 +189,66 @@ func (s *Scheduler) signal() {
 // o.CancelEvery are not used: a cancelled ctx stops the sequence within one step).
 // Generation.Queued says how long it waited for a slot and KV blocks.
 func (s *Scheduler) Generate(ctx context.Context, prompt []int32, capacity int, o GenerateOptions) (Generation, error) {
-	t, err := newGeneration(o, len(prompt))
+	gs, err := s.GenerateN(ctx, prompt, capacity, []GenerateOptions{o})
+	return gs[0], err
+}
+
+// GenerateN generates len(os) completions of one prompt, each with its own options (its
+// own sampler, grammar matcher and text stream) and capacity positions (0: prompt + its
+// MaxTokens), and waits for all of them. The prompt is prefilled once, by the first
+// sequence (with os[0]'s progress); its state is then copied into a sequence per other
+// completion, which waits for a slot and blocks like any sequence and decodes in the same
+// steps as the rest. It returns one Generation per option, and the first error.
+func (s *Scheduler) GenerateN(ctx context.Context, prompt []int32, capacity int, os []GenerateOptions) ([]Generation, error) {
+	ts, err := newGenerations(os, len(prompt))
+	fail := func(err error) ([]Generation, error) { return generationsOf(ts), err }
 	if err != nil {
-		return t.g, err
+		return fail(err)
 	}
 	if len(prompt) == 0 {
-		return t.g, errors.New("engine: prefill of no tokens")
-	}
-	if capacity == 0 {
-		capacity = len(prompt) + o.MaxTokens
-	}
-	if capacity < len(prompt) {
-		return t.g, fmt.Errorf("%w: a prompt of %d tokens in a sequence of %d positions", ErrContextFull, len(prompt), capacity)
+		return fail(errors.New("engine: prefill of no tokens"))
 	}
 	vocab := s.m.Config().Vocab
 	for i, id := range prompt {
 		if id < 0 || int(id) >= vocab {
-			return t.g, fmt.Errorf("%w: token %d at index %d (vocabulary has %d)", ErrBadToken, id, i, vocab)
+			return fail(fmt.Errorf("%w: token %d at index %d (vocabulary has %d)", ErrBadToken, id, i, vocab))
 		}
 	}
-	if need := ml.BlocksFor(capacity, s.o.BlockSize); need > s.o.Blocks {
-		return t.g, fmt.Errorf("%w: %d positions need %d blocks of %d, the pool has %d", ErrTooLarge, capacity, need, s.o.BlockSize, s.o.Blocks)
+	qs := make([]*sequence, len(os))
+	for i, o := range os {
+		c := capacity
+		if c == 0 {
+			c = len(prompt) + o.MaxTokens
+		}
+		if c < len(prompt) {
+			return fail(fmt.Errorf("%w: a prompt of %d tokens in a sequence of %d positions", ErrContextFull, len(prompt), c))
+		}
+		if need := ml.BlocksFor(c, s.o.BlockSize); need > s.o.Blocks {
+			return fail(fmt.Errorf("%w: %d positions need %d blocks of %d, the pool has %d", ErrTooLarge, c, need, s.o.BlockSize, s.o.Blocks))
+		}
+		qs[i] = &sequence{ctx: ctx, prompt: prompt, capacity: c, o: o, t: ts[i], finished: make(chan struct{})}
 	}
-	q := &sequence{ctx: ctx, prompt: prompt, capacity: capacity, o: o, t: t, arrived: time.Now(), finished: make(chan struct{})}
+	q := qs[0]
+	q.forks, q.arrived = qs[1:], time.Now()
+	if len(q.forks) == 0 {
+		q.forks = nil
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return t.g, ErrSchedulerClosed
+		return fail(ErrSchedulerClosed)
 	}
 	s.waiting = append(s.waiting, q)
 	s.mu.Unlock()
 	s.signal()
-	<-q.finished
-	return q.t.g, q.err
+	var first error
+	for _, q := range qs {
+		<-q.finished
+		if q.err != nil && first == nil {
+			first = q.err
+		}
+	}
+	return generationsOf(ts), first
 }
 
 // GenerateTogether runs the prompts as sequences of capacity positions each, with the same
@@ -361,6 +397,13 @@ func (s *Scheduler) admit() {
 			return
 		}
 		s.waiting = s.waiting[1:]
+		if err == nil && q.snap != nil {
+			if err = st.Restore(s.m.Backend, q.pos, q.snap); err != nil {
+				st.Free()
+				err = fmt.Errorf("engine: copy the state after the prompt: %w", err)
+			}
+			q.snap, q.started = nil, time.Now()
+		}
 		if err != nil {
 			s.mu.Unlock()
 			s.finish(q, err)
@@ -375,6 +418,23 @@ func (s *Scheduler) admit() {
 
 // step runs one forward pass over every active sequence.
 func (s *Scheduler) step() {
+	// A fork just admitted samples its first token from the logits after the prompt; from
+	// the next token on it is fed like any decoding sequence.
+	var forked []*sequence
+	for _, q := range s.active {
+		if q.first == nil {
+			continue
+		}
+		l := q.first
+		q.first = nil
+		if s.guardedAdvance(q, 0, l) {
+			forked = append(forked, q)
+		}
+	}
+	s.drop(forked)
+	if len(s.active) == 0 {
+		return
+	}
 	start := time.Now()
 	b := model.Batch{}
 	budget := s.o.StepTokens
@@ -419,14 +479,7 @@ func (s *Scheduler) step() {
 			l = logits[row*vocab : (row+1)*vocab]
 			row++
 		}
-		// The caller's callbacks (progress, streamed text) and sampler run here, on the
-		// scheduler's goroutine: a panic in one ends that sequence, not the others.
-		over := false
-		if err := guard(func() { over = s.advance(q, fed[i], l) }); err != nil {
-			s.finish(q, err)
-			over = true
-		}
-		if over {
+		if s.guardedAdvance(q, fed[i], l) {
 			ended = append(ended, q)
 		}
 	}
@@ -434,6 +487,18 @@ func (s *Scheduler) step() {
 	if s.o.OnStep != nil {
 		s.o.OnStep(StepStats{Sequences: len(in), Decoding: decoding, Tokens: len(b.Tokens), Duration: time.Since(start), FreeBlocks: s.pool.FreeBlocks()})
 	}
+}
+
+// guardedAdvance is advance with the caller's callbacks (progress, streamed text) and
+// sampler, which run here on the scheduler's goroutine, guarded: a panic in one ends that
+// sequence, not the others.
+func (s *Scheduler) guardedAdvance(q *sequence, fed int, logits []float32) bool {
+	over := false
+	if err := guard(func() { over = s.advance(q, fed, logits) }); err != nil {
+		s.finish(q, err)
+		over = true
+	}
+	return over
 }
 
 // advance takes a sequence's share of a step: fed tokens, and the logits of its last one
@@ -450,6 +515,12 @@ func (s *Scheduler) advance(q *sequence, fed int, logits []float32) bool {
 		now := time.Now()
 		q.t.g.Prefill = now.Sub(q.admitted)
 		q.started, q.decoding = now, true
+		if q.forks != nil {
+			if err := s.fork(q, logits); err != nil {
+				s.finish(q, err)
+				return true
+			}
+		}
 	}
 	id, err := q.t.pick(logits)
 	if err != nil {
@@ -464,6 +535,31 @@ func (s *Scheduler) advance(q *sequence, fed int, logits []float32) bool {
 	}
 	q.next = id
 	return false
+}
+
+// fork starts q's other completions from its state after the prompt: each waits, ahead of
+// every other sequence, for a slot and its blocks, and then starts from a copy of the state
+// and of the logits.
+func (s *Scheduler) fork(q *sequence, logits []float32) error {
+	forks := q.forks
+	q.forks = nil
+	snap, err := q.state.Snapshot(s.m.Backend, q.pos)
+	if err != nil {
+		err = fmt.Errorf("engine: keep the state after the prompt: %w", err)
+		for _, f := range forks {
+			s.finish(f, err)
+		}
+		return err
+	}
+	now := time.Now()
+	for _, f := range forks {
+		f.snap, f.first, f.pos, f.decoding, f.arrived = snap, slices.Clone(logits), q.pos, true, now
+		f.t.g.Prefill = q.t.g.Prefill
+	}
+	s.mu.Lock()
+	s.waiting = append(forks, s.waiting...)
+	s.mu.Unlock()
+	return nil
 }
 
 // guard runs f, turning a panic into an *ml.PanicError (a CPU pool's is one already, with
@@ -521,7 +617,7 @@ func (s *Scheduler) finish(q *sequence, err error) {
 	}
 	if err != nil {
 		if ctxErr := q.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-			if q.decoding {
+			if q.decoding && !q.started.IsZero() {
 				q.t.g.Decode = time.Since(q.started)
 			}
 			if perr := guard(func() { q.t.result(true) }); perr != nil {
@@ -533,6 +629,15 @@ func (s *Scheduler) finish(q *sequence, err error) {
 	}
 	q.err = err
 	close(q.finished)
+	// Completions that were to start from this sequence's prompt never will.
+	forks := q.forks
+	q.forks = nil
+	for _, f := range forks {
+		if err == nil {
+			err = errors.New("engine: the prompt's sequence ended before its state was copied")
+		}
+		s.finish(f, err)
+	}
 }
 
 // shutdown answers every sequence of a closed scheduler.

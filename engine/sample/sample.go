@@ -36,6 +36,10 @@ type Params struct {
 	// Seed seeds the draw: the same seed, parameters and logits give the same tokens.
 	// Default 0.
 	Seed uint64
+	// Stream picks one of many independent random sequences of the same seed: the n
+	// choices of one request draw from streams 0..n-1, so that they differ, while choice 0
+	// draws what the request alone would. Default 0.
+	Stream uint64
 	// RepetitionPenalty divides the positive logits (and multiplies the negative ones) of
 	// tokens already generated, as llama.cpp's penalty_repeat. 0 or 1 disables it.
 	RepetitionPenalty float32
@@ -114,15 +118,20 @@ type Sampler struct {
 	seen   map[int32]int // generated tokens and their counts, for the penalties
 }
 
-// pcgStream is a fixed second PCG word, so a sampler is determined by its seed alone.
+// pcgStream is a fixed second PCG word, so a sampler is determined by its seed (and
+// Params.Stream) alone.
 const pcgStream = 0x5851f42d4c957f2d
+
+// pcg is p's random source: Stream moves the second word by an odd multiple, so every
+// stream is its own sequence.
+func (p Params) pcg() *rand.PCG { return rand.NewPCG(p.Seed, pcgStream+p.Stream*0x9e3779b97f4a7c15) }
 
 // New returns a sampler for p.
 func New(p Params) (*Sampler, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	return &Sampler{params: p, rng: rand.New(rand.NewPCG(p.Seed, pcgStream))}, nil
+	return &Sampler{params: p, rng: rand.New(p.pcg())}, nil
 }
 
 // Params returns the sampler's parameters.
@@ -130,7 +139,7 @@ func (s *Sampler) Params() Params { return s.params }
 
 // Reset restarts the random sequence from the seed and forgets the generated tokens.
 func (s *Sampler) Reset() {
-	s.rng = rand.New(rand.NewPCG(s.params.Seed, pcgStream))
+	s.rng = rand.New(s.params.pcg())
 	s.seen = nil
 }
 
