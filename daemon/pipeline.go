@@ -211,18 +211,6 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 	if sampling.Seed != nil {
 		params.Seed = uint64(*sampling.Seed)
 	}
-	smp, err := sample.New(params)
-	if err != nil {
-		r.outcome = outcomeInvalid
-		return permanent(fmt.Errorf("sampling: %w", err))
-	}
-	// Compiled once per job (or shared with an earlier one); the payload's Validate compiled
-	// it already, so an error here is a worker of another version.
-	gm, err := w.matcher(sampling.Format)
-	if err != nil {
-		r.outcome = outcomeInvalid
-		return permanent(err)
-	}
 
 	r.setPhase(jobs.PhasePrefill)
 	experts := w.lm.expertStats()
@@ -235,12 +223,10 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 	generated := 0
 	// The progress shows answer and reasoning apart, as the result will (run.result).
 	split := chat.NewReasoningStream(r.thinking)
-	gen, genErr := w.generate(ctx, plan, ids, engine.GenerateOptions{
+	first := engine.GenerateOptions{
 		MaxTokens: sampling.MaxTokens,
-		Sampler:   smp,
 		Stop:      sampling.Stop,
 		Chunk:     plan.Chunk,
-		Grammar:   gm,
 
 		Logprobs:    sampling.Logprobs,
 		TopLogprobs: sampling.TopLogprobs,
@@ -275,7 +261,31 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 				f(ctx, r.id, n)
 			}
 		},
-	})
+	}
+	// The n completions read the prompt once; each samples with its own seed stream (the
+	// first with the seed's own, as the job with n 1 would) and its own grammar matcher.
+	// The progress follows the first.
+	opts := make([]engine.GenerateOptions, max(sampling.N, 1))
+	for i := range opts {
+		o := first
+		if i > 0 {
+			o.OnPrefill, o.OnToken, o.Stream = nil, nil, w.lm.tok.NewStreamDecoder()
+		}
+		params.Stream = uint64(i)
+		if o.Sampler, err = sample.New(params); err != nil {
+			r.outcome = outcomeInvalid
+			return permanent(fmt.Errorf("sampling: %w", err))
+		}
+		// Compiled once per job (or shared with an earlier one); the payload's Validate
+		// compiled it already, so an error here is a worker of another version.
+		if o.Grammar, err = w.matcher(sampling.Format); err != nil {
+			r.outcome = outcomeInvalid
+			return permanent(err)
+		}
+		opts[i] = o
+	}
+	gens, genErr := w.generate(ctx, plan, ids, opts)
+	gen := gens[0]
 	if errors.Is(genErr, engine.ErrAdmissionTimeout) {
 		r.outcome = outcomeBusy
 		return fmt.Errorf("worker %s is busy: %w", w.name, genErr)
@@ -287,10 +297,10 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 	if w.sched != nil && gen.Queued > 0 {
 		w.m.admissionWait.Observe(gen.Queued.Seconds())
 	}
-	res := r.result(p, gen, plan)
+	res := r.result(p, gens, plan)
 	typ := r.task.Type()
 	w.m.promptTokens.WithLabelValues(typ).Add(float64(min(gen.PromptTokens, r.prog.snapshot().Prefilled)))
-	w.m.genTokens.WithLabelValues(typ).Add(float64(gen.CompletionTokens))
+	w.m.genTokens.WithLabelValues(typ).Add(float64(res.Usage.CompletionTokens))
 
 	if genErr != nil {
 		if gen.FinishReason != engine.FinishCancelled {
@@ -405,17 +415,37 @@ func (r *run) cancelled(ctx context.Context, res jobs.Result, genErr error) erro
 
 func (r *run) payloadDeadline() time.Time { return payloadDeadline(r.task) }
 
-// result assembles the job's result from what the engine returned.
-func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) jobs.Result {
-	text, reasoning := chat.SplitReasoning(g.Text, r.thinking)
+// result assembles the job's result from what the engine returned: one generation per
+// completion, which share the prompt.
+func (r *run) result(p jobs.Payload, gens []engine.Generation, plan planner.Plan) jobs.Result {
+	g := gens[0]
+	logprobs := false
+	if gp, ok := p.(*jobs.Generate); ok {
+		logprobs = gp.Sampling().Logprobs
+	}
+	completion := 0
+	choices := make([]jobs.Choice, len(gens))
+	for i, g := range gens {
+		text, reasoning := chat.SplitReasoning(g.Text, r.thinking)
+		choices[i] = jobs.Choice{Index: i, Text: text, Reasoning: reasoning, FinishReason: jobs.FinishReason(g.FinishReason),
+			CompletionTokens: g.CompletionTokens}
+		if choices[i].FinishReason == "" {
+			choices[i].FinishReason = jobs.FinishCancelled
+		}
+		if logprobs {
+			choices[i].Logprobs = resultLogprobs(r.w.lm.tok, g.Logprobs)
+		}
+		completion += g.CompletionTokens
+	}
 	res := jobs.Result{
-		Text:         text,
-		Reasoning:    reasoning,
-		FinishReason: jobs.FinishReason(g.FinishReason),
+		Text:         choices[0].Text,
+		Reasoning:    choices[0].Reasoning,
+		FinishReason: choices[0].FinishReason,
+		Logprobs:     choices[0].Logprobs,
 		Usage: jobs.Usage{
 			PromptTokens:     g.PromptTokens,
-			CompletionTokens: g.CompletionTokens,
-			TotalTokens:      g.PromptTokens + g.CompletionTokens,
+			CompletionTokens: completion,
+			TotalTokens:      g.PromptTokens + completion,
 		},
 		Timings: jobs.Timings{
 			PrefillMS:              ms(g.Prefill),
@@ -432,14 +462,11 @@ func (r *run) result(p jobs.Payload, g engine.Generation, plan planner.Plan) job
 	if _, ok := p.(*jobs.Summarize); ok {
 		res.Strategy = jobs.StrategySingle
 	}
-	if gp, ok := p.(*jobs.Generate); ok && gp.Sampling().Logprobs {
-		res.Logprobs = resultLogprobs(r.w.lm.tok, g.Logprobs)
+	if len(choices) > 1 {
+		res.Choices = choices
 	}
 	if wait, ok := r.queueWait(); ok {
 		res.Timings.QueueWaitMS = ms(wait)
-	}
-	if res.FinishReason == "" {
-		res.FinishReason = jobs.FinishCancelled
 	}
 	return res
 }
@@ -497,17 +524,18 @@ func perSecond(n int, d time.Duration) float64 {
 // generate runs a job in the batch scheduler, or alone in a session of its plan with its
 // expert cache. The session's KV cache and state go back at once, however the job ends: an
 // error, a cancellation or a panic.
-func (w *worker) generate(ctx context.Context, plan planner.Plan, ids []int32, o engine.GenerateOptions) (engine.Generation, error) {
+func (w *worker) generate(ctx context.Context, plan planner.Plan, ids []int32, os []engine.GenerateOptions) ([]engine.Generation, error) {
 	if w.sched != nil {
-		return w.sched.Generate(ctx, ids, plan.Context, o)
+		return w.sched.GenerateN(ctx, ids, plan.Context, os)
 	}
+	fail := func(err error) ([]engine.Generation, error) { return make([]engine.Generation, len(os)), err }
 	if err := w.lm.setExpertCache(plan); err != nil {
-		return engine.Generation{}, err
+		return fail(err)
 	}
 	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: plan.KV, MTP: plan.MTP})
 	if err != nil {
-		return engine.Generation{}, fmt.Errorf("open session: %w", err)
+		return fail(fmt.Errorf("open session: %w", err))
 	}
 	defer sess.Close()
-	return sess.Generate(ctx, ids, o)
+	return sess.GenerateN(ctx, ids, os)
 }

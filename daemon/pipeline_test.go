@@ -155,6 +155,40 @@ func TestJobs(t *testing.T) {
 		}
 	})
 
+	t.Run("ChoicesShareThePrompt", func(t *testing.T) {
+		one := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(16), Temperature: ptr(1.0), Seed: ptr(int64(5))})
+		alone, err := waitResult(t, b.client, one.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(16), Temperature: ptr(1.0), Seed: ptr(int64(5)),
+			N: ptr(3), Logprobs: ptr(true)})
+		res, err := waitResult(t, b.client, job.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Choices) != 3 {
+			t.Fatalf("%d choices, want 3: %+v", len(res.Choices), res)
+		}
+		sum := 0
+		for i, c := range res.Choices {
+			sum += c.CompletionTokens
+			if c.Index != i || c.Text == "" || c.Logprobs == nil || len(c.Logprobs.Content) != c.CompletionTokens && c.FinishReason == jobs.FinishLength {
+				t.Errorf("choice %d: %+v", i, c)
+			}
+		}
+		// The first choice is the job without n, with the same seed; the others differ.
+		if c := res.Choices[0]; c.Text != alone.Text || res.Text != c.Text || res.FinishReason != c.FinishReason {
+			t.Errorf("choice 0 %q (result text %q), the job alone %q", c.Text, res.Text, alone.Text)
+		}
+		if res.Choices[1].Text == res.Choices[0].Text || res.Choices[2].Text == res.Choices[1].Text {
+			t.Errorf("sampled choices are alike: %+v", res.Choices)
+		}
+		if u := res.Usage; u.PromptTokens != alone.Usage.PromptTokens || u.CompletionTokens != sum || u.TotalTokens != u.PromptTokens+sum {
+			t.Errorf("usage %+v, want the prompt's %d tokens once and %d completion tokens", u, alone.Usage.PromptTokens, sum)
+		}
+	})
+
 	t.Run("Webhook", func(t *testing.T) {
 		got := make(chan []byte, 1)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
