@@ -27,9 +27,11 @@ const (
 )
 
 const (
-	chatEndpoint    = "/v1/chat/completions"
-	batchWindow     = 24 * time.Hour
-	maxMetadataKeys = 16
+	chatEndpoint        = "/v1/chat/completions"
+	completionsEndpoint = "/v1/completions"
+	responsesEndpoint   = "/v1/responses"
+	batchWindow         = 24 * time.Hour
+	maxMetadataKeys     = 16
 )
 
 // Batch is OpenAI's batch object.
@@ -127,8 +129,8 @@ func (s *Server) postBatch(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case req.InputFileID == "":
 		return badRequest("input_file_id", "input_file_id is required")
-	case req.Endpoint != chatEndpoint:
-		return badRequest("endpoint", "endpoint must be %q, got %q", chatEndpoint, clip(req.Endpoint))
+	case textRouteFor(req.Endpoint) == nil:
+		return badRequest("endpoint", "endpoint must be %q, %q or %q, got %q", chatEndpoint, completionsEndpoint, responsesEndpoint, clip(req.Endpoint))
 	case req.CompletionWindow != "24h":
 		return badRequest("completion_window", `completion_window must be "24h", got %q`, clip(req.CompletionWindow))
 	case len(req.Metadata) > maxMetadataKeys:

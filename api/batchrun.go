@@ -243,7 +243,7 @@ func (br *batchRunner) validate(ctx context.Context, b *batchState) error {
 				f := strconv.Itoa(n)
 				req, _ := json.Marshal(batchReq{CustomID: l.CustomID})
 				p.HSet(ctx, keyBatchReqs(b.ID), f, req)
-				g, err := batchPayload(l)
+				g, err := batchPayload(l, b.Endpoint)
 				if err == nil {
 					err = checkModel(served, g.Model)
 				}
@@ -275,11 +275,14 @@ func (br *batchRunner) validate(ctx context.Context, b *batchState) error {
 	return br.save(ctx, b)
 }
 
-// batchPayload is a line's job: its chat body as a generate payload, at low priority so
-// that interactive jobs pass batches by, with an id of the batch and line, so that
-// enqueueing it again (a step repeated after a crash) finds the same job.
-func batchPayload(l BatchLine) (*jobs.Generate, error) {
-	g, opts, err := ParseChatRequest(l.Body)
+// batchPayload is a line's job: its body, mapped as the endpoint's route maps it, as a
+// generate payload at low priority so that interactive jobs pass batches by.
+func batchPayload(l BatchLine, endpoint string) (*jobs.Generate, error) {
+	rt := textRouteFor(endpoint)
+	if rt == nil {
+		return nil, badRequest("url", "a batch of endpoint %q cannot run", clip(endpoint))
+	}
+	g, opts, err := rt.mapping.parse(l.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +470,7 @@ func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error
 	switch {
 	case st.State == jobs.StateCompleted && st.Result != nil:
 		line, _ := json.Marshal(BatchOutputLine{ID: "batch_req_" + id, CustomID: req.CustomID,
-			Response: &BatchResponse{StatusCode: 200, RequestID: id, Body: completionOf(id, st.CompletedAt, *st.Result)}})
+			Response: &BatchResponse{StatusCode: 200, RequestID: id, Body: textRouteFor(b.Endpoint).reply(id, st.CompletedAt, *st.Result)}})
 		u := st.Result.Usage
 		return br.record(ctx, b.ID, n, keyBatchOut(b.ID), line, func(p redis.Pipeliner) {
 			p.HIncrBy(ctx, keyBatchUsage(b.ID), "input", int64(u.PromptTokens))

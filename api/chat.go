@@ -10,114 +10,143 @@ import (
 	"github.com/redlite/batch/jobs"
 )
 
-// chatCompletions runs one chat as a job like any other (queued, routed, planned, visible
-// in asynqmon) and answers when it is done: with a chat.completion, or with stream: true as
-// chat.completion.chunk events: the role at once, comments while the job waits (which keep
-// proxies from timing the connection out), a chunk with the text each new piece of the
-// job's progress adds (the worker writes it at most every REDLITE_STREAM_INTERVAL), the
-// rest of the text with the logprobs when the job is done, then the finish reason.
-func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
-	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
-	g, opts, err := ParseChatRequest(body)
-	if err != nil {
-		return err
-	}
-	served, err := s.servedModels(r.Context())
-	if err != nil {
-		return serverError(fmt.Errorf("list the fleet's models: %w", err))
-	}
-	if err := checkModel(served, g.Model); err != nil {
-		return err
-	}
-	job, _, err := s.submit(r.Context(), caller(r), g, "chat")
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.MaxWait)
-	defer cancel()
-	// A client that goes away no longer wants the answer: its job is cancelled rather than
-	// left to run for nobody.
-	defer func() {
-		if r.Context().Err() != nil {
-			go func() {
-				cctx, ccancel := context.WithTimeout(context.Background(), cancelTimeout)
-				defer ccancel()
-				if err := s.client.Cancel(cctx, job.ID); err != nil && !errors.Is(err, jobs.ErrFinished) {
-					s.log.Warn("cancel the job of a closed chat request", "job", job.ID, "err", err)
-				}
-			}()
-		}
-	}()
-	if !opts.Stream {
-		res, err := s.client.Wait(ctx, job.ID, nil)
-		if err != nil {
-			return s.chatError(r, job.ID, err)
-		}
-		writeJSON(w, http.StatusOK, completionOf(job.ID, time.Now(), res))
-		return nil
-	}
+// textRoute is one of the OpenAI routes that run one generate job and answer with its
+// text: chat completions, completions and responses. They share the mapping of the body
+// (chatmap.go), the job, the wait and the stream's loop; each has its own parameters,
+// answer and stream events.
+type textRoute struct {
+	endpoint string
+	// source is the source label of the route's jobs in redlite_api_jobs_enqueued_total.
+	source  string
+	mapping mapping
+	// reply is the answer of a finished job, live and in a batch's output file.
+	reply func(jobID string, created time.Time, res jobs.Result) any
+	// stream begins the answer of a request with stream: true.
+	stream func(sse *sseStream, jobID string, g *jobs.Generate, o ChatOptions) textStream
+}
 
-	sse, err := startSSE(w)
-	if err != nil {
-		return err
+// textStream writes one route's stream events.
+type textStream interface {
+	// start is sent once the job is enqueued.
+	start()
+	// text is new text of the first completion, as the job's progress shows it.
+	text(d delta)
+	// done ends the stream: rest is the first completion's text the progress did not show.
+	done(res jobs.Result, rest delta)
+	// fail ends the stream with the error that ended the job.
+	fail(e *apiError)
+}
+
+var (
+	chatRoute = &textRoute{endpoint: chatEndpoint, source: "chat", mapping: chatMapping,
+		reply: func(id string, created time.Time, res jobs.Result) any { return completionOf(id, created, res) }, stream: newChatStream}
+	completionRoute = &textRoute{endpoint: completionsEndpoint, source: "completions", mapping: completionMapping,
+		reply: textCompletionOf, stream: newCompletionStream}
+	responseRoute = &textRoute{endpoint: responsesEndpoint, source: "responses", mapping: responseMapping,
+		reply: func(id string, created time.Time, res jobs.Result) any {
+			return responseOf(id, created, &res, res.Model)
+		}, stream: newResponseStream}
+)
+
+// textRouteFor is the route of a batch endpoint; nil for an endpoint a batch cannot have.
+func textRouteFor(endpoint string) *textRoute {
+	for _, rt := range []*textRoute{chatRoute, completionRoute, responseRoute} {
+		if rt.endpoint == endpoint {
+			return rt
+		}
 	}
-	defer sse.close()
-	created := time.Now().Unix()
-	chunk := func(delta map[string]any, finish *string, usage *ChatUsage, model string, lp *jobs.Logprobs) {
-		choices := []map[string]any{}
-		if delta != nil {
-			choices = append(choices, map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": lp})
-		}
-		c := map[string]any{"id": "chatcmpl-" + job.ID, "object": "chat.completion.chunk", "created": created,
-			"model": model, "choices": choices}
-		if usage != nil {
-			c["usage"] = usage
-		}
-		sse.event("", c)
+	return nil
+}
+
+// named gives a context_length_exceeded the route's prompt parameter.
+func (rt *textRoute) named(err error) error {
+	if e := asAPIError(err); e.code == "context_length_exceeded" {
+		e.param = rt.mapping.prompt
+		return e
 	}
-	chunk(map[string]any{"role": jobs.RoleAssistant, "content": ""}, nil, nil, g.Model, nil)
-	var text textReader
-	content := func(d delta) map[string]any {
-		m := map[string]any{"content": d.Text}
-		if d.Reasoning != "" {
-			m["reasoning_content"] = d.Reasoning
+	return err
+}
+
+// textHandler runs one request as a job like any other (queued, routed, planned, visible in
+// asynqmon) and answers when it is done, or with stream: true as the route's events: the
+// start at once, comments while the job waits (which keep proxies from timing the
+// connection out), an event with the text each new piece of the job's progress adds (the
+// worker writes it at most every REDLITE_STREAM_INTERVAL), the rest of the text with the
+// logprobs and the other completions when the job is done, then the end.
+func (s *Server) textHandler(rt *textRoute) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+		if err != nil {
+			return err
 		}
-		return m
-	}
-	res, err := s.client.WaitEvery(ctx, job.ID, s.cfg.StreamPollInterval, func(p jobs.Progress) {
-		if d := text.progress(p); !d.empty() {
-			chunk(content(d), nil, nil, g.Model, nil)
-			return
+		g, opts, err := rt.mapping.parse(body)
+		if err != nil {
+			return err
 		}
-		sse.comment(fmt.Sprintf("%s %d/%d", p.Phase, p.Generated, p.MaxTokens))
-	})
-	if err != nil {
-		if r.Context().Err() != nil {
+		served, err := s.servedModels(r.Context())
+		if err != nil {
+			return serverError(fmt.Errorf("list the fleet's models: %w", err))
+		}
+		if err := checkModel(served, g.Model); err != nil {
+			return err
+		}
+		job, _, err := s.submit(r.Context(), caller(r), g, rt.source)
+		if err != nil {
+			return rt.named(err)
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.MaxWait)
+		defer cancel()
+		// A client that goes away no longer wants the answer: its job is cancelled rather
+		// than left to run for nobody.
+		defer func() {
+			if r.Context().Err() != nil {
+				go func() {
+					cctx, ccancel := context.WithTimeout(context.Background(), cancelTimeout)
+					defer ccancel()
+					if err := s.client.Cancel(cctx, job.ID); err != nil && !errors.Is(err, jobs.ErrFinished) {
+						s.log.Warn("cancel the job of a closed request", "job", job.ID, "err", err)
+					}
+				}()
+			}
+		}()
+		if !opts.Stream {
+			res, err := s.client.Wait(ctx, job.ID, nil)
+			if err != nil {
+				return rt.named(s.chatError(r, job.ID, err))
+			}
+			writeJSON(w, http.StatusOK, rt.reply(job.ID, time.Now(), res))
 			return nil
 		}
-		e := asAPIError(s.chatError(r, job.ID, err))
-		code := e.code
-		sse.event("", errorBody{Error: Error{Message: e.msg, Type: e.typ, Code: &code}})
+
+		sse, err := startSSE(w)
+		if err != nil {
+			return err
+		}
+		defer sse.close()
+		out := rt.stream(sse, job.ID, g, opts)
+		out.start()
+		var text textReader
+		res, err := s.client.WaitEvery(ctx, job.ID, s.cfg.StreamPollInterval, func(p jobs.Progress) {
+			if d := text.progress(p); !d.empty() {
+				out.text(d)
+				return
+			}
+			sse.comment(fmt.Sprintf("%s %d/%d", p.Phase, p.Generated, p.MaxTokens))
+		})
+		if err != nil {
+			if r.Context().Err() != nil {
+				return nil
+			}
+			out.fail(asAPIError(rt.named(s.chatError(r, job.ID, err))))
+			return nil
+		}
+		d := text.result(res)
+		if d.Gap {
+			s.log.Warn("a stream's result does not continue the text streamed", "job", job.ID)
+		}
+		out.done(res, d)
 		return nil
 	}
-	// The logprobs are only in the result: they come with the last piece of text.
-	if d := text.result(res); !d.empty() || res.Logprobs != nil {
-		if d.Gap {
-			s.log.Warn("a streamed chat's result does not continue the text streamed", "job", job.ID)
-		}
-		chunk(content(d), nil, nil, res.Model, res.Logprobs)
-	}
-	finish := string(res.FinishReason)
-	chunk(map[string]any{}, &finish, nil, res.Model, nil)
-	if opts.IncludeUsage {
-		u := ChatUsage(res.Usage)
-		chunk(nil, nil, &u, res.Model, nil)
-	}
-	sse.event("", "[DONE]")
-	return nil
 }
 
 // chatError explains a chat job that did not complete.

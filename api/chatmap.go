@@ -2,9 +2,11 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -12,26 +14,140 @@ import (
 	"github.com/redlite/batch/jobs"
 )
 
-// ChatOptions are the parts of an OpenAI chat request that are not the job's payload.
+// ChatOptions are the parts of an OpenAI request that are not the job's payload.
 type ChatOptions struct {
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage
+	// LegacyLogprobs is the completions route's integer logprobs: the answer's logprobs
+	// take that route's old shape.
+	LegacyLogprobs bool
 }
 
-// ignoredChatFields are OpenAI parameters that change nothing here and are accepted so that
+// ignoredFields are OpenAI parameters that change nothing here and are accepted so that
 // tools which always send them work.
-var ignoredChatFields = []string{"user", "store", "service_tier", "parallel_tool_calls", "safety_identifier", "prompt_cache_key"}
+var ignoredFields = []string{"user", "store", "service_tier", "parallel_tool_calls", "safety_identifier", "prompt_cache_key"}
 
-// refusedChatFields are OpenAI parameters of features the engine lacks.
-var refusedChatFields = []string{"tools", "tool_choice", "functions", "function_call", "audio", "modalities",
+// refusedFields are OpenAI parameters of features the engine lacks.
+var refusedFields = []string{"tools", "tool_choice", "functions", "function_call", "audio", "modalities",
 	"prediction", "web_search_options", "reasoning_effort", "verbosity", "logit_bias"}
+
+// textParams reads a route's own parameter k into g and o; handled is false for a
+// parameter the route does not have.
+type textParams func(k string, raw json.RawMessage, g *jobs.Generate, o *ChatOptions) (handled bool, err error)
+
+// mapping is how the body of one OpenAI route (chat completions, completions, responses)
+// becomes a generate payload: its own parameters, then those the routes share.
+type mapping struct {
+	params textParams
+	// prompt is the parameter that holds the prompt, which the request must have.
+	prompt string
+	// rename maps the payload's field names in Validate's errors to the route's: the first
+	// pair whose first name begins the field.
+	rename [][2]string
+	// format is the parameter that holds the response format: "" for response_format.
+	format string
+}
+
+var chatMapping = mapping{params: chatParams, prompt: "messages"}
 
 // ParseChatRequest maps an OpenAI chat completion request body onto a generate payload.
 // Parameters of features we lack are refused with an OpenAI-shaped error naming the
-// parameter, never dropped quietly, except those that change nothing (ignoredChatFields)
-// and neutral values (n 1). response_format is enforced by the workers' grammar: a schema
-// it cannot express is refused here, naming the keyword.
+// parameter, never dropped quietly, except those that change nothing (ignoredFields).
+// response_format is enforced by the workers' grammar: a schema it cannot express is
+// refused here, naming the keyword.
 func ParseChatRequest(body []byte) (*jobs.Generate, ChatOptions, error) {
+	return chatMapping.parse(body)
+}
+
+func chatParams(k string, raw json.RawMessage, g *jobs.Generate, o *ChatOptions) (bool, error) {
+	var err error
+	switch k {
+	case "messages":
+		g.Messages, err = chatMessages(raw)
+	case "max_tokens", "max_completion_tokens":
+		err = maxTokensParam(k, raw, g)
+	case "n":
+		err = unmarshalParam(k, raw, &g.N)
+	case "logprobs":
+		err = unmarshalParam(k, raw, &g.Logprobs)
+	case "top_logprobs":
+		err = unmarshalParam(k, raw, &g.TopLogprobs)
+	case "response_format":
+		g.ResponseFormat, err = responseFormat(raw)
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+// maxTokensParam reads a token limit, refusing two of them that differ.
+func maxTokensParam(k string, raw json.RawMessage, g *jobs.Generate) error {
+	var n int
+	if err := unmarshalParam(k, raw, &n); err != nil {
+		return err
+	}
+	if g.MaxTokens != nil && *g.MaxTokens != n {
+		return badRequest(k, "max_tokens and max_completion_tokens differ (%d and %d); give one", *g.MaxTokens, n)
+	}
+	if n < 1 || n > jobs.MaxMaxTokens {
+		return badRequest(k, "%s must be between 1 and %d, got %d", k, jobs.MaxMaxTokens, n)
+	}
+	g.MaxTokens = &n
+	return nil
+}
+
+// sharedParams are the parameters every route maps the same way.
+func sharedParams(k string, raw json.RawMessage, g *jobs.Generate, o *ChatOptions) (bool, error) {
+	var err error
+	switch k {
+	case "model":
+		err = unmarshalParam(k, raw, &g.Model)
+	case "temperature":
+		err = unmarshalParam(k, raw, &g.Temperature)
+	case "top_p":
+		err = unmarshalParam(k, raw, &g.TopP)
+	case "top_k": // not OpenAI's; vLLM's and llama.cpp's name
+		err = unmarshalParam(k, raw, &g.TopK)
+	case "min_p":
+		err = unmarshalParam(k, raw, &g.MinP)
+	case "seed":
+		err = unmarshalParam(k, raw, &g.Seed)
+	case "stop":
+		var one string
+		if json.Unmarshal(raw, &one) == nil {
+			g.Stop = []string{one}
+		} else {
+			err = unmarshalParam(k, raw, &g.Stop)
+		}
+	case "metadata":
+		var m map[string]string
+		if err = unmarshalParam(k, raw, &m); err == nil {
+			g.Metadata = raw
+		}
+	case "stream":
+		err = unmarshalParam(k, raw, &o.Stream)
+	case "stream_options":
+		var so struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		err = unmarshalParam(k, raw, &so)
+		o.IncludeUsage = so.IncludeUsage
+	case "frequency_penalty":
+		err = unmarshalParam(k, raw, &g.FrequencyPenalty)
+	case "presence_penalty":
+		err = unmarshalParam(k, raw, &g.PresencePenalty)
+	case "repetition_penalty": // vLLM's and llama.cpp's
+		err = unmarshalParam(k, raw, &g.RepetitionPenalty)
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+// parse reads a request body: the route's parameters, the shared ones, then those that
+// change nothing; anything else is refused by name. The payload is validated as the
+// native API validates it, its errors naming the route's parameters.
+func (m mapping) parse(body []byte) (*jobs.Generate, ChatOptions, error) {
 	var opts ChatOptions
 	var doc map[string]json.RawMessage
 	if err := decodeJSON(body, &doc); err != nil {
@@ -51,74 +167,14 @@ func ParseChatRequest(body []byte) (*jobs.Generate, ChatOptions, error) {
 		if string(raw) == "null" {
 			continue
 		}
-		var err error
-		switch k {
-		case "model":
-			err = unmarshalParam(k, raw, &g.Model)
-		case "messages":
-			g.Messages, err = chatMessages(raw)
-		case "max_tokens", "max_completion_tokens":
-			var n int
-			if err = unmarshalParam(k, raw, &n); err == nil {
-				if g.MaxTokens != nil && *g.MaxTokens != n {
-					err = badRequest(k, "max_tokens and max_completion_tokens differ (%d and %d); give one", *g.MaxTokens, n)
-				}
-				if n < 1 || n > jobs.MaxMaxTokens {
-					err = badRequest(k, "%s must be between 1 and %d, got %d", k, jobs.MaxMaxTokens, n)
-				}
-				g.MaxTokens = &n
-			}
-		case "temperature":
-			err = unmarshalParam(k, raw, &g.Temperature)
-		case "top_p":
-			err = unmarshalParam(k, raw, &g.TopP)
-		case "top_k": // not OpenAI's; vLLM's and llama.cpp's name
-			err = unmarshalParam(k, raw, &g.TopK)
-		case "min_p":
-			err = unmarshalParam(k, raw, &g.MinP)
-		case "seed":
-			err = unmarshalParam(k, raw, &g.Seed)
-		case "stop":
-			var one string
-			if json.Unmarshal(raw, &one) == nil {
-				g.Stop = []string{one}
-			} else {
-				err = unmarshalParam(k, raw, &g.Stop)
-			}
-		case "metadata":
-			var m map[string]string
-			if err = unmarshalParam(k, raw, &m); err == nil {
-				g.Metadata = raw
-			}
-		case "stream":
-			err = unmarshalParam(k, raw, &opts.Stream)
-		case "stream_options":
-			var so struct {
-				IncludeUsage bool `json:"include_usage"`
-			}
-			err = unmarshalParam(k, raw, &so)
-			opts.IncludeUsage = so.IncludeUsage
-		case "n":
-			var n int
-			if err = unmarshalParam(k, raw, &n); err == nil && n != 1 {
-				err = unsupported(k, "n must be 1: one choice per request")
-			}
-		case "frequency_penalty":
-			err = unmarshalParam(k, raw, &g.FrequencyPenalty)
-		case "presence_penalty":
-			err = unmarshalParam(k, raw, &g.PresencePenalty)
-		case "repetition_penalty": // vLLM's and llama.cpp's
-			err = unmarshalParam(k, raw, &g.RepetitionPenalty)
-		case "logprobs":
-			err = unmarshalParam(k, raw, &g.Logprobs)
-		case "top_logprobs":
-			err = unmarshalParam(k, raw, &g.TopLogprobs)
-		case "response_format":
-			g.ResponseFormat, err = responseFormat(raw)
-		default:
+		handled, err := m.params(k, raw, g, &opts)
+		if !handled {
+			handled, err = sharedParams(k, raw, g, &opts)
+		}
+		if !handled {
 			switch {
-			case slices.Contains(ignoredChatFields, k):
-			case slices.Contains(refusedChatFields, k):
+			case slices.Contains(ignoredFields, k):
+			case slices.Contains(refusedFields, k):
 				err = unsupported(k, "%s is not supported by this server", k)
 			default:
 				err = badRequest(k, "unknown parameter %q", clip(k))
@@ -128,17 +184,31 @@ func ParseChatRequest(body []byte) (*jobs.Generate, ChatOptions, error) {
 			return nil, opts, err
 		}
 	}
-	if g.Messages == nil {
-		return nil, opts, badRequest("messages", "messages is required")
+	if p := doc[m.prompt]; p == nil || string(p) == "null" {
+		return nil, opts, badRequest(m.prompt, "%s is required", m.prompt)
 	}
 	if so := doc["stream_options"]; so != nil && string(so) != "null" && !opts.Stream {
 		return nil, opts, badRequest("stream_options", "stream_options is only allowed when stream is true")
 	}
 	if err := g.Validate(); err != nil {
 		var ve *jobs.ValidationError
-		if errors.As(err, &ve) && strings.HasPrefix(ve.Field, "response_format") {
+		if !errors.As(err, &ve) {
+			return nil, opts, err
+		}
+		field := ve.Field
+		for _, r := range m.rename {
+			if rest, ok := strings.CutPrefix(field, r[0]); ok {
+				field = r[1] + rest
+				break
+			}
+		}
+		if strings.HasPrefix(ve.Field, "response_format") {
+			format := cmp.Or(m.format, "response_format")
 			// OpenAI names the top-level parameter; the message names the member and keyword.
-			return nil, opts, badRequest("response_format", "%s", ve.Error())
+			return nil, opts, badRequest(format, "%s: %s", field, ve.Msg)
+		}
+		if field != ve.Field {
+			return nil, opts, &apiError{status: http.StatusBadRequest, typ: typeInvalid, code: "invalid_payload", param: field, msg: field + ": " + ve.Msg}
 		}
 		return nil, opts, err
 	}
@@ -170,8 +240,7 @@ func unmarshalParam(name string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// chatMessages reads OpenAI messages: content as a string or as text parts; "developer" is
-// the system role of newer models.
+// chatMessages reads OpenAI messages: content as a string or as text parts.
 func chatMessages(raw json.RawMessage) ([]jobs.Message, error) {
 	var in []map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &in); err != nil {
@@ -184,14 +253,9 @@ func chatMessages(raw json.RawMessage) ([]jobs.Message, error) {
 		if err := unmarshalParam(field+".role", m["role"], &role); err != nil {
 			return nil, err
 		}
-		switch role {
-		case "developer":
-			role = jobs.RoleSystem
-		case jobs.RoleSystem, jobs.RoleUser, jobs.RoleAssistant:
-		case "tool", "function":
-			return nil, unsupported(field+".role", "%s messages are not supported (no tool calling)", role)
-		default:
-			return nil, badRequest(field+".role", "role must be system, developer, user or assistant, got %q", clip(role))
+		role, err := messageRole(field+".role", role)
+		if err != nil {
+			return nil, err
 		}
 		for k := range m {
 			switch k {
@@ -202,7 +266,7 @@ func chatMessages(raw json.RawMessage) ([]jobs.Message, error) {
 				return nil, badRequest(field+"."+k, "unknown message field %q", clip(k))
 			}
 		}
-		text, err := chatContent(field+".content", m["content"])
+		text, err := textContent(field+".content", m["content"], "text")
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +275,22 @@ func chatMessages(raw json.RawMessage) ([]jobs.Message, error) {
 	return out, nil
 }
 
-func chatContent(field string, raw json.RawMessage) (string, error) {
+// messageRole maps an OpenAI role to the payload's: "developer" is the system role of
+// newer models; tool messages are refused.
+func messageRole(field, role string) (string, error) {
+	switch role {
+	case "developer":
+		return jobs.RoleSystem, nil
+	case jobs.RoleSystem, jobs.RoleUser, jobs.RoleAssistant:
+		return role, nil
+	case "tool", "function":
+		return "", unsupported(field, "%s messages are not supported (no tool calling)", role)
+	}
+	return "", badRequest(field, "role must be system, developer, user or assistant, got %q", clip(role))
+}
+
+// textContent reads a message's content: a string, or parts of the given text types.
+func textContent(field string, raw json.RawMessage, types ...string) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", badRequest(field, "%s is required", field)
@@ -230,7 +309,7 @@ func chatContent(field string, raw json.RawMessage) (string, error) {
 	}
 	var b strings.Builder
 	for i, p := range parts {
-		if p.Type != "text" || p.Text == nil {
+		if !slices.Contains(types, p.Type) || p.Text == nil {
 			return "", unsupported(fmt.Sprintf("%s[%d].type", field, i), "only text content parts are supported, got %q", clip(p.Type))
 		}
 		b.WriteString(*p.Text)
@@ -249,7 +328,7 @@ type ChatCompletion struct {
 	SystemFingerprint string       `json:"system_fingerprint"`
 }
 
-// ChatChoice is one choice; there is always exactly one.
+// ChatChoice is one choice: index 0 to n-1.
 type ChatChoice struct {
 	Index        int              `json:"index"`
 	Message      ChatReplyMessage `json:"message"`
@@ -276,11 +355,14 @@ type ChatUsage struct {
 
 // completionOf is the chat.completion of a finished job.
 func completionOf(jobID string, created time.Time, res jobs.Result) ChatCompletion {
-	return ChatCompletion{
+	c := ChatCompletion{
 		ID: "chatcmpl-" + jobID, Object: "chat.completion", Created: created.Unix(), Model: res.Model,
-		Choices: []ChatChoice{{Message: ChatReplyMessage{Role: jobs.RoleAssistant, Content: res.Text, ReasoningContent: res.Reasoning},
-			FinishReason: string(res.FinishReason), Logprobs: res.Logprobs}},
 		Usage:             ChatUsage(res.Usage),
 		SystemFingerprint: "redlite-" + res.Worker,
 	}
+	for i, ch := range res.All() {
+		c.Choices = append(c.Choices, ChatChoice{Index: i, Message: ChatReplyMessage{Role: jobs.RoleAssistant, Content: ch.Text, ReasoningContent: ch.Reasoning},
+			FinishReason: string(ch.FinishReason), Logprobs: ch.Logprobs})
+	}
+	return c
 }

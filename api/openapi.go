@@ -95,27 +95,66 @@ func operations() []operation {
 			"200": jsonResp("cancelling", ref("Batch")), "409": errResp("already final"), "404": errResp("no such batch, or another token's")})},
 		{method: "GET", path: "/v1/webhook_secret", summary: "The secret that signs the webhooks of this token's jobs", responses: with(map[string]any{
 			"200": jsonResp("the secret", ref("WebhookSecret")), "404": errResp("webhooks are not signed")})},
-		{method: "POST", path: "/v1/chat/completions", summary: "Run one chat as a job and wait (stream: true for SSE chunks)",
-			request: chatRequestSchema(),
-			responses: limits(with(map[string]any{"200": map[string]any{"description": "chat.completion, or chat.completion.chunk events with stream",
-				"content": map[string]any{"application/json": map[string]any{"schema": ref("ChatCompletion")}, "text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
-				"400": errResp("unsupported or invalid parameter; context_length_exceeded"), "404": errResp("model_not_found"), "409": errResp("the job was cancelled; idempotency_conflict"),
-				"500": errResp("job_failed"), "504": errResp("timeout: the job outlasted REDLITE_API_MAX_WAIT")}),
-				"too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")},
+		textOperation(chatEndpoint, "Run one chat as a job and wait (stream: true for SSE chunks)",
+			"chat.completion, or chat.completion.chunk events with stream", "ChatCompletion", chatRequestSchema(), limits, with),
+		textOperation(completionsEndpoint, "Continue one raw prompt (no chat template) as a job and wait (stream: true for SSE chunks)",
+			"text_completion, or text_completion events with stream", "TextCompletion", completionRequestSchema(), limits, with),
+		textOperation(responsesEndpoint, "Answer one input (a string or messages) as a job and wait (stream: true for the response.* events)",
+			"response, or response.* events with stream", "Response", responseRequestSchema(), limits, with),
 	}
 }
 
-// chatRequestSchema describes the chat request's parameters that map to the payload by
-// pointing at the payload's own schema (one definition of each limit).
-func chatRequestSchema() map[string]any {
+// textOperation is one of the OpenAI text routes (chat.go's textRoute).
+func textOperation(path, summary, answer, schema string, request map[string]any, limits func(map[string]any, string) map[string]any, with func(map[string]any) map[string]any) operation {
+	return operation{method: "POST", path: path, summary: summary, request: request,
+		responses: limits(with(map[string]any{"200": map[string]any{"description": answer,
+			"content": map[string]any{"application/json": map[string]any{"schema": ref(schema)}, "text/event-stream": map[string]any{"schema": map[string]any{"type": "string"}}}},
+			"400": errResp("unsupported or invalid parameter (n above 8 among them); context_length_exceeded"), "404": errResp("model_not_found"), "409": errResp("the job was cancelled; idempotency_conflict"),
+			"500": errResp("job_failed"), "504": errResp("timeout: the job outlasted REDLITE_API_MAX_WAIT")}),
+			"too_many_queued_jobs: the token's unfinished jobs are at REDLITE_API_MAX_QUEUED_JOBS")}
+}
+
+// payloadProps points the request parameters that map to the payload unchanged at the
+// payload's own schema (one definition of each limit).
+func payloadProps(names ...string) map[string]any {
 	props := map[string]any{}
-	for _, p := range []string{"temperature", "top_p", "top_k", "min_p", "seed", "logprobs", "top_logprobs",
-		"presence_penalty", "frequency_penalty", "repetition_penalty"} {
+	for _, p := range names {
 		props[p] = map[string]any{"$ref": "#/components/schemas/GeneratePayload/properties/" + p}
 	}
+	return props
+}
+
+// sampling are the parameters the text routes share.
+var sampling = []string{"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty"}
+
+func chatRequestSchema() map[string]any {
+	props := payloadProps(append(sampling, "logprobs", "top_logprobs", "n")...)
 	props["response_format"] = map[string]any{"$ref": "#/components/schemas/GeneratePayload/$defs/response_format"}
 	return map[string]any{"type": "object", "required": []string{"messages"}, "properties": props,
-		"description": "OpenAI's chat completion request; unsupported parameters are refused by name; stream_options only with stream: true. response_format is enforced while the text is generated; a schema keyword the grammar cannot enforce is a 400 naming it."}
+		"description": "OpenAI's chat completion request; unsupported parameters are refused by name; stream_options only with stream: true. response_format is enforced while the text is generated; a schema keyword the grammar cannot enforce is a 400 naming it. n (1 to 8) completions share one prefill."}
+}
+
+func completionRequestSchema() map[string]any {
+	props := payloadProps(append(sampling, "n")...)
+	props["prompt"] = map[string]any{"anyOf": []any{map[string]any{"type": "string", "minLength": 1},
+		map[string]any{"type": "array", "items": map[string]any{"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 1}}}
+	props["logprobs"] = map[string]any{"type": "integer", "minimum": 0, "maximum": jobs.MaxTopLogprobs,
+		"description": "The chosen token's logprob and this many alternatives, in the completions route's shape."}
+	props["response_format"] = map[string]any{"$ref": "#/components/schemas/GeneratePayload/$defs/response_format"}
+	return map[string]any{"type": "object", "required": []string{"prompt"}, "properties": props,
+		"description": "OpenAI's (legacy) completion request: the prompt is continued as it is, without the chat template. One prompt per request; echo, suffix and best_of other than 1 are refused."}
+}
+
+func responseRequestSchema() map[string]any {
+	props := payloadProps(sampling...)
+	props["input"] = map[string]any{"anyOf": []any{map[string]any{"type": "string"},
+		map[string]any{"type": "array", "items": map[string]any{"type": "object", "required": []string{"role", "content"}}}}}
+	props["instructions"] = map[string]any{"type": "string", "description": "The system message."}
+	props["max_output_tokens"] = map[string]any{"$ref": "#/components/schemas/GeneratePayload/properties/max_tokens"}
+	props["text"] = map[string]any{"type": "object", "properties": map[string]any{"format": map[string]any{"type": "object",
+		"description": "text, json_object, or json_schema with name, schema and strict beside the type: enforced while the text is generated, as response_format is."}}}
+	return map[string]any{"type": "object", "required": []string{"input"}, "properties": props,
+		"description": "OpenAI's responses request, for text answers: no tools, no previous_response_id, nothing stored."}
 }
 
 func listOf(name string) map[string]any {
@@ -130,6 +169,8 @@ var schemaTypes = map[string]reflect.Type{
 	"BatchRequest":   reflect.TypeFor[BatchRequest](),
 	"Model":          reflect.TypeFor[Model](),
 	"ChatCompletion": reflect.TypeFor[ChatCompletion](),
+	"TextCompletion": reflect.TypeFor[TextCompletion](),
+	"Response":       reflect.TypeFor[Response](),
 	"ErrorBody":      reflect.TypeFor[errorBody](),
 	"BatchLine":      reflect.TypeFor[BatchOutputLine](),
 	"WebhookSecret":  reflect.TypeFor[WebhookSecret](),

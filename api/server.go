@@ -137,7 +137,9 @@ func (s *Server) routes() http.Handler {
 		"GET /v1/batches":              s.listBatches,
 		"GET /v1/batches/{id}":         s.getBatch,
 		"POST /v1/batches/{id}/cancel": s.cancelBatch,
-		"POST /v1/chat/completions":    s.chatCompletions,
+		"POST /v1/chat/completions":    s.textHandler(chatRoute),
+		"POST /v1/completions":         s.textHandler(completionRoute),
+		"POST /v1/responses":           s.textHandler(responseRoute),
 		"GET /v1/webhook_secret":       s.getWebhookSecret,
 	}
 	// The OpenAPI document's operations are the routing table (openapi.go).
