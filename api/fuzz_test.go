@@ -60,6 +60,52 @@ func FuzzParseChatRequest(f *testing.F) {
 	})
 }
 
+// checkParsed fails the fuzz run for a request refused with another status than 400, or
+// accepted with an invalid payload.
+func checkParsed(t *testing.T, body []byte, g *jobs.Generate, err error) {
+	if err != nil {
+		if asAPIError(err).status != 400 {
+			t.Fatalf("status %d for %q: %v", asAPIError(err).status, body, err)
+		}
+		return
+	}
+	if err := g.Validate(); err != nil {
+		t.Fatalf("accepted an invalid request %q: %v", body, err)
+	}
+}
+
+func FuzzParseCompletionRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","prompt":"Once","max_tokens":5,"stop":["x"],"n":3,"logprobs":2,"seed":1,"temperature":0.5,"stream":true,"stream_options":{"include_usage":true}}`))
+	f.Add([]byte(`{"prompt":["one"],"echo":false,"suffix":"","best_of":1}`))
+	f.Add([]byte(`{"prompt":["a","b"]}`))
+	f.Add([]byte(`{"prompt":[[1,2]],"echo":true}`))
+	f.Add([]byte(`{"prompt":"","n":9,"logprobs":21}`))
+	f.Add([]byte(`{"prompt":"x","response_format":{"type":"json_object"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		g, _, err := ParseCompletionRequest(body)
+		checkParsed(t, body, g, err)
+		if err == nil && (g.Prompt == "" || len(g.Messages) > 0) {
+			t.Fatalf("a completion %q became %+v", body, g)
+		}
+	})
+}
+
+func FuzzParseResponseRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","input":"hi","instructions":"be brief","max_output_tokens":5,"temperature":0,"top_p":0.9,"stream":true,"metadata":{"a":"b"},"store":false}`))
+	f.Add([]byte(`{"input":[{"role":"system","content":"s"},{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]},{"role":"assistant","content":[{"type":"output_text","text":"yo"}]}],"instructions":"i"}`))
+	f.Add([]byte(`{"input":"x","text":{"format":{"type":"json_schema","name":"n","schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]},"strict":true}}}`))
+	f.Add([]byte(`{"input":"x","text":{"format":{"type":"json_object","extra":1}}}`))
+	f.Add([]byte(`{"input":[{"type":"function_call_output","call_id":"c","output":"o"}],"tools":[],"previous_response_id":"r","truncation":"auto"}`))
+	f.Add([]byte(`{"instructions":"only"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		g, _, err := ParseResponseRequest(body)
+		checkParsed(t, body, g, err)
+		if err == nil && (len(g.Messages) == 0 || g.Prompt != "") {
+			t.Fatalf("a response request %q became %+v", body, g)
+		}
+	})
+}
+
 func FuzzParseBatchInput(f *testing.F) {
 	good := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`
 	f.Add([]byte(good + "\n" + strings.Replace(good, `"a"`, `"b"`, 1) + "\n"))

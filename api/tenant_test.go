@@ -80,6 +80,16 @@ func TestTenants(t *testing.T) {
 		t.Fatalf("chat: %d %s", code, data)
 	}
 	chatJob := strings.TrimPrefix(idOf(t, data), "chatcmpl-")
+	code, data = b.call(t, tokenA, "POST", "/v1/completions", map[string]any{"model": model, "prompt": "Hi.", "max_tokens": 3})
+	if code != http.StatusOK {
+		t.Fatalf("completion: %d %s", code, data)
+	}
+	completionJob := strings.TrimPrefix(idOf(t, data), "cmpl-")
+	code, data = b.call(t, tokenA, "POST", "/v1/responses", map[string]any{"model": model, "input": "Hi.", "max_output_tokens": 3})
+	if code != http.StatusOK {
+		t.Fatalf("response: %d %s", code, data)
+	}
+	responseJob := strings.TrimPrefix(idOf(t, data), "resp_")
 	code, data = b.upload(t, tokenA, jsonl(t, 2, func(i int) map[string]any { return chatBody(model, 2, fmt.Sprintf("Say %d.", i)) }))
 	if code != http.StatusOK {
 		t.Fatalf("upload: %d %s", code, data)
@@ -138,7 +148,7 @@ func TestTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	aJobs := append([]string{jobA.ID, sumA.ID, chatJob, runA.ID}, append(lines, children...)...)
+	aJobs := append([]string{jobA.ID, sumA.ID, chatJob, completionJob, responseJob, runA.ID}, append(lines, children...)...)
 	t.Run("AOwnsItsJobs", func(t *testing.T) {
 		for _, id := range aJobs {
 			if code, data := b.call(t, tokenA, "GET", "/v1/jobs/"+id, nil); code != http.StatusOK {
