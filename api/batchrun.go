@@ -350,7 +350,7 @@ func (br *batchRunner) enqueue(ctx context.Context, b *batchState) error {
 		if errors.Is(err, jobs.ErrBadPayload) || errors.Is(err, jobs.ErrUnknownModel) || errors.Is(err, jobs.ErrNoCapacity) {
 			// Refused at the door (no worker can hold it, say): the line's answer.
 			req, _ := s.lineReq(ctx, b.ID, n)
-			line, _ := json.Marshal(errorResponse(batchJobID(b.ID, n), req.CustomID, err))
+			line, _ := json.Marshal(errorResponse(batchJobID(b.ID, n), req.CustomID, textRouteFor(b.Endpoint).named(err)))
 			err = s.tx(ctx, func(p redis.Pipeliner) error {
 				p.HSet(ctx, keyBatchErr(b.ID), strconv.Itoa(n), line)
 				p.SRem(ctx, keyBatchPending(b.ID), n)
@@ -481,7 +481,7 @@ func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error
 	default:
 		line, _ := json.Marshal(errorResponse(id, req.CustomID, jobEndError(st)))
 		if jobs.ContextLengthExceeded(st.LastError) {
-			line, _ = json.Marshal(errorResponse(id, req.CustomID, contextLengthExceeded(fmt.Sprintf("job %s: %s", id, st.LastError))))
+			line, _ = json.Marshal(errorResponse(id, req.CustomID, textRouteFor(b.Endpoint).named(contextLengthExceeded(fmt.Sprintf("job %s: %s", id, st.LastError)))))
 		} else if ae := asAPIError(jobEndError(st)); ae.code == "job_failed" {
 			line, _ = json.Marshal(errorResponse(id, req.CustomID, &apiError{status: 500, typ: typeServer, code: "job_failed", msg: ae.msg}))
 		}

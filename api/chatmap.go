@@ -18,9 +18,6 @@ import (
 type ChatOptions struct {
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage
-	// LegacyLogprobs is the completions route's integer logprobs: the answer's logprobs
-	// take that route's old shape.
-	LegacyLogprobs bool
 }
 
 // ignoredFields are OpenAI parameters that change nothing here and are accepted so that

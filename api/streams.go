@@ -61,7 +61,9 @@ func (c *chatStream) done(res jobs.Result, rest delta) {
 		finish := string(ch.FinishReason)
 		switch {
 		case i > 0:
-			c.chunk(i, map[string]any{"role": jobs.RoleAssistant, "content": ch.Text, "reasoning_content": ch.Reasoning}, nil, nil, ch.Logprobs)
+			d := chatDelta(ch.Text, ch.Reasoning)
+			d["role"] = jobs.RoleAssistant
+			c.chunk(i, d, nil, nil, ch.Logprobs)
 		case !rest.empty() || ch.Logprobs != nil:
 			// The logprobs are only in the result: they come with the last piece of text.
 			c.chunk(0, chatDelta(rest.Text, rest.Reasoning), nil, nil, ch.Logprobs)

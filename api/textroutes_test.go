@@ -134,6 +134,31 @@ func TestOpenAITextRoutes(t *testing.T) {
 				t.Errorf("greedy choices differ: %+v", greedy.Choices)
 			}
 		}
+		// Streamed, choice 0 comes as it is generated and the others whole at the end: each
+		// index's pieces put together are that choice's text.
+		stream := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: model, N: openai.Int(3), MaxTokens: openai.Int(12),
+			Temperature: openai.Float(1), Seed: openai.Int(7), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a story.")}})
+		streamed := make([]string, 3)
+		finished := 0
+		for stream.Next() {
+			for _, ch := range stream.Current().Choices {
+				streamed[ch.Index] += ch.Delta.Content
+				if ch.FinishReason != "" {
+					finished++
+				}
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i, ch := range three.Choices {
+			if streamed[i] != ch.Message.Content {
+				t.Errorf("choice %d streamed %q, not streamed %q", i, streamed[i], ch.Message.Content)
+			}
+		}
+		if finished != 3 {
+			t.Errorf("%d finish reasons streamed, want 3", finished)
+		}
 		cmpl := completion(t, openai.CompletionNewParams{Prompt: prompt, MaxTokens: openai.Int(12), N: openai.Int(3), Temperature: openai.Float(1), Seed: openai.Int(7)})
 		if len(cmpl.Choices) != 3 || cmpl.Choices[0].Text == cmpl.Choices[1].Text || cmpl.Choices[2].Index != 2 {
 			t.Errorf("completion with n 3: %+v", cmpl.Choices)

@@ -14,14 +14,14 @@ const chatBody = (maxTokens, content) => ({
   messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content }],
 });
 
-const jsonl = (n, body) => Array.from({ length: n }, (_, i) => JSON.stringify({
-  custom_id: `node-${String(i).padStart(2, '0')}`, method: 'POST', url: '/v1/chat/completions', body: body(i),
+const jsonl = (n, body, url = '/v1/chat/completions') => Array.from({ length: n }, (_, i) => JSON.stringify({
+  custom_id: `node-${String(i).padStart(2, '0')}`, method: 'POST', url, body: body(i),
 })).join('\n') + '\n';
 
-async function startBatch(input) {
+async function startBatch(input, endpoint = '/v1/chat/completions') {
   const file = await client.files.create({ file: await toFile(Buffer.from(input), 'input.jsonl'), purpose: 'batch' });
   assert.equal(file.bytes, Buffer.byteLength(input));
-  const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  const batch = await client.batches.create({ input_file_id: file.id, endpoint, completion_window: '24h' });
   assert.equal(batch.status, 'validating');
   return batch;
 }
@@ -134,9 +134,73 @@ async function lines(fileId) {
   console.log(`stream: ${usage.completion_tokens} tokens in ${pieces} pieces`);
 }
 
+// n: 3 gives three choices, indexed 0..2, that differ when sampled and are equal when
+// greedy; the prompt counts once.
+{
+  const body = (temperature) => ({ ...chatBody(12, 'Tell me a story.'), temperature, seed: 5 });
+  const one = await client.chat.completions.create(body(1));
+  const three = await client.chat.completions.create({ ...body(1), n: 3 });
+  assert.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(new Set(three.choices.map((c) => c.message.content)).size, 3, JSON.stringify(three.choices));
+  assert.equal(three.choices[0].message.content, one.choices[0].message.content);
+  assert.equal(three.usage.prompt_tokens, one.usage.prompt_tokens);
+  const greedy = await client.chat.completions.create({ ...body(0), n: 3 });
+  assert.equal(new Set(greedy.choices.map((c) => c.message.content)).size, 1, JSON.stringify(greedy.choices));
+  const cmpl = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 12, temperature: 1, seed: 5, n: 3 });
+  assert.deepEqual(cmpl.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(new Set(cmpl.choices.map((c) => c.text)).size, 3, JSON.stringify(cmpl.choices));
+}
+
+// /v1/completions and /v1/responses, live, streamed and in batches.
+{
+  const cbody = { model, prompt: 'Once upon a time', max_tokens: 16, temperature: 0, logprobs: 1 };
+  const cmpl = await client.completions.create(cbody);
+  assert.equal(cmpl.object, 'text_completion');
+  assert.ok(cmpl.choices[0].text.length > 0 && cmpl.usage.completion_tokens <= 16);
+  assert.equal(cmpl.choices[0].logprobs.tokens.length, cmpl.usage.completion_tokens);
+  let text = '';
+  for await (const chunk of await client.completions.create({ ...cbody, stream: true })) {
+    for (const ch of chunk.choices) text += ch.text;
+  }
+  assert.equal(text, cmpl.choices[0].text);
+
+  const rbody = { model, input: 'Tell me a story.', instructions: 'Be brief.', max_output_tokens: 16, temperature: 0 };
+  const resp = await client.responses.create(rbody);
+  assert.equal(resp.object, 'response');
+  assert.ok(resp.output_text.length > 0, JSON.stringify(resp)); // the SDK's sum of the output_text parts
+  assert.ok(resp.usage.input_tokens > 0 && resp.usage.output_tokens <= 16);
+  const chat = await client.chat.completions.create({ ...chatBody(16, 'Tell me a story.') });
+  assert.equal(resp.output_text, chat.choices[0].message.content);
+  let streamed = '';
+  let done = null;
+  for await (const ev of await client.responses.create({ ...rbody, stream: true })) {
+    if (ev.type === 'response.output_text.delta') streamed += ev.delta;
+    if (ev.type === 'response.completed' || ev.type === 'response.incomplete') done = ev.response;
+  }
+  assert.equal(streamed, resp.output_text);
+  assert.equal(done.output_text ?? done.output[0].content[0].text, resp.output_text);
+
+  for (const [url, body, text] of [
+    ['/v1/completions', (i) => ({ model, prompt: `Count to ${i}:`, max_tokens: 4 }), (b) => b.choices[0].text],
+    ['/v1/responses', (i) => ({ model, input: `Count to ${i}.`, max_output_tokens: 4 }), (b) => b.output[0].content[0].text],
+  ]) {
+    const n = 3;
+    let batch = await startBatch(jsonl(n, body, url), url);
+    batch = await poll(batch.id, final);
+    assert.equal(batch.status, 'completed', JSON.stringify(batch));
+    assert.equal(batch.endpoint, url);
+    const out = await lines(batch.output_file_id);
+    assert.equal(out.size, n);
+    for (const l of out.values()) {
+      assert.equal(l.response.status_code, 200);
+      assert.ok(text(l.response.body).length > 0, JSON.stringify(l));
+    }
+  }
+}
+
 // Errors come back as the SDK's typed errors.
 {
-  await assert.rejects(client.chat.completions.create({ ...chatBody(2, 'Hi.'), n: 2 }),
+  await assert.rejects(client.chat.completions.create({ ...chatBody(2, 'Hi.'), n: 9 }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
   const bad = new OpenAI({ apiKey: 'wrong', maxRetries: 0 });
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
