@@ -21,14 +21,8 @@ func FuzzParseJobRequest(f *testing.F) {
 	f.Add([]byte(`{"type":"generate","version":1,"prompt":"x","metadata":{"a":`+strings.Repeat("[", 100)+strings.Repeat("]", 100)+`}}`), "")
 	f.Fuzz(func(t *testing.T, body []byte, idem string) {
 		p, err := ParseJobRequest(body, idem)
-		if err != nil {
-			if asAPIError(err).status != 400 {
-				t.Fatalf("status %d for %q: %v", asAPIError(err).status, body, err)
-			}
+		if !checkParsed(t, body, p, err) {
 			return
-		}
-		if err := p.Validate(); err != nil {
-			t.Fatalf("accepted an invalid payload %q: %v", body, err)
 		}
 		if _, err := jobs.EncodePayload(p); err != nil {
 			t.Fatalf("accepted %q that does not encode: %v", body, err)
@@ -48,30 +42,23 @@ func FuzzParseChatRequest(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object","extra":1}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		g, _, err := ParseChatRequest(body)
-		if err != nil {
-			if asAPIError(err).status != 400 {
-				t.Fatalf("status %d for %q: %v", asAPIError(err).status, body, err)
-			}
-			return
-		}
-		if err := g.Validate(); err != nil {
-			t.Fatalf("accepted an invalid request %q: %v", body, err)
-		}
+		checkParsed(t, body, g, err)
 	})
 }
 
 // checkParsed fails the fuzz run for a request refused with another status than 400, or
-// accepted with an invalid payload.
-func checkParsed(t *testing.T, body []byte, g *jobs.Generate, err error) {
+// accepted with an invalid payload; it reports whether the request was accepted.
+func checkParsed[P jobs.Payload](t *testing.T, body []byte, p P, err error) bool {
 	if err != nil {
 		if asAPIError(err).status != 400 {
 			t.Fatalf("status %d for %q: %v", asAPIError(err).status, body, err)
 		}
-		return
+		return false
 	}
-	if err := g.Validate(); err != nil {
+	if err := p.Validate(); err != nil {
 		t.Fatalf("accepted an invalid request %q: %v", body, err)
 	}
+	return true
 }
 
 func FuzzParseCompletionRequest(f *testing.F) {
@@ -83,8 +70,7 @@ func FuzzParseCompletionRequest(f *testing.F) {
 	f.Add([]byte(`{"prompt":"x","response_format":{"type":"json_object"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		g, _, err := ParseCompletionRequest(body)
-		checkParsed(t, body, g, err)
-		if err == nil && (g.Prompt == "" || len(g.Messages) > 0) {
+		if checkParsed(t, body, g, err) && (g.Prompt == "" || len(g.Messages) > 0) {
 			t.Fatalf("a completion %q became %+v", body, g)
 		}
 	})
@@ -99,8 +85,7 @@ func FuzzParseResponseRequest(f *testing.F) {
 	f.Add([]byte(`{"instructions":"only"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		g, _, err := ParseResponseRequest(body)
-		checkParsed(t, body, g, err)
-		if err == nil && (len(g.Messages) == 0 || g.Prompt != "") {
+		if checkParsed(t, body, g, err) && (len(g.Messages) == 0 || g.Prompt != "") {
 			t.Fatalf("a response request %q became %+v", body, g)
 		}
 	})
