@@ -116,3 +116,48 @@ func TestGenerateN(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkGenerateN compares three completions of a 1,000-token prompt as one GenerateN
+// (one prefill, three forks decoding together) with three Generate calls side by side in
+// the same scheduler (three prefills).
+func BenchmarkGenerateN(b *testing.B) {
+	m := loadModel(b, "tiny-qwen3-Q8_0.gguf")
+	tok, err := m.Tokenizer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	prompt := randomTokens(rand.New(rand.NewPCG(5, 6)), 1000, m.Config().Vocab)
+	const n, maxTokens = 3, 16
+	opts := func() []GenerateOptions {
+		os := make([]GenerateOptions, n)
+		for i := range os {
+			os[i] = GenerateOptions{MaxTokens: maxTokens, Stream: tok.NewStreamDecoder()}
+		}
+		return os
+	}
+	sch, err := m.NewScheduler(SchedulerOptions{KV: ml.F32, Slots: n, Blocks: 3 * 5, BlockSize: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sch.Close()
+	b.Run("OnePrefill", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := sch.GenerateN(context.Background(), prompt, 0, opts()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ThreeRequests", func(b *testing.B) {
+		for b.Loop() {
+			var wg sync.WaitGroup
+			for _, o := range opts() {
+				wg.Go(func() {
+					if _, err := sch.Generate(context.Background(), prompt, 0, o); err != nil {
+						b.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+		}
+	})
+}
