@@ -33,9 +33,9 @@ func (m *Model) forward(ctx ml.Context, b model.Batch, ids ml.Tensor) ml.Tensor 
 		}
 		h := ctx.Name(ctx.Add(a, x), "attn_residual", i)
 
-		// MoE block: out = h + moe(norm(h))
+		// Feed-forward block: out = h + ffn(norm(h))
 		hn := ctx.Name(ctx.RMSNorm(h, l.postNorm, m.eps), "attn_post_norm", i)
-		x = ctx.Name(ctx.Add(m.moe(ctx, block{idx: i, l: l}, hn, n), h), "l_out", i)
+		x = ctx.Name(ctx.Add(m.ffn(ctx, block{idx: i, l: l}, hn, n), h), "l_out", i)
 	}
 	rows := b.LogitRows()
 	drafting := false
@@ -96,7 +96,7 @@ func (m *Model) mtpForward(ctx ml.Context, s *State, ids ml.Tensor, n int, h ml.
 	}
 	a := m.attention(ctx, []model.Run{{State: s, N: n, Pos0: pos0}}, []ml.Cache{s.mtp.kv}, b, xn, n)
 	hr := ctx.Add(a, x)
-	out := ctx.Name(ctx.Add(m.moe(ctx, b, ctx.RMSNorm(hr, t.postNorm, m.eps), n), hr), "mtp_post_ffn", il)
+	out := ctx.Name(ctx.Add(m.ffn(ctx, b, ctx.RMSNorm(hr, t.postNorm, m.eps), n), hr), "mtp_post_ffn", il)
 	norm, head := t.headNorm, t.head
 	if norm == nil {
 		norm = m.outputNorm

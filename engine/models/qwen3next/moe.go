@@ -5,6 +5,15 @@ import (
 	"github.com/redlite/batch/engine/model"
 )
 
+// ffn is the layer's feed-forward: qwen35's SwiGLU, or the mixture of experts.
+func (m *Model) ffn(ctx ml.Context, b block, hn ml.Tensor, n int) ml.Tensor {
+	if !m.v.moe {
+		l := b.l
+		return ctx.Name(ctx.MatMul(l.down, ctx.SwiGLU(ctx.MatMul(l.gate, hn), ctx.MatMul(l.up, hn))), "ffn_out", b.idx)
+	}
+	return m.moe(ctx, b, hn, n)
+}
+
 // moe is the routed experts (softmax router, top-k, weights renormalized to 1, SwiGLU
 // experts) plus the SwiGLU shared expert scaled by sigmoid(w_shexp · x).
 func (m *Model) moe(ctx ml.Context, b block, hn ml.Tensor, n int) ml.Tensor {

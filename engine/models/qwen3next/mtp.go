@@ -9,14 +9,14 @@ import (
 )
 
 // ErrNoMTP is returned when drafting is asked of a file without an MTP block.
-var ErrNoMTP = errors.New(arch + ": the file has no MTP (nextn_predict_layers) block")
+var ErrNoMTP = errors.New("the file has no MTP (nextn_predict_layers) block")
 
 // HasMTP says whether the file carries a next-token-prediction block.
 func (m *Model) HasMTP() bool { return m.mtp != nil }
 
 func (m *Model) EnableDraft(b ml.Backend, st model.State) error {
 	if m.mtp == nil {
-		return ErrNoMTP
+		return fmt.Errorf("%s: %w", m.v.arch, ErrNoMTP)
 	}
 	s := st.(*State)
 	if s.mtp != nil {
@@ -25,17 +25,17 @@ func (m *Model) EnableDraft(b ml.Backend, st model.State) error {
 	c := m.cfg
 	kv, err := b.NewCache(1, c.KVHeads, c.HeadDim, s.kv.Capacity(), s.kv.DType())
 	if err != nil {
-		return fmt.Errorf("%s: MTP cache: %w", arch, err)
+		return fmt.Errorf("%s: MTP cache: %w", m.v.arch, err)
 	}
 	ms := &mtpState{kv: kv}
 	if ms.pending, err = b.NewTensor(1, c.Embedding); err != nil {
-		return fmt.Errorf("%s: %w", arch, err)
+		return fmt.Errorf("%s: %w", m.v.arch, err)
 	}
 	// Room to checkpoint everything recurrent() lists once s.mtp is set.
 	for _, t := range append(append(append([]ml.Tensor(nil), s.conv...), s.delta...), ms.pending) {
 		cp, err := b.NewTensor(t.Shape()...)
 		if err != nil {
-			return fmt.Errorf("%s: %w", arch, err)
+			return fmt.Errorf("%s: %w", m.v.arch, err)
 		}
 		ms.saved = append(ms.saved, cp)
 	}

@@ -1,8 +1,10 @@
 // Package qwen3next is the Qwen3-Next architecture ("qwen3next" in GGUF): a hybrid of Gated
 // DeltaNet (linear attention with a recurrent state) and gated full-attention layers, every
-// layer followed by a mixture of experts with a gated shared expert.
+// layer followed by a mixture of experts with a gated shared expert. The Qwen3.5/3.6
+// hybrids ("qwen35" with a SwiGLU feed-forward, "qwen35moe" with qwen3next's experts) are
+// variants of the same graph: see variant.
 //
-// Each layer is h = x + mixer(norm(x)), out = h + moe(norm(h)). By default three DeltaNet
+// Each layer is h = x + mixer(norm(x)), out = h + ffn(norm(h)). By default three DeltaNet
 // layers are followed by one full-attention layer (full_attention_interval 4); only the
 // full-attention layers keep a KV cache, the DeltaNet layers keep a conv window and a state
 // matrix per head instead.
@@ -13,14 +15,35 @@ import (
 	"github.com/redlite/batch/engine/model"
 )
 
-func init() { model.Register("qwen3next", Load) }
+func init() {
+	for name := range variants {
+		model.Register(name, Load)
+	}
+}
 
-const arch = "qwen3next"
+// variant is what sets an architecture of the family apart.
+type variant struct {
+	arch string
+	// qwen35 is Qwen3.5's DeltaNet and attention: β and α from projections of their own
+	// (ssm_beta, ssm_alpha, one column per value head), value head h reading key head
+	// h mod hk (qwen3next: h / (hv/hk)), and rotary sections (rope.dimension_sections) that
+	// text positions fill alike.
+	qwen35 bool
+	// moe: routed experts and a gated shared expert; else a SwiGLU feed-forward.
+	moe bool
+}
+
+var variants = map[string]variant{
+	"qwen3next": {arch: "qwen3next", moe: true},
+	"qwen35":    {arch: "qwen35", qwen35: true},
+	"qwen35moe": {arch: "qwen35moe", qwen35: true, moe: true},
+}
 
 // Model holds the bound weights. Shapes in comments are GGUF order (input dimension first):
 // d embedding, hd attention head dim, H/KV query/key-value heads, hk/hv DeltaNet key/value
 // heads of dk/dv, r = hv/hk, C = 2·hk·dk + hv·dv conv channels, E experts of ff, ffs shared.
 type Model struct {
+	v    variant
 	cfg  model.Config
 	eps  float32
 	rope ml.RoPE
@@ -30,6 +53,7 @@ type Model struct {
 	convCh         int
 	experts, used  int
 	ffExp, ffShexp int
+	ff             int // the SwiGLU feed-forward's width (qwen35)
 
 	tokenEmbd  ml.Weight // (d, vocab)
 	outputNorm ml.Weight // (d)
@@ -76,11 +100,18 @@ type layer struct {
 	z      ml.Weight // (d, hv·dv) output gate; nil in the legacy layout
 	in     ml.Weight // legacy (d, hk·(2·dk + 2·r·dv)): per key head q, k, v of its r heads, z
 	conv   ml.Weight // (kernel, C) depthwise causal conv
-	ba     ml.Weight // (d, 2·hv): per key head β of its r heads, then α of them
+	ba     ml.Weight // (d, 2·hv): per key head β of its r heads, then α of them; nil in qwen35
+	beta   ml.Weight // qwen35 (d, hv)
+	alpha  ml.Weight // qwen35 (d, hv)
 	dtBias ml.Weight // (hv)
 	a      ml.Weight // (hv) −exp(A_log)
 	norm   ml.Weight // (dv) gated RMSNorm
 	out    ml.Weight // (hv·dv, d)
+
+	// SwiGLU feed-forward (qwen35).
+	gate ml.Weight // (d, ff)
+	up   ml.Weight // (d, ff)
+	down ml.Weight // (ff, d)
 
 	// Mixture of experts.
 	router   ml.Weight // (d, E)

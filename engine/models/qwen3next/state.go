@@ -30,7 +30,7 @@ type mtpState struct {
 func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, error) {
 	c, err := b.NewCache(m.cfg.AttnLayers, m.cfg.KVHeads, m.cfg.HeadDim, capacity, kv)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", arch, err)
+		return nil, fmt.Errorf("%s: %w", m.v.arch, err)
 	}
 	return m.newState(b, c)
 }
@@ -38,7 +38,7 @@ func (m *Model) NewState(b ml.Backend, capacity int, kv ml.DType) (model.State, 
 func (m *Model) NewKVPool(b ml.Backend, blocks, blockSize int, kv ml.DType) (ml.KVPool, error) {
 	p, err := b.NewKVPool(m.cfg.AttnLayers, m.cfg.KVHeads, m.cfg.HeadDim, blocks, blockSize, kv)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", arch, err)
+		return nil, fmt.Errorf("%s: %w", m.v.arch, err)
 	}
 	return p, nil
 }
@@ -46,7 +46,7 @@ func (m *Model) NewKVPool(b ml.Backend, blocks, blockSize int, kv ml.DType) (ml.
 func (m *Model) NewPooledState(b ml.Backend, pool ml.KVPool, capacity int) (model.State, error) {
 	c, err := pool.Alloc(capacity)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", arch, err)
+		return nil, fmt.Errorf("%s: %w", m.v.arch, err)
 	}
 	return m.newState(b, c)
 }
@@ -67,7 +67,7 @@ func (m *Model) newState(b ml.Backend, c ml.Cache) (model.State, error) {
 		}
 		if err != nil {
 			s.Free()
-			return nil, fmt.Errorf("%s: %w", arch, err)
+			return nil, fmt.Errorf("%s: %w", m.v.arch, err)
 		}
 	}
 	return s, nil
@@ -98,7 +98,7 @@ func (s *State) Snapshot(b ml.Backend, pos int) ([]byte, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", arch, err)
+		return nil, fmt.Errorf("%s: %w", s.m.v.arch, err)
 	}
 	return out, nil
 }
@@ -134,10 +134,10 @@ func (s *State) Restore(b ml.Backend, pos int, data []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", arch, err)
+		return fmt.Errorf("%s: %w", s.m.v.arch, err)
 	}
 	if len(rest) != 0 {
-		return fmt.Errorf("%s: snapshot has %d bytes past its states", arch, len(rest))
+		return fmt.Errorf("%s: snapshot has %d bytes past its states", s.m.v.arch, len(rest))
 	}
 	return nil
 }
