@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 
@@ -41,11 +42,36 @@ func init() {
 			vocab:   func() (*vocabulary, error) { return generatedVocab(qwen3NextMini.vocab) },
 			build:   qwen3NextMini.withMTP().build,
 		},
+		Shape{
+			Name: "qwen3.5-9b", Arch: "qwen35",
+			Summary: "Qwen3.5-9B: 32 layers (24 DeltaNet + 8 attention), hidden 4096, 16/4 heads of 256, DeltaNet 16/32 heads of 128, ffn 12288, vocab 248320; --layout for a sparse file to plan",
+			vocab:   func() (*vocabulary, error) { return generatedVocab(qwen35_9B.vocab) },
+			build:   qwen35_9B.build,
+		},
+		Shape{
+			Name: "qwen3.5-mini", Arch: "qwen35",
+			Summary: "qwen3.5-9b's per-layer sizes with 8 layers (6 DeltaNet + 2 attention), for benchmarks",
+			vocab:   func() (*vocabulary, error) { return generatedVocab(qwen35Mini.vocab) },
+			build:   qwen35Mini.build,
+		},
+		Shape{
+			Name: "qwen3.5-35b-a3b", Arch: "qwen35moe",
+			Summary: "Qwen3.5/3.6-35B-A3B: 40 layers (30 DeltaNet + 10 attention), hidden 2048, 16/2 heads of 256, DeltaNet 16/32 heads of 128, 256 experts (8 used) of 512 and a shared one of 512, vocab 248320; --layout for a sparse file to plan",
+			vocab:   func() (*vocabulary, error) { return generatedVocab(qwen35_35BA3B.vocab) },
+			build:   qwen35_35BA3B.build,
+		},
+		Shape{
+			Name: "qwen3.5moe-mini", Arch: "qwen35moe",
+			Summary: "qwen3.5-35b-a3b's per-layer sizes with 8 layers (6 DeltaNet + 2 attention) and 64 experts (8 used), for benchmarks",
+			vocab:   func() (*vocabulary, error) { return generatedVocab(qwen35MoEMini.vocab) },
+			build:   qwen35MoEMini.build,
+		},
 	)
 }
 
-// qwen3NextDims are the hyperparameters of a qwen3next model.
+// qwen3NextDims are the hyperparameters of a model of the qwen3next family.
 type qwen3NextDims struct {
+	arch           string // "" is qwen3next; qwen35 and qwen35moe lay out Qwen3.5's tensors
 	name           string
 	embd, layers   int
 	heads, kvHeads int
@@ -56,6 +82,7 @@ type qwen3NextDims struct {
 	convKernel     int
 	experts, used  int
 	ffExp, ffShexp int
+	ff             int // qwen35's SwiGLU width (experts 0)
 	interval       int // full_attention_interval
 	vocab, context int
 	mtp            bool
@@ -81,6 +108,30 @@ var qwen3Next80B = func() qwen3NextDims {
 	return d
 }()
 
+// The Qwen3.5 shapes, by the published configurations: rotary on a quarter of each head
+// (64 of 256) in IMRoPE sections 11/11/10.
+var (
+	qwen35_9B = qwen3NextDims{
+		arch: "qwen35", name: "qwen3.5-9b", embd: 4096, layers: 32, heads: 16, kvHeads: 4, headDim: 256, ropeDims: 64,
+		kHeads: 16, vHeads: 32, stateSize: 128, convKernel: 4, ff: 12288, interval: 4, vocab: 248320, context: 262144,
+	}
+	qwen35Mini = func() qwen3NextDims {
+		d := qwen35_9B
+		d.name, d.layers = "qwen3.5-mini", 8
+		return d
+	}()
+	qwen35_35BA3B = qwen3NextDims{
+		arch: "qwen35moe", name: "qwen3.5-35b-a3b", embd: 2048, layers: 40, heads: 16, kvHeads: 2, headDim: 256, ropeDims: 64,
+		kHeads: 16, vHeads: 32, stateSize: 128, convKernel: 4, experts: 256, used: 8, ffExp: 512, ffShexp: 512,
+		interval: 4, vocab: 248320, context: 262144,
+	}
+	qwen35MoEMini = func() qwen3NextDims {
+		d := qwen35_35BA3B
+		d.name, d.layers, d.experts = "qwen3.5moe-mini", 8, 64
+		return d
+	}()
+)
+
 func (d qwen3NextDims) withMTP() qwen3NextDims {
 	d.mtp = true
 	d.name += "-mtp"
@@ -94,7 +145,8 @@ func (d qwen3NextDims) withMTP() qwen3NextDims {
 // recurrent state grow). Norms, ssm_*, the conv and both router weights stay F32, as
 // llama-quantize leaves them.
 func (d qwen3NextDims) build(o Options, v *vocabulary) (*model, error) {
-	const arch = "qwen3next"
+	arch := cmp.Or(d.arch, "qwen3next")
+	qwen35 := arch != "qwen3next"
 	blocks := d.layers
 	if d.mtp {
 		blocks++
@@ -106,17 +158,21 @@ func (d qwen3NextDims) build(o Options, v *vocabulary) (*model, error) {
 	m.set(arch+".block_count", uint32(blocks))
 	m.set(arch+".context_length", uint32(d.context))
 	m.set(arch+".embedding_length", uint32(d.embd))
-	m.set(arch+".feed_forward_length", uint32(d.ffExp*d.used))
+	m.set(arch+".feed_forward_length", uint32(cmp.Or(d.ff, d.ffExp*d.used)))
 	m.set(arch+".attention.head_count", uint32(d.heads))
 	m.set(arch+".attention.head_count_kv", uint32(d.kvHeads))
 	m.set(arch+".rope.freq_base", float32(1e7))
 	m.set(arch+".attention.layer_norm_rms_epsilon", float32(1e-6))
-	m.set(arch+".expert_count", uint32(d.experts))
-	m.set(arch+".expert_used_count", uint32(d.used))
+	if d.experts > 0 {
+		m.set(arch+".expert_count", uint32(d.experts))
+		m.set(arch+".expert_used_count", uint32(d.used))
+	}
 	m.set(arch+".attention.key_length", uint32(d.headDim))
 	m.set(arch+".attention.value_length", uint32(d.headDim))
-	m.set(arch+".expert_feed_forward_length", uint32(d.ffExp))
-	m.set(arch+".expert_shared_feed_forward_length", uint32(d.ffShexp))
+	if d.experts > 0 {
+		m.set(arch+".expert_feed_forward_length", uint32(d.ffExp))
+		m.set(arch+".expert_shared_feed_forward_length", uint32(d.ffShexp))
+	}
 	m.set(arch+".ssm.conv_kernel", uint32(d.convKernel))
 	m.set(arch+".ssm.state_size", uint32(d.stateSize))
 	m.set(arch+".ssm.group_count", uint32(d.kHeads))
@@ -124,6 +180,9 @@ func (d qwen3NextDims) build(o Options, v *vocabulary) (*model, error) {
 	m.set(arch+".ssm.inner_size", uint32(d.vHeads*d.stateSize))
 	m.set(arch+".full_attention_interval", uint32(d.interval))
 	m.set(arch+".rope.dimension_count", uint32(d.ropeDims))
+	if qwen35 {
+		m.set(arch+".rope.dimension_sections", []int32{11, 11, 10, 0})
+	}
 	if d.mtp {
 		m.set(arch+".nextn_predict_layers", uint32(1))
 	}
@@ -174,6 +233,14 @@ func (d qwen3NextDims) build(o Options, v *vocabulary) (*model, error) {
 		)
 	}
 	moe := func(p string, il int) {
+		if d.experts == 0 {
+			m.tensors = append(m.tensors,
+				matrix(p+"ffn_gate.weight", d.embd, d.ff, roleMatrix, il),
+				matrix(p+"ffn_up.weight", d.embd, d.ff, roleMatrix, il),
+				outProj(p+"ffn_down.weight", d.ff, d.embd, roleFFNDown, il),
+			)
+			return
+		}
 		m.tensors = append(m.tensors,
 			f32(p+"ffn_gate_inp.weight", []uint64{uint64(d.embd), uint64(d.experts)}, 1/math.Sqrt(float64(d.embd))),
 			experts(p+"ffn_gate_exps.weight", d.embd, d.ffExp, roleMatrix, il, 1/math.Sqrt(float64(d.embd))),
@@ -189,11 +256,18 @@ func (d qwen3NextDims) build(o Options, v *vocabulary) (*model, error) {
 		p := fmt.Sprintf("blk.%d.", il)
 		m.tensors = append(m.tensors, norm(p+"attn_norm.weight", d.embd), norm(p+"post_attention_norm.weight", d.embd))
 		if (il+1)%d.interval != 0 {
+			// qwen3next projects β and α together, per key head; Qwen3.5 one each.
+			ba := []tensorSpec{matrix(p+"ssm_ba.weight", d.embd, 2*d.vHeads, roleMatrix, il)}
+			if qwen35 {
+				ba = []tensorSpec{matrix(p+"ssm_beta.weight", d.embd, d.vHeads, roleMatrix, il),
+					matrix(p+"ssm_alpha.weight", d.embd, d.vHeads, roleMatrix, il)}
+			}
 			m.tensors = append(m.tensors,
 				matrix(p+"attn_qkv.weight", d.embd, conv, roleAttnQKV, il),
 				matrix(p+"attn_gate.weight", d.embd, value, roleMatrix, il),
-				f32(p+"ssm_conv1d.weight", []uint64{uint64(d.convKernel), uint64(conv)}, 0.35),
-				matrix(p+"ssm_ba.weight", d.embd, 2*d.vHeads, roleMatrix, il),
+				f32(p+"ssm_conv1d.weight", []uint64{uint64(d.convKernel), uint64(conv)}, 0.35))
+			m.tensors = append(m.tensors, ba...)
+			m.tensors = append(m.tensors,
 				vec(p+"ssm_dt.bias", d.vHeads, -4, 1),
 				vec(p+"ssm_a", d.vHeads, -5, 1),
 				norm(p+"ssm_norm.weight", d.stateSize),

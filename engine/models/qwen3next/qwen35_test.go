@@ -1,12 +1,15 @@
 package qwen3next_test
 
 import (
+	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/redlite/batch/engine/ml"
-	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/engine/modelinfo"
 	"github.com/redlite/batch/engine/models/qwen3next"
+	"github.com/redlite/batch/engine/synth"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/internal/modeltest"
 )
@@ -17,7 +20,8 @@ import (
 func TestQwen35Parity(t *testing.T)    { modeltest.Parity(t, "tiny-qwen35-F32") }
 func TestQwen35MoEParity(t *testing.T) { modeltest.Parity(t, "tiny-qwen35moe-F32") }
 
-// TestQwen35Facts: the planner's terms add up to each file, experts only in qwen35moe.
+// TestQwen35Facts: the planner's terms add up to each file, experts only in qwen35moe,
+// and modelinfo reads the same state sizes.
 func TestQwen35Facts(t *testing.T) {
 	for _, tc := range []struct {
 		file    string
@@ -51,7 +55,15 @@ func TestQwen35Facts(t *testing.T) {
 			if want := int64(3 * (4*32*32 + 3*256) * 4); m.RecurrentBytes() != want {
 				t.Errorf("RecurrentBytes %d, want %d", m.RecurrentBytes(), want)
 			}
-			var _ model.Facts = m
+			// `redlite info` and the planner read the same sizes from the file alone.
+			info, err := modelinfo.Inspect(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mem := info.Memory; int64(mem.KVBytesPerPositionF32) != m.KVBytesPerPosition(ml.F32) ||
+				int64(mem.KVBytesPerPositionF16) != m.KVBytesPerPosition(ml.F16) || int64(mem.RecurrentBytesPerSequence) != m.RecurrentBytes() {
+				t.Errorf("modelinfo %+v, the model KV %d / %d, recurrent %d", mem, m.KVBytesPerPosition(ml.F32), m.KVBytesPerPosition(ml.F16), m.RecurrentBytes())
+			}
 		})
 	}
 }
@@ -79,6 +91,53 @@ func TestQwen35LoadErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not say %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// TestQwen35SynthShapes: the released models' layouts (sparse files of zeros) load with the
+// sizes their summaries promise, and modelinfo agrees with the model on the state sizes.
+func TestQwen35SynthShapes(t *testing.T) {
+	for _, tc := range []struct {
+		shape                               string
+		layers, attn, embd, heads, kv, exps int
+	}{
+		{"qwen3.5-9b", 32, 8, 4096, 16, 4, 0},
+		{"qwen3.5-35b-a3b", 40, 10, 2048, 16, 2, 256},
+		{"qwen3.5-mini", 8, 2, 4096, 16, 4, 0},
+		{"qwen3.5moe-mini", 8, 2, 2048, 16, 2, 64},
+	} {
+		t.Run(tc.shape, func(t *testing.T) {
+			if testing.Short() && !strings.HasSuffix(tc.shape, "-mini") {
+				t.Skip("-short: the minis have the same layers")
+			}
+			path := filepath.Join(t.TempDir(), tc.shape+".gguf")
+			if _, err := synth.WriteFile(context.Background(), path, tc.shape, synth.Options{Type: synth.Q8_0, Layout: true}); err != nil {
+				t.Fatal(err)
+			}
+			f, g, err := load(t, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := g.(*qwen3next.Model)
+			c := m.Config()
+			if c.Layers != tc.layers || c.AttnLayers != tc.attn || c.Embedding != tc.embd || c.Heads != tc.heads || c.KVHeads != tc.kv || c.HeadDim != 256 {
+				t.Errorf("config %+v", c)
+			}
+			if (tc.exps > 0) != (m.ExpertTotalBytes() > 0) {
+				t.Errorf("expert bytes %d with %d experts", m.ExpertTotalBytes(), tc.exps)
+			}
+			// Per attention layer 4 or 2 KV heads × (256 + 256) × 4 bytes.
+			if want := int64(tc.attn * tc.kv * 512 * 4); m.KVBytesPerPosition(ml.F32) != want {
+				t.Errorf("KV per position %d, want %d", m.KVBytesPerPosition(ml.F32), want)
+			}
+			info, err := modelinfo.Inspect(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(info.Memory.RecurrentBytesPerSequence) != m.RecurrentBytes() || int64(info.Memory.KVBytesPerPositionF32) != m.KVBytesPerPosition(ml.F32) {
+				t.Errorf("modelinfo %+v, model recurrent %d", info.Memory, m.RecurrentBytes())
 			}
 		})
 	}
