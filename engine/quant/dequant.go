@@ -37,6 +37,7 @@ var decoders = map[Type]blockDecoder{
 	IQ1_M:   deqIQ1_M,
 	IQ4_NL:  deqIQ4_NL,
 	IQ4_XS:  deqIQ4_XS,
+	MXFP4:   deqMXFP4,
 }
 
 // Supported reports whether Dequantize, DotF32 and the row helpers handle t.

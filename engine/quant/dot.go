@@ -48,6 +48,8 @@ func DotF32(t Type, row []byte, x []float32) float32 {
 		return dotQ2_KGo(row, x)
 	case IQ2_XXS:
 		return dotIQ2_XXS(row, x)
+	case MXFP4:
+		return dotMXFP4(row, x)
 	}
 	return dotGeneric(t, row, x)
 }

@@ -204,3 +204,5 @@ func dotRows4Fast(t Type, rows []byte, x []float32, cols int, out []float32, ldo
 	dotQ8_0Rows4AVX512(&rows[0], &x[0], cols, cols/32, len(rows)/t.RowBytes(cols), &out[0], ldo)
 	return true
 }
+
+func dotMXFP4(row []byte, x []float32) float32 { return dotMXFP4Go(row, x) }

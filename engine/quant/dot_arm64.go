@@ -223,3 +223,5 @@ func dotQ8_0Q8_0(w, a []byte) float32 {
 }
 
 func kernelSet() string { return kernels.name }
+
+func dotMXFP4(row []byte, x []float32) float32 { return dotMXFP4Go(row, x) }

@@ -21,6 +21,8 @@ func dotIQ2_XXS(row []byte, x []float32) float32 { return dotIQ2_XXSGo(row, x) }
 
 func dotQ5_K(row []byte, x []float32) float32 { return dotQ5_KGo(row, x) }
 
+func dotMXFP4(row []byte, x []float32) float32 { return dotMXFP4Go(row, x) }
+
 func dotRowsFast(Type, []byte, []float32, []float32) bool { return false }
 
 func dotRows4Fast(Type, []byte, []float32, int, []float32, int) bool { return false }

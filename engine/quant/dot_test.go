@@ -36,6 +36,8 @@ func randomRow(t Type, n int, rng *rand.Rand) []byte {
 			binary.LittleEndian.PutUint16(b, F32ToF16(float32(rng.NormFloat64())))
 		case BF16:
 			binary.LittleEndian.PutUint16(b, F32ToBF16(float32(rng.NormFloat64())))
+		case MXFP4:
+			b[0] = byte(118 + rng.IntN(13)) // scales 2^−10 … 2^2
 		case IQ1_M:
 			d := scale()
 			for k := 0; k < 4; k++ {

@@ -1090,3 +1090,7 @@ var iq1sGrid = [2048]uint64{
 
 // kvaluesIQ4NL: the 16 non-linear levels of IQ4_NL and IQ4_XS.
 var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+// kvaluesMXFP4: the 16 values of an FP4 (E2M1) nibble, doubled so that they are integers
+// (ggml's kvalues_mxfp4); the block's scale is halved to match (e8m0Half).
+var kvaluesMXFP4 = [16]int8{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
