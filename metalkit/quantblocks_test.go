@@ -41,6 +41,8 @@ func randomMatrix(rng *rand.Rand, t quant.Type, rows, cols int) []byte {
 		case quant.Q4_1, quant.Q5_1, quant.Q5_K:
 			binary.LittleEndian.PutUint16(b[0:], scale())
 			binary.LittleEndian.PutUint16(b[2:], scale())
+		case quant.MXFP4:
+			b[0] = byte(120 + rng.IntN(4)) // an exponent byte: scales 2^−8 … 2^−5
 		case quant.IQ1_M:
 			// The block scale is spread over the top nibbles of the four scale words.
 			d := scale()

@@ -223,3 +223,13 @@ kernel void get_rows_iq4_xs(
         ushort tiitg [[thread_index_in_threadgroup]]) {
     get_rows_impl<fmt_iq4_xs>(args, table, ids, y, tgpig, tiitg);
 }
+
+kernel void get_rows_mxfp4(
+        constant get_rows_args & args [[buffer(0)]],
+        device const uchar * table [[buffer(1)]],
+        device const float * ids [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    get_rows_impl<fmt_mxfp4>(args, table, ids, y, tgpig, tiitg);
+}

@@ -20,6 +20,7 @@ var MatMulTypes = []quant.Type{
 	quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K,
 	quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S,
 	quant.IQ1_S, quant.IQ1_M, quant.IQ4_NL, quant.IQ4_XS,
+	quant.MXFP4,
 }
 
 // Geometry of the matrix kernels. go generate writes it into mul_mat_geometry.h as the

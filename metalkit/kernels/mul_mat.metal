@@ -1565,3 +1565,74 @@ kernel void mul_mv_id_sum_iq4_xs_f32(
         ushort tiisg [[thread_index_in_simdgroup]]) {
     mul_mv_id_sum_impl<fmt_iq4_xs>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
 }
+
+kernel void mul_mv_mxfp4_f32(
+        constant mul_mv_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_impl<fmt_mxfp4>(args, w, x, y, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mm_mxfp4_f32(
+        constant mul_mm_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device float * y [[buffer(3)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int xrow[MM_TN];
+    mul_mm_impl<fmt_mxfp4>(args, w, x, y, ws, xs, xrow, tgpig, tiitg);
+}
+
+kernel void mul_mm_id_mxfp4_f32(
+        constant mul_mm_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort tiitg [[thread_index_in_threadgroup]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    threadgroup float ws[MM_TM * MM_LD];
+    threadgroup float xs[MM_TN * MM_LD];
+    threadgroup int list[MM_ID_LIST];
+    threadgroup int xrow[MM_TN];
+    threadgroup int yrow[MM_TN];
+    threadgroup int counts[MM_THREADS / 32];
+    mul_mm_id_impl<fmt_mxfp4>(args, w, x, ids, y, where, ws, xs, list, xrow, yrow, counts, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_mxfp4_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device float * y [[buffer(4)]],
+        constant int * where [[buffer(5)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_impl<fmt_mxfp4>(args, w, x, ids, y, where, tgpig, sgitg, tiisg);
+}
+
+kernel void mul_mv_id_sum_mxfp4_f32(
+        constant mul_mv_id_args & args [[buffer(0)]],
+        device const uchar * w [[buffer(1)]],
+        device const float * x [[buffer(2)]],
+        device const float * ids [[buffer(3)]],
+        device const float * ws [[buffer(4)]],
+        device float * y [[buffer(5)]],
+        constant int * where [[buffer(6)]],
+        uint3 tgpig [[threadgroup_position_in_grid]],
+        ushort sgitg [[simdgroup_index_in_threadgroup]],
+        ushort tiisg [[thread_index_in_simdgroup]]) {
+    mul_mv_id_sum_impl<fmt_mxfp4>(args, w, x, ids, ws, y, where, tgpig, sgitg, tiisg);
+}

@@ -17,8 +17,8 @@
 #include "common.h"
 #include "quant_tables.h"
 
-// Fields of a block are 2-byte aligned at best (every block size is even), so wider words
-// are put together from halves.
+// Fields of a block are 2-byte aligned at best (every block size but MXFP4's is even), so
+// wider words are put together from halves.
 static inline float ld_half(device const uchar * p) {
     return float(*(device const half *)p);
 }
@@ -136,6 +136,23 @@ struct fmt_iq4_nl {
         const int shift = 4 * il;
         for (int j = 0; j < 16; j++) {
             y[j] = d * kvalues_iq4nl[(q[j] >> shift) & 0xf];
+        }
+    }
+};
+
+// MXFP4: an E8M0 exponent byte e, 16 bytes of FP4 nibbles as Q4_0, levels kvalues_mxfp4
+// (doubled) times 2^(e−128) (half the block scale), built from its bits as ggml does. The
+// 17-byte block is the one odd size: its fields are single bytes.
+struct fmt_mxfp4 {
+    enum { QK = 32, BYTES = 17 };
+    static inline void deq16(device const uchar * row, int c, int cols, thread float * y) {
+        CHUNK_BLOCK(fmt_mxfp4)
+        const uint e = b[0];
+        const float d = as_type<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+        device const uchar * q = b + 1;
+        const int shift = 4 * il;
+        for (int j = 0; j < 16; j++) {
+            y[j] = kvalues_mxfp4[(q[j] >> shift) & 0xf] * d;
         }
     }
 };

@@ -4633,6 +4633,9 @@ constant uchar iq1s_grid[2048][8] = {
 // The 16 levels of IQ4_NL and IQ4_XS.
 constant float kvalues_iq4nl[16] = {-127.0f, -104.0f, -83.0f, -65.0f, -49.0f, -35.0f, -22.0f, -10.0f, 1.0f, 13.0f, 25.0f, 38.0f, 53.0f, 69.0f, 89.0f, 113.0f};
 
+// The 16 FP4 (E2M1) values of MXFP4, doubled.
+constant float kvalues_mxfp4[16] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 6.0f, 8.0f, 12.0f, 0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
+
 // The full 8-bit sign mask of a 7-bit sign index (the eighth sign makes the parity even).
 constant uchar ksigns_iq2xs[128] = {
     0, 129, 130, 3, 132, 5, 6, 135, 136, 9, 10, 139, 12, 141, 142, 15,

@@ -102,19 +102,24 @@ func quantTables(src []byte) ([]byte, error) {
 		}
 		b.WriteString("};\n\n")
 	}
-	kv, ok := vals["kvaluesIQ4NL"]
-	if !ok {
-		return nil, fmt.Errorf("no array kvaluesIQ4NL")
-	}
-	b.WriteString("// The 16 levels of IQ4_NL and IQ4_XS.\n")
-	fmt.Fprintf(&b, "constant float kvalues_iq4nl[%d] = {", len(kv))
-	for i, e := range kv {
-		if i > 0 {
-			b.WriteString(", ")
+	for _, lv := range []struct{ goName, cName, what string }{
+		{"kvaluesIQ4NL", "kvalues_iq4nl", "The 16 levels of IQ4_NL and IQ4_XS."},
+		{"kvaluesMXFP4", "kvalues_mxfp4", "The 16 FP4 (E2M1) values of MXFP4, doubled."},
+	} {
+		kv, ok := vals[lv.goName]
+		if !ok {
+			return nil, fmt.Errorf("no array %s", lv.goName)
 		}
-		fmt.Fprintf(&b, "%d.0f", int8(e))
+		fmt.Fprintf(&b, "// %s\n", lv.what)
+		fmt.Fprintf(&b, "constant float %s[%d] = {", lv.cName, len(kv))
+		for i, e := range kv {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%d.0f", int8(e))
+		}
+		b.WriteString("};\n\n")
 	}
-	b.WriteString("};\n\n")
 	// The eighth sign of an i-quant group is the parity of the seven stored ones.
 	b.WriteString("// The full 8-bit sign mask of a 7-bit sign index (the eighth sign makes the parity even).\n")
 	b.WriteString("constant uchar ksigns_iq2xs[128] = {\n")
