@@ -205,4 +205,12 @@ func dotRows4Fast(t Type, rows []byte, x []float32, cols int, out []float32, ldo
 	return true
 }
 
-func dotMXFP4(row []byte, x []float32) float32 { return dotMXFP4Go(row, x) }
+//go:noescape
+func dotMXFP4AVX2(row *byte, x *float32, nblocks int, levels *[16]int8, scales *[256]float32) float32
+
+func dotMXFP4(row []byte, x []float32) float32 {
+	if !useAsm {
+		return dotMXFP4Go(row, x)
+	}
+	return dotMXFP4AVX2(&row[0], &x[0], len(x)/32, &kvaluesMXFP4, &e8m0HalfTable)
+}

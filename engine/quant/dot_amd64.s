@@ -541,3 +541,63 @@ done:
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func dotMXFP4AVX2(row *byte, x *float32, nblocks int, levels *[16]int8, scales *[256]float32) float32
+//
+// dotMXFP4Go's order exactly, with separate multiplies and adds (no FMA): lane i of a block
+// sums the products of elements i, i+8, i+16, i+24, the lanes are scaled and added to the
+// row's, which are folded (0+4 …), (0+2, 1+3), 0+1 at the end.
+TEXT ·dotMXFP4AVX2(SB), NOSPLIT, $0-44
+	MOVQ          row+0(FP), SI
+	MOVQ          x+8(FP), DI
+	MOVQ          nblocks+16(FP), CX
+	MOVQ          levels+24(FP), R8
+	MOVQ          scales+32(FP), R9
+	VMOVDQU       (R8), X7
+	MOVL          $0x0f0f0f0f, AX
+	VMOVD         AX, X6
+	VPBROADCASTD  X6, X6
+	VXORPS        Y0, Y0, Y0
+
+mxloop:
+	MOVBLZX       (SI), AX
+	VBROADCASTSS  (R9)(AX*4), Y8
+	VMOVDQU       1(SI), X1
+	VPSRLW        $4, X1, X2
+	VPAND         X6, X1, X1
+	VPAND         X6, X2, X2
+	VPSHUFB       X1, X7, X1     // levels of elements 0..15
+	VPSHUFB       X2, X7, X2     // levels of elements 16..31
+	VPMOVSXBD     X1, Y4
+	VPSRLDQ       $8, X1, X1
+	VPMOVSXBD     X1, Y5
+	VPMOVSXBD     X2, Y9
+	VPSRLDQ       $8, X2, X2
+	VPMOVSXBD     X2, Y10
+	VCVTDQ2PS     Y4, Y4
+	VCVTDQ2PS     Y5, Y5
+	VCVTDQ2PS     Y9, Y9
+	VCVTDQ2PS     Y10, Y10
+	VMULPS        (DI), Y4, Y4
+	VMULPS        32(DI), Y5, Y5
+	VADDPS        Y5, Y4, Y4
+	VMULPS        64(DI), Y9, Y9
+	VADDPS        Y9, Y4, Y4
+	VMULPS        96(DI), Y10, Y10
+	VADDPS        Y10, Y4, Y4
+	VMULPS        Y8, Y4, Y4
+	VADDPS        Y4, Y0, Y0
+	ADDQ          $17, SI
+	ADDQ          $128, DI
+	DECQ          CX
+	JNZ           mxloop
+
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVHLPS      X0, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VADDSS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+40(FP)
+	RET

@@ -16,6 +16,14 @@ func e8m0Half(e byte) float32 {
 	return math.Float32frombits(uint32(e-1) << 23)
 }
 
+// e8m0HalfTable is e8m0Half of every byte, for the vector kernels.
+var e8m0HalfTable = func() (t [256]float32) {
+	for e := range t {
+		t[e] = e8m0Half(byte(e))
+	}
+	return t
+}()
+
 func deqMXFP4(b []byte, y []float32) {
 	d := e8m0Half(b[0])
 	for j, q := range b[1:17] {
