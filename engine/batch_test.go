@@ -38,7 +38,7 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 // every fixture model and both KV precisions.
 func TestBatchParity(t *testing.T) {
 	files := append([]string{"tiny-qwen3-F32", "tiny-qwen3-Q8_0", "tiny-qwen3-Q4_K_M", "tiny-qwen3moe-F32", "tiny-llama-F32",
-		"tiny-qwen35-F32", "tiny-qwen35moe-F32"}, qwen3nextFiles...)
+		"tiny-qwen35-F32", "tiny-qwen35moe-F32", "tiny-qwen3moe-MXFP4"}, qwen3nextFiles...)
 	if testing.Short() {
 		files = []string{"tiny-qwen3-Q8_0", "tiny-qwen3moe-F32", "tiny-llama-F32", "tiny-qwen3next-Q8_0", "tiny-qwen35moe-F32"}
 	}
