@@ -142,3 +142,29 @@ func TestQwen35SynthShapes(t *testing.T) {
 		})
 	}
 }
+
+// FuzzQwen35Hyperparameters loads tiny-qwen35 with the keys only the Qwen3.5 variants read
+// or read differently (the rotary sections, the DeltaNet head counts, the feed-forward
+// width) set to arbitrary values: the loader refuses or loads, never panics, and what it
+// loads has the file's shape.
+func FuzzQwen35Hyperparameters(f *testing.F) {
+	f.Add(int32(3), int32(3), int32(2), int32(0), uint32(2), uint32(4), uint32(128))
+	f.Add(int32(11), int32(11), int32(10), int32(0), uint32(2), uint32(4), uint32(128))
+	f.Add(int32(-1), int32(0), int32(0), int32(9), uint32(0), uint32(3), uint32(0))
+	f.Add(int32(1<<30), int32(1<<30), int32(1<<30), int32(1<<30), uint32(1<<31), uint32(1<<31), uint32(1<<31))
+	f.Fuzz(func(t *testing.T, s0, s1, s2, s3 int32, groups, rank, ff uint32) {
+		set := map[string]any{
+			"qwen35.rope.dimension_sections": []int32{s0, s1, s2, s3},
+			"qwen35.ssm.group_count":         groups,
+			"qwen35.ssm.time_step_rank":      rank,
+			"qwen35.feed_forward_length":     ff,
+		}
+		_, g, err := load(t, fixtures.Edit(t, fixtures.Path(t, "models", "tiny-qwen35-F32.gguf"), nil, set))
+		if err != nil {
+			return
+		}
+		if c := g.Config(); c.Arch != "qwen35" || c.Vocab != 512 || c.Layers != 4 {
+			t.Errorf("loaded %+v", c)
+		}
+	})
+}
