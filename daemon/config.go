@@ -54,7 +54,7 @@ type Config struct {
 	// REDLITE_METAL_BATCH_ATTENTION.
 	metalkit.Switches
 
-	// KV forces the KV cache precision: auto (the planner chooses), f32 or f16.
+	// KV forces the KV cache precision: auto (the planner chooses), f32, f16 or q8_0.
 	KV string `env:"REDLITE_KV" envDefault:"auto"`
 	// MaxChunk caps the prefill chunk in tokens; 0 means the planner's largest (2048).
 	MaxChunk int `env:"REDLITE_MAX_CHUNK" envDefault:"0"`
@@ -243,7 +243,7 @@ func (c Config) policy() (planner.Policy, error) {
 	if c.KV != "auto" {
 		prec, err := ml.ParseDType(c.KV)
 		if err != nil {
-			return p, fmt.Errorf("REDLITE_KV: want auto, f32 or f16, got %q", c.KV)
+			return p, fmt.Errorf("REDLITE_KV: want auto, f32, f16 or q8_0, got %q", c.KV)
 		}
 		p.KV = &prec
 	}

@@ -139,7 +139,7 @@ func attentionDecodeCost(heads, kvHeads, tgHeads, hd, positions, nsplit int, dt 
 	if tgHeads == 1 {
 		readers = heads
 	}
-	kv := int64(readers) * int64(positions) * int64(hd) * 2 * int64(dt.Bytes())
+	kv := int64(readers) * int64(positions) * 2 * dt.RowBytes(hd)
 	q := int64(nsplit) * int64(heads) * int64(hd) * 4
 	written := int64(heads) * int64(hd) * 4
 	if nsplit > 1 {
@@ -176,7 +176,7 @@ func attentionPrefillCost(n, heads, tgHeads, hd, pos0 int, dt ml.DType) device.C
 	}
 	return device.Cost{
 		Label:   "attention prefill",
-		Read:    int64(heads/tgHeads)*rows*int64(hd)*2*int64(dt.Bytes()) + int64(n*heads*hd*4),
+		Read:    int64(heads/tgHeads)*rows*2*dt.RowBytes(hd) + int64(n*heads*hd*4),
 		Written: int64(n * heads * hd * 4),
 		FLOPs:   4 * int64(heads) * seen * int64(hd),
 	}

@@ -70,7 +70,7 @@ func newKVPool(dev device.Device, layers, kvHeads, headDim, blocks, blockSize in
 		return nil, fmt.Errorf("metalkit: a KV block of %d positions is neither at most %d nor a multiple of it", blockSize, attnSplit)
 	}
 	p := &kvPool{dev: dev, dtype: dt, layers: layers, kvHeads: kvHeads, headDim: headDim, blockSize: blockSize, blocks: blocks}
-	size := int64(blocks) * int64(blockSize) * int64(kvHeads*headDim) * int64(dt.Bytes())
+	size := int64(blocks) * int64(blockSize) * dt.RowBytes(kvHeads*headDim)
 	if size > dev.MaxBufferLength() {
 		return nil, fmt.Errorf("metalkit: a layer's keys of %d blocks of %d positions take %d bytes, more than the device's largest buffer (%d)", blocks, blockSize, size, dev.MaxBufferLength())
 	}
@@ -311,7 +311,7 @@ func (e *encoder) kvCopy(store bool, c *cache, layer, pos0, n int, k, v Region) 
 
 // kvCost: the keys and values of n positions cross between float32 tensors and the cache.
 func kvCost(store bool, n, row int, dt ml.DType) device.Cost {
-	f32, cached := int64(2*n*row*4), int64(2*n*row*dt.Bytes())
+	f32, cached := int64(2*n*row*4), 2*int64(n)*dt.RowBytes(row)
 	if store {
 		return device.Cost{Label: "kv store", Read: f32, Written: cached}
 	}

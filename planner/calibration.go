@@ -34,6 +34,7 @@ type Calibration struct {
 	// context position for each KV precision: a backend that repacks the cache for a prefill
 	// chunk's attention (the CPU backend packs every position's keys, and widens f16 values
 	// to f32) needs it on top of the cache. Absent means 0: Metal reads the cache in place.
+	// A q8_0 cache is widened as an f16 one is, so the F16 figure serves it.
 	AttentionScratchBytesPerPositionF32 float64 `json:"attention_scratch_bytes_per_position_f32,omitempty"`
 	AttentionScratchBytesPerPositionF16 float64 `json:"attention_scratch_bytes_per_position_f16,omitempty"`
 	// MinChunk is the smallest prefill chunk; its scratch is part of BaseMiB.
@@ -52,9 +53,19 @@ const (
 	StatusPlaceholder = "placeholder"
 )
 
+// KVs are the cache precisions the calibration's backend holds, best first: the Metal
+// kernels read f32 and f16 caches only.
+func (c Calibration) KVs() []ml.DType {
+	switch c.Backend {
+	case "metal", "metal-harness":
+		return []ml.DType{ml.F32, ml.F16}
+	}
+	return KVPrecisions
+}
+
 // attentionScratch is the transient attention bytes per context position at precision p.
 func (c Calibration) attentionScratch(p ml.DType) float64 {
-	if p == ml.F16 {
+	if p == ml.F16 || p == ml.Q8_0 {
 		return c.AttentionScratchBytesPerPositionF16
 	}
 	return c.AttentionScratchBytesPerPositionF32

@@ -27,9 +27,9 @@
 //
 // # The choice
 //
-// Choose prices every configuration the policy allows — KV f32 or f16, MTP on or off, chunks
+// Choose prices every configuration the policy allows — KV f32, f16 or q8_0, MTP on or off, chunks
 // 2048, 1024 and 512 — and takes the first that fits in the order of the preference (by
-// default f32 before f16, MTP before none, larger chunks before smaller), skipping MTP
+// default f32 before f16 before q8_0, MTP before none, larger chunks before smaller), skipping MTP
 // beyond the calibration's MTP context and chunks larger than the prompt needs. All experts
 // stay resident if at all possible; a bounded expert cache is the last resort, used (by
 // default) only on a worker that cannot hold the experts at all, and then as large as fits,

@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/redlite/batch/engine/ml"
 )
@@ -76,8 +77,12 @@ func Estimate(cfg Config, p Profile, c Calibration) (Breakdown, error) {
 		return bad("context %d must be within [1, %d], the model's trained context", cfg.Context, p.ContextLength)
 	case cfg.Slots < 1:
 		return bad("slots must be ≥ 1, got %d", cfg.Slots)
-	case cfg.KV != ml.F32 && cfg.KV != ml.F16:
-		return bad("kv %v: want f32 or f16", cfg.KV)
+	case cfg.KV != ml.F32 && cfg.KV != ml.F16 && cfg.KV != ml.Q8_0:
+		return bad("kv %v: want f32, f16 or q8_0", cfg.KV)
+	case !slices.Contains(c.KVs(), cfg.KV):
+		return bad("kv %v: the %s backend holds %v caches", cfg.KV, c.Backend, c.KVs())
+	case p.KVPerPosition(cfg.KV) <= 0:
+		return bad("kv %v: the model %q's attention heads are not whole blocks of %d values", cfg.KV, p.Name, ml.Q8_0Block)
 	case cfg.Chunk < c.MinChunk:
 		return bad("chunk %d is below the backend's smallest chunk %d", cfg.Chunk, c.MinChunk)
 	case cfg.MTP && !p.HasMTP():

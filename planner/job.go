@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redlite/batch/engine/ml"
@@ -58,7 +59,7 @@ const (
 )
 
 // KVPrecisions are the KV cache precisions the planner chooses from, best first.
-var KVPrecisions = []ml.DType{ml.F32, ml.F16}
+var KVPrecisions = []ml.DType{ml.F32, ml.F16, ml.Q8_0}
 
 // KVs are the precisions the policy lets the planner choose from: the forced one, or all.
 func (p Policy) KVs() []ml.DType {
@@ -66,6 +67,22 @@ func (p Policy) KVs() []ml.DType {
 		return []ml.DType{*p.KV}
 	}
 	return KVPrecisions
+}
+
+// kvChoices are the precisions of pol.KVs() that the calibration's backend holds and the
+// model's heads can be stored in, best first; when none is, pol.KVs() itself, so that
+// pricing it says why.
+func kvChoices(pol Policy, p Profile, c Calibration) []ml.DType {
+	var out []ml.DType
+	for _, kv := range pol.KVs() {
+		if slices.Contains(c.KVs(), kv) && p.KVPerPosition(kv) > 0 {
+			out = append(out, kv)
+		}
+	}
+	if len(out) == 0 {
+		return pol.KVs()
+	}
+	return out
 }
 
 // ForceKV is a Policy.KV that forces precision d.
@@ -135,8 +152,8 @@ func (j Job) Validate() error {
 	case j.Policy.MaxChunk < 0:
 		return bad("policy max_chunk must be ≥ 0 (0 means %d), got %d", LargestChunk, j.Policy.MaxChunk)
 	}
-	if kv := j.Policy.KV; kv != nil && *kv != ml.F32 && *kv != ml.F16 {
-		return bad("policy kv %v: want f32, f16 or none", *kv)
+	if kv := j.Policy.KV; kv != nil && !slices.Contains(KVPrecisions, *kv) {
+		return bad("policy kv %v: want f32, f16, q8_0 or none", *kv)
 	}
 	switch j.Policy.ExpertCache {
 	case "", CacheAuto, CacheNever, CacheAllow:

@@ -129,7 +129,7 @@ type search struct {
 	usable  int64 // MiB
 }
 
-func (s *search) kvs() []ml.DType { return s.job.Policy.KVs() }
+func (s *search) kvs() []ml.DType { return kvChoices(s.job.Policy, s.p, s.c) }
 
 func (s *search) mtps() []bool {
 	if s.p.HasMTP() && !s.job.Policy.DisableMTP {

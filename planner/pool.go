@@ -52,7 +52,7 @@ func PlanPool(p Profile, c Calibration, b Budget, pol Policy, slots, stepTokens,
 	if slots < 1 || slots > MaxSlots || stepTokens < 1 || blockSize < 1 {
 		return Pool{}, fmt.Errorf("%w: a pool of %d slots (1 to %d), steps of %d tokens and blocks of %d positions", ErrBadJob, slots, MaxSlots, stepTokens, blockSize)
 	}
-	kvs := pol.KVs()
+	kvs := kvChoices(pol, p, c)
 	usable := b.UsableMiB()
 	chunk := max(stepTokens, c.MinChunk)
 	want := min(PoolMinSlotContext, p.ContextLength)

@@ -20,6 +20,9 @@ const SlotAlignment = 4096
 type KVBytes struct {
 	F32 int64 `json:"f32"`
 	F16 int64 `json:"f16"`
+	// Q8_0 is 0 in profiles written before the precision existed: the planner then never
+	// chooses it.
+	Q8_0 int64 `json:"q8_0,omitempty"`
 }
 
 // ExpertLayer is the routed-expert payload of one layer.
@@ -71,8 +74,11 @@ type Profile struct {
 
 // KVPerPosition returns the KV bytes of one position at precision p.
 func (p Profile) KVPerPosition(prec ml.DType) int64 {
-	if prec == ml.F16 {
+	switch prec {
+	case ml.F16:
 		return p.KVBytesPerPosition.F16
+	case ml.Q8_0:
+		return p.KVBytesPerPosition.Q8_0
 	}
 	return p.KVBytesPerPosition.F32
 }
@@ -121,6 +127,8 @@ func (p Profile) Validate() error {
 		return bad("kv_bytes_per_position.f16 must be > 0, got %d", p.KVBytesPerPosition.F16)
 	case p.KVBytesPerPosition.F16 > p.KVBytesPerPosition.F32:
 		return bad("kv_bytes_per_position.f16 (%d) exceeds f32 (%d)", p.KVBytesPerPosition.F16, p.KVBytesPerPosition.F32)
+	case p.KVBytesPerPosition.Q8_0 < 0 || p.KVBytesPerPosition.Q8_0 > p.KVBytesPerPosition.F16:
+		return bad("kv_bytes_per_position.q8_0 (%d) must be within [0, f16 (%d)]", p.KVBytesPerPosition.Q8_0, p.KVBytesPerPosition.F16)
 	case p.RecurrentStateBytes < 0:
 		return bad("recurrent_state_bytes must be ≥ 0, got %d", p.RecurrentStateBytes)
 	case p.MTPBytes < 0:
@@ -204,6 +212,9 @@ func ProfileFromFacts(f Facts) (Profile, error) {
 			F16: ml.KVBytesPerPosition(f.AttentionLayers, f.KVHeads, f.KeyLength, f.ValueLength, ml.F16),
 		},
 		RecurrentStateBytes: f.RecurrentStateBytes,
+	}
+	if ml.Q8_0.RowFits(f.KeyLength) && ml.Q8_0.RowFits(f.ValueLength) {
+		p.KVBytesPerPosition.Q8_0 = ml.KVBytesPerPosition(f.AttentionLayers, f.KVHeads, f.KeyLength, f.ValueLength, ml.Q8_0)
 	}
 	layers := map[int]*ExpertLayer{}
 	var order []int

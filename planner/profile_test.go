@@ -87,11 +87,12 @@ func TestProfileFromFixture(t *testing.T) {
 	want := Profile{
 		Architecture: "qwen3next", Name: "tiny-qwen3next-IQ2_XXS", ContextLength: 262144,
 		ExpertCount: 16, ExpertUsedCount: 4, ExpertLayerCount: 4,
-		ExpertLayers:       []ExpertLayer{layer(0), layer(1), layer(2), layer(3)},
-		ExpertBytes:        4 * 16 * 50688,
-		ExpertCacheBytes:   4 * 16 * 53248,
-		DenseBytes:         total - 4*16*50688,
-		KVBytesPerPosition: KVBytes{F32: 2048, F16: 1024},
+		ExpertLayers:     []ExpertLayer{layer(0), layer(1), layer(2), layer(3)},
+		ExpertBytes:      4 * 16 * 50688,
+		ExpertCacheBytes: 4 * 16 * 53248,
+		DenseBytes:       total - 4*16*50688,
+		// q8_0: (256 + 256) values are 16 blocks of 34 bytes.
+		KVBytesPerPosition: KVBytes{F32: 2048, F16: 1024, Q8_0: 544},
 		// 3 × (4 × 128 × 128 + 3 × 1024) × 4.
 		RecurrentStateBytes: 823296,
 	}

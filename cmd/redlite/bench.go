@@ -58,7 +58,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tg := fs.Int("n", 128, "tokens for the decode test (0 skips it)")
 	depth := fs.Int("d", 0, "tokens already in the cache before each test (llama-bench's -d): prefilled once, untimed, and restored before every run")
 	reps := fs.Int("r", 3, "repetitions of each test")
-	kvName := fs.String("kv", "f16", "KV cache precision: f16 (llama-bench's default) or f32")
+	kvName := fs.String("kv", "f16", "KV cache precision: f16 (llama-bench's default), f32 or q8_0")
 	dot := fs.String("dot", "auto", "CPU dot path of quantized products: auto, exact or int8 (the daemon's REDLITE_CPU_DOT)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to `file`")

@@ -43,7 +43,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var logprobs optionalInt
 	fs.Var(&logprobs, "logprobs", "after the text, print a line per token: logprob, id, text and its `N` most likely alternatives (0–20)")
 	chunk := fs.Int("chunk", 512, "prefill chunk size (0: whole prompt)")
-	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
+	kvName := fs.String("kv", "f32", "KV cache precision: f32, f16 or q8_0")
 	ctxLen := fs.Int("context", 0, "session context (0: prompt + max tokens)")
 	threads := fs.Int("threads", 0, "CPU threads (0: all)")
 	backend := backendFlag(fs)

@@ -26,7 +26,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	prompt := fs.String("prompt", "", "text to tokenize (instead of --tokens)")
 	parseSpecial := fs.Bool("parse-special", false, "with --prompt: match control tokens in the text")
 	chunk := fs.Int("chunk", 0, "prefill chunk size (0: whole prompt)")
-	kvName := fs.String("kv", "f32", "KV cache precision: f32 or f16")
+	kvName := fs.String("kv", "f32", "KV cache precision: f32, f16 or q8_0")
 	threads := fs.Int("threads", 0, "CPU threads (0: all)")
 	backend := backendFlag(fs)
 	out := fs.String("out", "", "output `file`: float32 little-endian, row-major [positions][vocab] (required)")

@@ -33,7 +33,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	limit := fs.Int64("gpu-limit-mib", 0, "GPU limit in MiB (default: --ram-fraction of physical memory, Linux only)")
 	fraction := fs.Float64("ram-fraction", planner.DefaultRAMFraction, "share of physical memory to plan into when --gpu-limit-mib is not given")
 	margin := fs.Int64("margin-mib", planner.DefaultMarginMiB, "safety margin kept free below the limit, MiB")
-	kv := fs.String("kv", "auto", "KV cache precision: auto, f32 or f16")
+	kv := fs.String("kv", "auto", "KV cache precision: auto, f32, f16 or q8_0")
 	maxChunk := fs.Int("max-chunk", 0, "cap on the prefill chunk in tokens (0: no cap)")
 	noMTP := fs.Bool("no-mtp", false, "never use MTP")
 	slots := fs.Int("slots", 1, "parallel slots, each sized for this job")
@@ -51,7 +51,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *kv != "auto" {
 		p, err := ml.ParseDType(*kv)
 		if err != nil {
-			return usageErr("--kv %q: want auto, f32 or f16", *kv)
+			return usageErr("--kv %q: want auto, f32, f16 or q8_0", *kv)
 		}
 		job.Policy.KV = &p
 	}

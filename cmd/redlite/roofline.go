@@ -17,7 +17,7 @@ func runRoofline(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	modelPath := fs.String("model", "", "GGUF model `file`; a layout-only file (redlite synth --layout) will do, nothing is read")
 	depths := fs.String("depths", "4096,32768", "decode steps to count, after this many positions each (comma-separated)")
 	chunk := fs.Int("chunk", 2048, "prefill chunk to count (0: none)")
-	kv := fs.String("kv", "f16", "KV cache precision: f32|f16")
+	kv := fs.String("kv", "f16", "KV cache precision: f32|f16|q8_0")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -8,7 +8,8 @@ import (
 )
 
 // kvPool stores keys and values per layer as blocks of [blockSize, kvHeads, headDim], in
-// float32 or in float16 bits; a sequence's cache is a table of its blocks. A cache made by
+// float32, in float16 bits or in Q8_0 blocks (each head's row a whole number of them); a
+// sequence's cache is a table of its blocks. A cache made by
 // NewCache has a pool of its own with a single block of its whole capacity, so a lone
 // sequence's keys are contiguous as they always were.
 type kvPool struct {
@@ -18,6 +19,7 @@ type kvPool struct {
 	blockSize, blocks int
 	k32, v32          [][]float32 // per layer: blocks·blockSize·kvHeads·headDim
 	k16, v16          [][]uint16
+	k8, v8            [][]byte
 	list              *ml.BlockList
 }
 
@@ -42,6 +44,9 @@ func newKVPool(layers, kvHeads, headDim, blocks, blockSize int, dtype ml.DType) 
 		// Attention walks the cache in runs that never cross a block.
 		return nil, fmt.Errorf("cpu: a KV block of %d positions is neither at most %d nor a multiple of it", blockSize, attnBlock)
 	}
+	if !dtype.RowFits(headDim) {
+		return nil, fmt.Errorf("cpu: a head of %d features is not a whole number of %v blocks of %d", headDim, dtype, ml.Q8_0Block)
+	}
 	p := &kvPool{dtype: dtype, layers: layers, kvHeads: kvHeads, headDim: headDim, blockSize: blockSize, blocks: blocks}
 	n := blocks * blockSize * kvHeads * headDim
 	for range layers {
@@ -52,6 +57,9 @@ func newKVPool(layers, kvHeads, headDim, blocks, blockSize int, dtype ml.DType) 
 		case ml.F16:
 			p.k16 = append(p.k16, make([]uint16, n))
 			p.v16 = append(p.v16, make([]uint16, n))
+		case ml.Q8_0:
+			p.k8 = append(p.k8, make([]byte, ml.Q8_0.RowBytes(n)))
+			p.v8 = append(p.v8, make([]byte, ml.Q8_0.RowBytes(n)))
 		default:
 			return nil, fmt.Errorf("cpu: cache precision %v not supported", dtype)
 		}
@@ -100,7 +108,7 @@ func (p *kvPool) alloc(positions int) (*cache, error) {
 // pass).
 func (p *kvPool) Free() {
 	p.list.Close()
-	p.k32, p.v32, p.k16, p.v16 = nil, nil, nil, nil
+	p.k32, p.v32, p.k16, p.v16, p.k8, p.v8 = nil, nil, nil, nil, nil, nil
 }
 
 // Free gives the cache's blocks back to its pool (and frees a private pool).
@@ -151,6 +159,13 @@ func (c *cache) span16(layer, p0, p1 int) (k, v []uint16) {
 	return c.k16[layer][lo:hi], c.v16[layer][lo:hi]
 }
 
+// span8 is span32 for a Q8_0 cache: the blocks of the rows.
+func (c *cache) span8(layer, p0, p1 int) (k, v []byte) {
+	lo := ml.Q8_0.RowBytes(c.at(p0))
+	hi := lo + ml.Q8_0.RowBytes((p1-p0)*c.kvHeads*c.headDim)
+	return c.k8[layer][lo:hi], c.v8[layer][lo:hi]
+}
+
 // attnRun is the positions attention takes at a time: a run never crosses a block.
 func (c *cache) attnRun() int {
 	if len(c.pages) == 1 {
@@ -186,6 +201,10 @@ func (c *cache) store(layer, pos0 int, k, v []float32) {
 			dk, dv := c.span16(layer, p, e)
 			quant.F32ToF16Slice(dk, k[off:off+m])
 			quant.F32ToF16Slice(dv, v[off:off+m])
+		case ml.Q8_0:
+			dk, dv := c.span8(layer, p, e)
+			quant.QuantizeQ8_0Ref(k[off:off+m], dk)
+			quant.QuantizeQ8_0Ref(v[off:off+m], dv)
 		}
 	})
 }
@@ -202,6 +221,10 @@ func (c *cache) load(layer, pos0, n int, k, v []float32) {
 			sk, sv := c.span16(layer, p, e)
 			quant.F16ToF32Slice(k[off:off+m], sk)
 			quant.F16ToF32Slice(v[off:off+m], sv)
+		case ml.Q8_0:
+			sk, sv := c.span8(layer, p, e)
+			dequantQ8(k[off:off+m], sk)
+			dequantQ8(v[off:off+m], sv)
 		}
 	})
 }
@@ -210,9 +233,17 @@ func (c *cache) load(layer, pos0, n int, k, v []float32) {
 // (see run).
 func (c *cache) scores(layer, g, p int, q, s []float32) {
 	row := c.kvHeads * c.headDim
-	if c.dtype == ml.F32 {
+	switch c.dtype {
+	case ml.F32:
 		k, _ := c.span32(layer, p, p+len(s))
 		scoresStrided(k[g*c.headDim:], row, q, s)
+		return
+	case ml.Q8_0:
+		var b [256]float32 // a head's row: decode should not allocate
+		buf := rowBuf(b[:], c.headDim)
+		for i := range s {
+			s[i] = quant.Dot(c.key(layer, p+i, g, buf), q)
+		}
 		return
 	}
 	k, _ := c.span16(layer, p, p+len(s))
@@ -223,9 +254,18 @@ func (c *cache) scores(layer, g, p int, q, s []float32) {
 // positions lie in one block.
 func (c *cache) weighted(layer, g, p int, w, out []float32) {
 	row := c.kvHeads * c.headDim
-	if c.dtype == ml.F32 {
+	switch c.dtype {
+	case ml.F32:
 		_, v := c.span32(layer, p, p+len(w))
 		weightedRows(w, v[g*c.headDim:], row, out)
+		return
+	case ml.Q8_0:
+		var b [256]float32
+		buf := rowBuf(b[:], c.headDim)
+		clear(out)
+		for i, x := range w {
+			quant.Axpy(x, c.value(layer, p+i, g, buf), out)
+		}
 		return
 	}
 	_, v := c.span16(layer, p, p+len(w))
@@ -235,8 +275,13 @@ func (c *cache) weighted(layer, g, p int, w, out []float32) {
 // key returns position p's key of head g as float32 (converting into buf for f16).
 func (c *cache) key(layer, p, g int, buf []float32) []float32 {
 	off := c.at(p) + g*c.headDim
-	if c.dtype == ml.F32 {
+	switch c.dtype {
+	case ml.F32:
 		return c.k32[layer][off : off+c.headDim]
+	case ml.Q8_0:
+		lo := ml.Q8_0.RowBytes(off)
+		dequantQ8(buf[:c.headDim], c.k8[layer][lo:lo+ml.Q8_0.RowBytes(c.headDim)])
+		return buf[:c.headDim]
 	}
 	quant.F16ToF32Slice(buf, c.k16[layer][off:off+c.headDim])
 	return buf
@@ -244,9 +289,29 @@ func (c *cache) key(layer, p, g int, buf []float32) []float32 {
 
 func (c *cache) value(layer, p, g int, buf []float32) []float32 {
 	off := c.at(p) + g*c.headDim
-	if c.dtype == ml.F32 {
+	switch c.dtype {
+	case ml.F32:
 		return c.v32[layer][off : off+c.headDim]
+	case ml.Q8_0:
+		lo := ml.Q8_0.RowBytes(off)
+		dequantQ8(buf[:c.headDim], c.v8[layer][lo:lo+ml.Q8_0.RowBytes(c.headDim)])
+		return buf[:c.headDim]
 	}
 	quant.F16ToF32Slice(buf, c.v16[layer][off:off+c.headDim])
 	return buf
+}
+
+// dequantQ8 expands Q8_0 blocks into y (len(y) values), as ggml's to_float does.
+func dequantQ8(y []float32, blocks []byte) {
+	if err := quant.Dequantize(quant.Q8_0, blocks, y); err != nil {
+		panic("cpu: " + err.Error())
+	}
+}
+
+// rowBuf is b when it holds n values, else a new slice: a head's row.
+func rowBuf(b []float32, n int) []float32 {
+	if n > len(b) {
+		return make([]float32, n)
+	}
+	return b[:n]
 }

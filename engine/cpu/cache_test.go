@@ -11,7 +11,7 @@ import (
 
 // TestPagedAttention fills a sequence's cache drawn from a shared pool, whose blocks are
 // scattered (other sequences took and gave back blocks first), and checks stores, loads and
-// attention — per position and as chunks — against float64, in both precisions.
+// attention — per position and as chunks — against float64, in every precision.
 func TestPagedAttention(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const heads, kvHeads, hd, layers = 4, 2, 64, 2
@@ -21,7 +21,7 @@ func TestPagedAttention(t *testing.T) {
 	if testing.Short() {
 		blockSizes = blockSizes[:1] // the float64 reference is quadratic: keep -short (the emulated arm64 run) quick
 	}
-	for _, dt := range []ml.DType{ml.F32, ml.F16} {
+	for _, dt := range []ml.DType{ml.F32, ml.F16, ml.Q8_0} {
 		for _, bs := range blockSizes {
 			pool, err := b.NewKVPool(layers, kvHeads, hd, 24, bs, dt)
 			if err != nil {
@@ -55,8 +55,13 @@ func TestPagedAttention(t *testing.T) {
 			kc.load(1, 0, total, gk, gv)
 			for i := range k {
 				tol := float32(0)
-				if dt == ml.F16 {
+				switch dt {
+				case ml.F16:
 					tol = 1e-3 * (1 + float32(math.Abs(float64(k[i]))) + float32(math.Abs(float64(v[i]))))
+				case ml.Q8_0:
+					// Half a step of the block's scale max|x|/127, plus the float16 rounding of the scale.
+					b0 := i / ml.Q8_0Block * ml.Q8_0Block
+					tol = 0.57 * max(absMax(k[b0:b0+ml.Q8_0Block]), absMax(v[b0:b0+ml.Q8_0Block])) / 127
 				}
 				if d := gk[i] - k[i]; d > tol || -d > tol {
 					t.Fatalf("%v bs %d: key %d loaded %v, stored %v", dt, bs, i, gk[i], k[i])
@@ -91,4 +96,12 @@ func TestPagedAttention(t *testing.T) {
 			pool.Free()
 		}
 	}
+}
+
+func absMax(x []float32) float32 {
+	var m float32
+	for _, v := range x {
+		m = max(m, float32(math.Abs(float64(v))))
+	}
+	return m
 }

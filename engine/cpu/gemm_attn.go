@@ -76,9 +76,17 @@ func attentionGemm(p *pool, kern gemmKernel, q []float32, n, heads, hd int, kc *
 			}
 		})
 		var v []float32
-		if kc.dtype == ml.F32 {
+		switch kc.dtype {
+		case ml.F32:
 			_, v = kc.span32(layer, b0, b0+bn)
-		} else {
+		case ml.Q8_0:
+			v = vw[:bn*row]
+			_, v8 := kc.span8(layer, b0, b0+bn)
+			rb := int(ml.Q8_0.RowBytes(row))
+			p.parallel(bn, 64, func(lo, hi int) {
+				dequantQ8(v[lo*row:hi*row], v8[lo*rb:hi*rb])
+			})
+		default:
 			v = vw[:bn*row]
 			_, v16 := kc.span16(layer, b0, b0+bn)
 			p.parallel(bn, 64, func(lo, hi int) {

@@ -23,6 +23,9 @@ type DType int
 const (
 	F32 DType = iota
 	F16
+	// Q8_0 is ggml's block type for caches only: per 32 values one float16 scale and 32
+	// int8s (34 bytes), as llama.cpp stores K and V with -ctk q8_0 -ctv q8_0.
+	Q8_0
 )
 
 func (d DType) String() string {
@@ -31,14 +34,16 @@ func (d DType) String() string {
 		return "f32"
 	case F16:
 		return "f16"
+	case Q8_0:
+		return "q8_0"
 	}
 	return "dtype(?)"
 }
 
-// MarshalText writes the name ParseDType reads ("f32", "f16"): plans, capabilities and
-// calibration files carry precisions by name.
+// MarshalText writes the name ParseDType reads ("f32", "f16", "q8_0"): plans, capabilities
+// and calibration files carry precisions by name.
 func (d DType) MarshalText() ([]byte, error) {
-	if d != F32 && d != F16 {
+	if d != F32 && d != F16 && d != Q8_0 {
 		return nil, fmt.Errorf("ml: no name for dtype %d", int(d))
 	}
 	return []byte(d.String()), nil
@@ -54,21 +59,36 @@ func (d *DType) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Bytes is the size of one element.
-func (d DType) Bytes() int {
-	if d == F16 {
-		return 2
+// Q8_0Block and Q8_0BlockBytes are Q8_0's values per block and the bytes of one block.
+const (
+	Q8_0Block      = 32
+	Q8_0BlockBytes = 34
+)
+
+// RowBytes is the size of n values, a whole number of blocks for Q8_0 (see RowFits).
+func (d DType) RowBytes(n int) int64 {
+	switch d {
+	case F16:
+		return 2 * int64(n)
+	case Q8_0:
+		return int64(n/Q8_0Block) * Q8_0BlockBytes
 	}
-	return 4
+	return 4 * int64(n)
 }
 
-// ParseDType reads "f32" or "f16".
+// RowFits reports whether rows of n values (a head) can be stored at precision d: Q8_0
+// needs whole blocks.
+func (d DType) RowFits(n int) bool { return d != Q8_0 || n%Q8_0Block == 0 }
+
+// ParseDType reads "f32", "f16" or "q8_0".
 func ParseDType(s string) (DType, error) {
 	switch s {
 	case "f32", "F32":
 		return F32, nil
 	case "f16", "F16":
 		return F16, nil
+	case "q8_0", "Q8_0":
+		return Q8_0, nil
 	}
 	return 0, &BadDTypeError{Value: s}
 }
@@ -77,7 +97,7 @@ func ParseDType(s string) (DType, error) {
 type BadDTypeError struct{ Value string }
 
 func (e *BadDTypeError) Error() string {
-	return "unknown precision " + quote(e.Value) + " (want f32 or f16)"
+	return "unknown precision " + quote(e.Value) + " (want f32, f16 or q8_0)"
 }
 
 func quote(s string) string { return "\"" + s + "\"" }
@@ -151,7 +171,7 @@ var ErrPoolFull = errors.New("KV pool has too few free blocks")
 // definition of the term: the caches size their blocks with it, modelinfo reports it and
 // the planner plans with it.
 func KVBytesPerPosition(layers, kvHeads, keyLength, valueLength int, dt DType) int64 {
-	return int64(layers) * int64(kvHeads) * int64(keyLength+valueLength) * int64(dt.Bytes())
+	return int64(layers) * int64(kvHeads) * (dt.RowBytes(keyLength) + dt.RowBytes(valueLength))
 }
 
 // BlocksFor is the number of blocks of blockSize positions that hold positions positions.

@@ -144,7 +144,8 @@ func Architectures() []string {
 
 // AppendKV appends positions [0, pos) of layers [0, layers) of c to dst, keys then values per
 // layer, as little-endian float32, or float16 bits for an f16 cache (which holds nothing
-// finer, so the round trip is exact).
+// finer, so the round trip is exact). A q8_0 cache is written as float32: its values are
+// q·d exactly, and quantizing them again gives back the same blocks.
 func AppendKV(dst []byte, b ml.Backend, c ml.Cache, layers, pos int) ([]byte, error) {
 	if pos == 0 {
 		return dst, nil
@@ -164,7 +165,7 @@ func AppendKV(dst []byte, b ml.Backend, c ml.Cache, layers, pos int) ([]byte, er
 		if err != nil {
 			return nil, err
 		}
-		dst = appendFloats(dst, v, c.DType())
+		dst = appendFloats(dst, v, snapshotDType(c.DType()))
 	}
 	return dst, nil
 }
@@ -185,7 +186,7 @@ func RestoreKV(src []byte, b ml.Backend, c ml.Cache, layers, pos, kvHeads, headD
 		var kv [2][]float32
 		for i := range kv {
 			var err error
-			kv[i], src, err = readFloats(src, n, c.DType(), fmt.Sprintf("layer %d KV", l))
+			kv[i], src, err = readFloats(src, n, snapshotDType(c.DType()), fmt.Sprintf("layer %d KV", l))
 			if err != nil {
 				return nil, err
 			}
@@ -234,6 +235,14 @@ func RestoreTensors(src []byte, b ml.Backend, ts ...ml.Tensor) ([]byte, error) {
 	return src, nil
 }
 
+// snapshotDType is how a cache of precision dt is written in a snapshot.
+func snapshotDType(dt ml.DType) ml.DType {
+	if dt == ml.F16 {
+		return ml.F16
+	}
+	return ml.F32
+}
+
 func appendFloats(dst []byte, v []float32, dt ml.DType) []byte {
 	for _, x := range v {
 		if dt == ml.F16 {
@@ -246,7 +255,7 @@ func appendFloats(dst []byte, v []float32, dt ml.DType) []byte {
 }
 
 func readFloats(src []byte, n int, dt ml.DType, what string) ([]float32, []byte, error) {
-	need := n * dt.Bytes()
+	need := int(dt.RowBytes(n))
 	if len(src) < need {
 		return nil, nil, fmt.Errorf("model: snapshot truncated in %s: %d bytes left, want %d", what, len(src), need)
 	}

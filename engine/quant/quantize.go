@@ -320,3 +320,27 @@ func encQ6_K(x []float32, b []byte) {
 		}
 	}
 }
+
+// QuantizeQ8_0Ref encodes x (a multiple of 32 values) into dst as ggml's own Q8_0 encoder
+// does — what llama-quantize writes and what llama.cpp stores in a q8_0 KV cache: per
+// block d = max|x|/127 stored as the nearest float16, q = round(x·(1/d)) with 1/d of the
+// unrounded d, in float32. Quantize's Q8_0 differs (it rounds the scale up).
+func QuantizeQ8_0Ref(x []float32, dst []byte) {
+	const bs, ts = 32, 34
+	for i := 0; i < len(x)/bs; i++ {
+		blk, b := x[bs*i:bs*i+bs], dst[ts*i:ts*i+ts]
+		var amax float32
+		for _, v := range blk {
+			amax = max(amax, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		binary.LittleEndian.PutUint16(b, F32ToF16(d))
+		for j, v := range blk {
+			b[2+j] = byte(int8(math.Round(float64(v * id))))
+		}
+	}
+}
