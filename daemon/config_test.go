@@ -49,7 +49,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{"REDLITE_CONCURRENCY=0", "REDLITE_CONCURRENCY: must be between 1 and 256, got 0"},
 		{"REDLITE_SHUTDOWN_TIMEOUT=5", "REDLITE_SHUTDOWN_TIMEOUT: want a duration"},
 		{"REDLITE_REDIS_URL=localhost:6379", "REDLITE_REDIS_URL: redis url"},
-		{"REDLITE_KV=q8", `REDLITE_KV: want auto, f32 or f16, got "q8"`},
+		{"REDLITE_KV=q8", `REDLITE_KV: want auto, f32, f16 or q8_0, got "q8"`},
 		{"REDLITE_BACKEND=gpu", `REDLITE_BACKEND: unknown backend "gpu" (want auto, cpu, metal, metal-harness)`},
 		{"REDLITE_QUEUES=default=0", `REDLITE_QUEUES: queue "default" has weight 0`},
 		{"REDLITE_RAM_FRACTION=1.5", "REDLITE_RAM_FRACTION: must be within (0, 1], got 1.5"},

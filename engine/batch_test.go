@@ -63,11 +63,16 @@ func TestBatchParity(t *testing.T) {
 				{"r37", randomTokens(rng, 37, vocab), 3, 5},
 				{"r150", randomTokens(rng, 150, vocab), 4, 150},
 			}
-			for _, kv := range []ml.DType{ml.F32, ml.F16} {
+			for _, kv := range []ml.DType{ml.F32, ml.F16, ml.Q8_0} {
 				got := runBatched(t, m, seqs, kv)
 				tol := 1e-4
-				if kv == ml.F16 {
+				switch kv {
+				case ml.F16:
 					tol = 0.005
+				case ml.Q8_0:
+					// A key or value whose q8_0 rounding flips on the last bit of a
+					// projection (batched products sum in another order) moves what follows.
+					tol = 0.01
 				}
 				for _, q := range seqs {
 					alone := allLogits(t, m, q.tokens, 0, kv)

@@ -121,7 +121,7 @@ func TestQwen3NextParity(t *testing.T) {
 func TestQwen3NextSnapshot(t *testing.T) {
 	ref := loadReference(t, "tiny-qwen3next-Q8_0", "seq64-deqf32")
 	tokens := ref.Tokens
-	for _, kv := range []ml.DType{ml.F32, ml.F16} {
+	for _, kv := range []ml.DType{ml.F32, ml.F16, ml.Q8_0} {
 		t.Run(kv.String(), func(t *testing.T) {
 			a := loadModel(t, "tiny-qwen3next-Q8_0.gguf")
 			b := loadModel(t, "tiny-qwen3next-Q8_0.gguf")
@@ -158,8 +158,11 @@ func TestQwen3NextSnapshot(t *testing.T) {
 			// The continuation also matches llama.cpp's uninterrupted run.
 			want := ref.logits[37*512 : 50*512]
 			tol := 1e-4
-			if kv == ml.F16 {
+			switch kv {
+			case ml.F16:
 				tol = 0.02
+			case ml.Q8_0:
+				tol = 0.1 // llama.cpp's own q8_0 cache is 0.02 from its exact path on the F16 file
 			}
 			if d := compare(lb, want, 512); d.max > tol {
 				t.Errorf("restored session vs llama.cpp: %v", d)

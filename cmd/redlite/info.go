@@ -135,7 +135,7 @@ func printInfo(w io.Writer, info modelinfo.Info) {
 	fmt.Fprintln(w, "\nmemory:")
 	fmt.Fprintf(tw, "  dense weights\t%s bytes\n", infoCommas(m.DenseBytes))
 	fmt.Fprintf(tw, "  routed experts\t%s bytes\n", infoCommas(m.ExpertBytes))
-	fmt.Fprintf(tw, "  KV per position\t%s bytes f32, %s bytes f16\n", infoCommas(m.KVBytesPerPositionF32), infoCommas(m.KVBytesPerPositionF16))
+	fmt.Fprintf(tw, "  KV per position\t%s bytes f32, %s bytes f16, %s bytes q8_0\n", infoCommas(m.KVBytesPerPositionF32), infoCommas(m.KVBytesPerPositionF16), infoCommas(m.KVBytesPerPositionQ8_0))
 	fmt.Fprintf(tw, "  recurrent state per sequence\t%s bytes\n", infoCommas(m.RecurrentBytesPerSequence))
 	tw.Flush()
 }

@@ -150,7 +150,7 @@ func TestPlanCommand(t *testing.T) {
 		{"NoPrompt", planArgs("0", "10"), "prompt_tokens must be ≥ 1"},
 		{"NegativeMax", planArgs("10", "-1"), "max_tokens must be ≥ 1, got -1"},
 		{"ZeroLimit", planArgs("10", "10", "--gpu-limit-mib", "-5"), "limit_mib must be > 0, got -5"},
-		{"BadKV", planArgs("10", "10", "--kv", "q4"), `--kv "q4": want auto, f32 or f16`},
+		{"BadKV", planArgs("10", "10", "--kv", "q4"), `--kv "q4": want auto, f32, f16 or q8_0`},
 		{"BadPrefer", planArgs("10", "10", "--prefer", "kv,speed,chunk"), `unknown dimension "speed"`},
 		{"BadExpertCache", planArgs("10", "10", "--expert-cache", "sometimes"), `expert_cache "sometimes"`},
 		{"ChunkBelowMin", planArgs("10", "10", "--max-chunk", "100"), "max_chunk 100 is below the backend's smallest chunk 512"},

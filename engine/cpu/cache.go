@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
@@ -20,6 +21,9 @@ type kvPool struct {
 	k32, v32          [][]float32 // per layer: blocks·blockSize·kvHeads·headDim
 	k16, v16          [][]uint16
 	k8, v8            [][]byte
+	// rotK and rotV are the sizes of the Walsh–Hadamard rotations a q8_0 cache stores
+	// keys and values under (0: none); see kvRotations.
+	rotK, rotV int
 	list              *ml.BlockList
 }
 
@@ -48,6 +52,7 @@ func newKVPool(layers, kvHeads, headDim, blocks, blockSize int, dtype ml.DType) 
 		return nil, fmt.Errorf("cpu: a head of %d features is not a whole number of %v blocks of %d", headDim, dtype, ml.Q8_0Block)
 	}
 	p := &kvPool{dtype: dtype, layers: layers, kvHeads: kvHeads, headDim: headDim, blockSize: blockSize, blocks: blocks}
+	p.rotK, p.rotV = kvRotations(dtype, headDim)
 	n := blocks * blockSize * kvHeads * headDim
 	for range layers {
 		switch dtype {
@@ -203,8 +208,18 @@ func (c *cache) store(layer, pos0 int, k, v []float32) {
 			quant.F32ToF16Slice(dv, v[off:off+m])
 		case ml.Q8_0:
 			dk, dv := c.span8(layer, p, e)
-			quant.QuantizeQ8_0Ref(k[off:off+m], dk)
-			quant.QuantizeQ8_0Ref(v[off:off+m], dv)
+			if c.rotK == 0 {
+				quant.QuantizeQ8_0Ref(k[off:off+m], dk)
+				quant.QuantizeQ8_0Ref(v[off:off+m], dv)
+				break
+			}
+			r := make([]float32, m)
+			copy(r, k[off:off+m])
+			hadamardRows(r, c.rotK)
+			quant.QuantizeQ8_0Ref(r, dk)
+			copy(r, v[off:off+m])
+			hadamardRows(r, c.rotV)
+			quant.QuantizeQ8_0Ref(r, dv)
 		}
 	})
 }
@@ -225,6 +240,8 @@ func (c *cache) load(layer, pos0, n int, k, v []float32) {
 			sk, sv := c.span8(layer, p, e)
 			dequantQ8(k[off:off+m], sk)
 			dequantQ8(v[off:off+m], sv)
+			hadamardRows(k[off:off+m], c.rotK)
+			hadamardRows(v[off:off+m], c.rotV)
 		}
 	})
 }
@@ -314,4 +331,55 @@ func rowBuf(b []float32, n int) []float32 {
 		return make([]float32, n)
 	}
 	return b[:n]
+}
+
+// roundQ8_0 sets dst to src rounded through Q8_0 blocks (quantized, then expanded).
+func roundQ8_0(dst, src []float32) {
+	var blk [ml.Q8_0BlockBytes]byte
+	for i := 0; i+ml.Q8_0Block <= len(src); i += ml.Q8_0Block {
+		quant.QuantizeQ8_0Ref(src[i:i+ml.Q8_0Block], blk[:])
+		dequantQ8(dst[i:i+ml.Q8_0Block], blk[:])
+	}
+}
+
+// kvRotations are the Walsh–Hadamard rotation sizes under which a cache of precision dt
+// stores heads of hd features, as llama.cpp (d32676d7, llama-kv-cache.cpp) does for a
+// quantized cache whose heads are a multiple of 64: keys (and the queries that meet them)
+// by the largest power of two from 64 up that divides the head, values by 64, the
+// attention output rotated back by the same 64. A rotation changes no product of a query
+// and a key (it is orthonormal), only what the q8_0 rounding loses: it spreads a row's
+// outliers over the block. 0 means none.
+func kvRotations(dt ml.DType, hd int) (k, v int) {
+	if dt != ml.Q8_0 || hd%64 != 0 {
+		return 0, 0
+	}
+	k = 64
+	for hd%(2*k) == 0 {
+		k *= 2
+	}
+	return k, 64
+}
+
+// hadamardRows applies the orthonormal Walsh–Hadamard transform of size n (a power of two)
+// to each run of n values of x: Sylvester's H with entries ±1/√n, H[i][j] = (−1)^popcount(i&j)/√n.
+// It is its own inverse. n = 0 leaves x alone.
+func hadamardRows(x []float32, n int) {
+	if n == 0 {
+		return
+	}
+	s := float32(1 / math.Sqrt(float64(n)))
+	for r := 0; r+n <= len(x); r += n {
+		v := x[r : r+n]
+		for h := 1; h < n; h *= 2 {
+			for i := 0; i < n; i += 2 * h {
+				for j := i; j < i+h; j++ {
+					a, b := v[j], v[j+h]
+					v[j], v[j+h] = a+b, a-b
+				}
+			}
+		}
+		for i := range v {
+			v[i] *= s
+		}
+	}
 }

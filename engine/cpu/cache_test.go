@@ -59,9 +59,14 @@ func TestPagedAttention(t *testing.T) {
 				case ml.F16:
 					tol = 1e-3 * (1 + float32(math.Abs(float64(k[i]))) + float32(math.Abs(float64(v[i]))))
 				case ml.Q8_0:
-					// Half a step of the block's scale max|x|/127, plus the float16 rounding of the scale.
-					b0 := i / ml.Q8_0Block * ml.Q8_0Block
-					tol = 0.57 * max(absMax(k[b0:b0+ml.Q8_0Block]), absMax(v[b0:b0+ml.Q8_0Block])) / 127
+					// The heads of 64 are stored rotated (kvRotations): half a step of the
+					// rotated group's scale max|Hx|/127 (plus the float16 rounding of the
+					// scale) on each of 64 values, of which each loaded value sums 1/8.
+					g0 := i / 64 * 64
+					rk, rv := append([]float32(nil), k[g0:g0+64]...), append([]float32(nil), v[g0:g0+64]...)
+					hadamardRows(rk, 64)
+					hadamardRows(rv, 64)
+					tol = 8 * 0.57 * max(absMax(rk), absMax(rv)) / 127
 				}
 				if d := gk[i] - k[i]; d > tol || -d > tol {
 					t.Fatalf("%v bs %d: key %d loaded %v, stored %v", dt, bs, i, gk[i], k[i])
@@ -74,7 +79,25 @@ func TestPagedAttention(t *testing.T) {
 			for _, shape := range [][2]int{{total - 1, 1}, {bs - 3, 40}, {0, total}} {
 				pos0, n := shape[0], shape[1]
 				q := randomTensor(rng, n, heads*hd).data
-				want := refAttention(q, n, heads, hd, kc, 1, pos0, scale)
+				qr := q
+				if dt == ml.Q8_0 {
+					// The queries meet the stored keys rotated and rounded as they are.
+					qr = append([]float32(nil), q...)
+					hadamardRows(qr, kc.rotK)
+					roundQ8_0(qr, qr)
+				}
+				want := refAttention(qr, n, heads, hd, kc, 1, pos0, scale)
+				if dt == ml.Q8_0 {
+					// … and the output comes back from the values' rotation.
+					w32 := make([]float32, len(want))
+					for i, w := range want {
+						w32[i] = float32(w)
+					}
+					hadamardRows(w32, kc.rotV)
+					for i, w := range w32 {
+						want[i] = float64(w)
+					}
+				}
 				got := values(t, c, c.Attention(hostTensor(q, n, heads, hd), kc, 1, pos0, scale))
 				for i, w := range want {
 					if math.Abs(float64(got[i])-w) > 2e-5*(1+math.Abs(w)) {
@@ -104,4 +127,46 @@ func absMax(x []float32) float32 {
 		m = max(m, float32(math.Abs(float64(v))))
 	}
 	return m
+}
+
+// TestHadamardRows: the transform is Sylvester's matrix with entries ±1/√n and undoes
+// itself; kvRotations picks llama.cpp's sizes.
+func TestHadamardRows(t *testing.T) {
+	const n = 64
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := make([]float32, 2*n)
+	for i := range x {
+		x[i] = rng.Float32()*2 - 1
+	}
+	y := append([]float32(nil), x...)
+	hadamardRows(y, n)
+	for r := 0; r < 2; r++ {
+		for i := 0; i < n; i++ {
+			var want float64
+			for j := 0; j < n; j++ {
+				h := 1.0
+				for b := i & j; b != 0; b &= b - 1 {
+					h = -h
+				}
+				want += h * float64(x[r*n+j]) / 8
+			}
+			if math.Abs(float64(y[r*n+i])-want) > 1e-5 {
+				t.Fatalf("row %d element %d: %v, want %v", r, i, y[r*n+i], want)
+			}
+		}
+	}
+	hadamardRows(y, n)
+	for i := range x {
+		if math.Abs(float64(y[i]-x[i])) > 1e-6 {
+			t.Fatalf("twice: element %d is %v, was %v", i, y[i], x[i])
+		}
+	}
+	for _, c := range []struct {
+		dt       ml.DType
+		hd, k, v int
+	}{{ml.Q8_0, 32, 0, 0}, {ml.Q8_0, 64, 64, 64}, {ml.Q8_0, 96, 0, 0}, {ml.Q8_0, 192, 64, 64}, {ml.Q8_0, 256, 256, 64}, {ml.F16, 256, 0, 0}} {
+		if k, v := kvRotations(c.dt, c.hd); k != c.k || v != c.v {
+			t.Errorf("kvRotations(%v, %d) = %d, %d; want %d, %d", c.dt, c.hd, k, v, c.k, c.v)
+		}
+	}
 }

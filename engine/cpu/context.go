@@ -277,8 +277,26 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 
 func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float32, out *tensor) {
 	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
+	q := qt.data
+	if kc.dtype == ml.Q8_0 {
+		// As llama.cpp does: the queries are rotated as the keys were (rotK), and meet
+		// q8_0 keys as q8_0 blocks themselves (the key type's vec_dot_type), so the
+		// products are those of the two rounded rows. The output comes back from the
+		// values' rotation.
+		q = c.b.pool.scratch.get(len(qt.data))
+		defer c.b.pool.scratch.put(q)
+		c.b.pool.parallel(n*heads, 16, func(lo, hi int) {
+			r := q[lo*hd : hi*hd]
+			copy(r, qt.data[lo*hd:hi*hd])
+			hadamardRows(r, kc.rotK)
+			roundQ8_0(r, r)
+		})
+		defer c.b.pool.parallel(n*heads, 16, func(lo, hi int) {
+			hadamardRows(out.data[lo*hd:hi*hd], kc.rotV)
+		})
+	}
 	if useAttentionGemm(defaultKernel, n, hd) {
-		attentionGemm(c.b.pool, defaultKernel, qt.data, n, heads, hd, kc, layer, pos0, scale, out.data)
+		attentionGemm(c.b.pool, defaultKernel, q, n, heads, hd, kc, layer, pos0, scale, out.data)
 		return
 	}
 	// A job is one token and a share of the query heads of one kv head: the positions go by
@@ -300,7 +318,7 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 			nh := min(share, (g+1)*group-h0)
 			m := pos0 + i + 1 // causal: attend to positions 0 … pos0+i
 			scores, acc := buf[:nh*m], buf[share*(pos0+n):]
-			head := func(j int) []float32 { return qt.data[(i*heads+h0+j)*hd : (i*heads+h0+j+1)*hd] }
+			head := func(j int) []float32 { return q[(i*heads+h0+j)*hd : (i*heads+h0+j+1)*hd] }
 			// By tiles within one block of the cache; a lone sequence's cache is one block.
 			for p := 0; p < m; {
 				e := min(kc.run(p, m), p+decodeTile)

@@ -243,6 +243,8 @@ type Memory struct {
 	// (key_length + value_length) × element size.
 	KVBytesPerPositionF32 uint64 `json:"kv_bytes_per_position_f32"`
 	KVBytesPerPositionF16 uint64 `json:"kv_bytes_per_position_f16"`
+	// KVBytesPerPositionQ8_0 is 0 when a layer's heads are not whole q8_0 blocks.
+	KVBytesPerPositionQ8_0 uint64 `json:"kv_bytes_per_position_q8_0"`
 	// RecurrentBytesPerSequence is the f32 conv and recurrent state of every recurrent
 	// layer for one sequence: (conv_kernel-1) × (inner_size + 2 × group_count ×
 	// state_size) + state_size × inner_size values per layer, as llama.cpp sizes them.
@@ -445,7 +447,8 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 	// Sizes are bounded by the tensors before they are multiplied: no product of two can
 	// overflow for a file that fits in memory.
 	largest := LargestDim(f)
-	var kvF32, kvF16, recBytes int64
+	var kvF32, kvF16, kvQ8, recBytes int64
+	noQ8 := false
 	for _, l := range info.Layers {
 		switch l.Kind {
 		case LayerAttention:
@@ -475,6 +478,11 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 			}
 			kvF32 += ml.KVBytesPerPosition(1, int(kvHeads), int(kLen), int(vLen), ml.F32)
 			kvF16 += ml.KVBytesPerPosition(1, int(kvHeads), int(kLen), int(vLen), ml.F16)
+			if ml.Q8_0.RowFits(int(kLen)) && ml.Q8_0.RowFits(int(vLen)) {
+				kvQ8 += ml.KVBytesPerPosition(1, int(kvHeads), int(kLen), int(vLen), ml.Q8_0)
+			} else {
+				noQ8 = true
+			}
 		case LayerRecurrent:
 			var ssm [4]int64
 			for i, k := range []string{"ssm.conv_kernel", "ssm.inner_size", "ssm.group_count", "ssm.state_size"} {
@@ -493,6 +501,9 @@ func stateSizes(f *gguf.File, arch string, info *Info) error {
 	}
 	info.Memory.KVBytesPerPositionF32 = uint64(kvF32)
 	info.Memory.KVBytesPerPositionF16 = uint64(kvF16)
+	if !noQ8 {
+		info.Memory.KVBytesPerPositionQ8_0 = uint64(kvQ8)
+	}
 	info.Memory.RecurrentBytesPerSequence = uint64(recBytes)
 	return nil
 }
