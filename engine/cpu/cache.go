@@ -24,7 +24,7 @@ type kvPool struct {
 	// rotK and rotV are the sizes of the Walsh–Hadamard rotations a q8_0 cache stores
 	// keys and values under (0: none); see kvRotations.
 	rotK, rotV int
-	list              *ml.BlockList
+	list       *ml.BlockList
 }
 
 // cache is one sequence's view of a pool: position p lives in block pages[p/blockSize].
