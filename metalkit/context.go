@@ -32,7 +32,7 @@ type context struct {
 	seen int       // tensors of made already looked at by Compute
 	segs []segment
 	// rope holds this Compute's rotation tables by positions and rotation (ops.go).
-	rope map[ropeKey]*tensor
+	rope map[ml.RoPETableKey]*tensor
 	// iotas holds this Compute's row-id inputs by length (ops.go).
 	iotas map[int]*tensor
 	// tables holds this Compute's block tables of batched attention (attention_batch.go).

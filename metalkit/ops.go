@@ -200,19 +200,13 @@ func (c *context) Rows(x ml.Tensor, start, n int) ml.Tensor {
 	return c.view(t, 4*int64(start*row), shape...)
 }
 
-type ropeKey struct {
-	pos0, n, dims int
-	base, scale   float32
-	factors       *float32
-}
-
 // ropeTable returns a tensor of the cos and sin of positions pos0 … pos0+n−1's dims/2
 // angles ([n, dims/2] of cos, then as many sin), made on the host once per Compute and
 // shared by every layer. The angles are the CPU backend's (ml.RoPEAngles): computed on the
 // device, a position of tens of thousands would lose the parity to float32 argument
 // reduction, and the table is small (a decode step's is dims floats).
 func (c *context) ropeTable(pos0, n int, r ml.RoPE) *tensor {
-	key := ropeKey{pos0, n, r.Dims, r.Base, r.Scale, r.FactorsKey()}
+	key := r.TableKey(pos0, n)
 	if t, ok := c.rope[key]; ok {
 		return t
 	}
@@ -226,7 +220,7 @@ func (c *context) ropeTable(pos0, n int, r ml.RoPE) *tensor {
 	t.host = v
 	c.record("rope table", false, nil, []*tensor{t})
 	if c.rope == nil {
-		c.rope = map[ropeKey]*tensor{}
+		c.rope = map[ml.RoPETableKey]*tensor{}
 	}
 	c.rope[key] = t
 	return t

@@ -14,7 +14,7 @@ type context struct {
 	b *Backend
 	// rope caches the rotation tables of the positions of this pass: every layer rotates
 	// its queries and keys by the same angles.
-	rope map[ropeKey]*ropeTable
+	rope map[ml.RoPETableKey]*ropeTable
 
 	ops  []op
 	made []*tensor // pass tensors (outputs and views), in order
@@ -185,18 +185,12 @@ func (c *context) RMSNorm(x ml.Tensor, w ml.Weight, eps float32) ml.Tensor {
 	return out
 }
 
-type ropeKey struct {
-	pos0, n, dims int
-	base, scale   float32
-	factors       *float32
-}
-
 // ropeTable holds cos and sin of n positions' dims/2 angles, position-major.
 type ropeTable struct{ cos, sin []float32 }
 
 // ropeTable returns the rotation table of positions pos0 … pos0+n−1.
 func (c *context) ropeTable(pos0, n int, r ml.RoPE) *ropeTable {
-	key := ropeKey{pos0, n, r.Dims, r.Base, r.Scale, r.FactorsKey()}
+	key := r.TableKey(pos0, n)
 	if t, ok := c.rope[key]; ok {
 		return t
 	}
@@ -208,7 +202,7 @@ func (c *context) ropeTable(pos0, n int, r ml.RoPE) *ropeTable {
 		}
 	})
 	if c.rope == nil {
-		c.rope = map[ropeKey]*ropeTable{}
+		c.rope = map[ml.RoPETableKey]*ropeTable{}
 	}
 	c.rope[key] = t
 	return t

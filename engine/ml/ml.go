@@ -276,14 +276,39 @@ type RoPE struct {
 	// nil for none. Backends key their rotation tables by this slice's first element, so
 	// a model keeps one slice for its life.
 	Factors []float32
+	// YaRN, when YaRN.OrigContext > 0, blends the scaled and unscaled angles per pair and
+	// scales cos and sin (rope.scaling.type yarn; see RoPEAngles).
+	YaRN YaRN
 }
 
-// FactorsKey identifies r.Factors in a rotation table's cache key.
-func (r RoPE) FactorsKey() *float32 {
-	if len(r.Factors) == 0 {
-		return nil
+// YaRN holds the parameters of YaRN rope scaling as llama.cpp passes them to ggml_rope_ext
+// (ext_factor 1): the pairs rotating faster than BetaFast turns over OrigContext keep
+// their unscaled angle, those slower than BetaSlow take the scaled one (Scale), a linear
+// ramp between; cos and sin are multiplied by AttnFactor·(1 + 0.1·ln(1/Scale)).
+type YaRN struct {
+	OrigContext        int // rope.scaling.original_context_length
+	BetaFast, BetaSlow float32
+	// AttnFactor is llama.cpp's yarn_attn_factor: rope.scaling.attn_factor times
+	// (1 + 0.1·ln factor)/(1 + 0.1·ln factor), which is 1 up to rounding.
+	AttnFactor float32
+}
+
+// RoPETableKey is what a rotation table of n positions from pos0 depends on: backends cache
+// tables by it.
+type RoPETableKey struct {
+	Pos0, N, Dims int
+	Base, Scale   float32
+	Factors       *float32
+	YaRN          YaRN
+}
+
+// TableKey is r's RoPETableKey for positions pos0 … pos0+n−1.
+func (r RoPE) TableKey(pos0, n int) RoPETableKey {
+	k := RoPETableKey{Pos0: pos0, N: n, Dims: r.Dims, Base: r.Base, Scale: r.Scale, YaRN: r.YaRN}
+	if len(r.Factors) > 0 {
+		k.Factors = &r.Factors[0]
 	}
-	return &r.Factors[0]
+	return k
 }
 
 // Context runs (or records) the operations of one forward pass; the model graphs use it.

@@ -14,6 +14,7 @@ import (
 	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/engine/modelinfo"
 	"github.com/redlite/batch/engine/quant"
 )
 
@@ -90,7 +91,11 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	if err := bd.Err(); err != nil {
 		return nil, err
 	}
-	m.rope.Scale = ropeScale(bd)
+	m.rope.Scale, m.rope.YaRN = ropeScaling(bd, c.ContextLength)
+	if m.rope.YaRN.OrigContext > 0 {
+		// The planner may plan up to the context YaRN stretches the original one to.
+		c.ContextLength = max(c.ContextLength, min(int(float64(m.rope.YaRN.OrigContext)/float64(m.rope.Scale)), modelinfo.MaxContextLength))
+	}
 	bd.Product("head_count × key_length", c.Heads, c.HeadDim)
 	bd.Check(c.Layers > 0 && c.Embedding > 0 && c.Heads > 0 && c.HeadDim > 0 && m.ffn > 0,
 		"block_count, embedding_length, head_count, key_length and feed_forward_length must be positive")
@@ -167,27 +172,55 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	return m, nil
 }
 
-// ropeScale is the angle multiplier of the file's rope scaling: linear scaling (llama.cpp's
-// default type) by 1/rope.scaling.factor; the other types are refused by name.
-func ropeScale(bd *model.Binder) float32 {
+// ropeScaling reads the file's rope scaling as llama.cpp does for these architectures:
+// linear (the default type) multiplies the angles by 1/rope.scaling.factor; yarn does too
+// for the slow pairs, with rope.scaling.original_context_length (default the trained
+// context ctx), rope.scaling.attn_factor (default 1) and beta fast/slow 32 and 1 (llama.cpp
+// reads no yarn_beta_* keys for them); other types are refused by name.
+func ropeScaling(bd *model.Binder, ctx int) (scale float32, yarn ml.YaRN) {
 	typ, err := bd.File.StringOr(bd.Arch+".rope.scaling.type", "linear")
 	if err != nil {
 		bd.Check(false, "%v", err)
-		return 0
+		return 0, yarn
 	}
 	factor := bd.FloatOr("rope.scaling.factor", float64(bd.FloatOr("rope.scale_linear", 0)))
+	positive := func(key string, v float32) bool {
+		ok := !(v < 0) && !math.IsInf(float64(v), 0) && !math.IsNaN(float64(v))
+		bd.Check(ok, "%s %g is not a positive number", key, v)
+		return ok
+	}
 	switch typ {
 	case "none":
-		return 0
-	case "linear":
-		bd.Check(!(factor < 0) && !math.IsInf(float64(factor), 0) && !math.IsNaN(float64(factor)), "rope.scaling.factor %g is not a positive number", factor)
-		if factor == 0 {
-			return 0
+		return 0, yarn
+	case "linear", "yarn":
+		if !positive("rope.scaling.factor", factor) {
+			return 0, yarn
 		}
-		return 1 / factor
+		if factor != 0 {
+			scale = 1 / factor
+		}
+		if typ == "linear" {
+			return scale, yarn
+		}
+		if scale == 0 {
+			scale = 1
+		}
+		n, err := bd.File.IntOr(bd.Arch+".rope.scaling.original_context_length", int64(ctx))
+		bd.Check(err == nil && n > 0 && n <= modelinfo.MaxContextLength, "rope.scaling.original_context_length %d is not within [1, %d]", n, modelinfo.MaxContextLength)
+		attn := bd.FloatOr("rope.scaling.attn_factor", 1)
+		positive("rope.scaling.attn_factor", attn)
+		// llama.cpp's yarn_attn_factor: get_mscale(factor) cancelled by 1/(1 + 0.1·ln factor),
+		// in float32 as it computes them.
+		f := 1 / scale
+		g := float32(1)
+		if f > 1 {
+			g = 0.1*float32(math.Log(float64(f))) + 1
+		}
+		a := float32(g*(1/(1+0.1*float32(math.Log(float64(f)))))) * attn
+		return scale, ml.YaRN{OrigContext: int(n), BetaFast: 32, BetaSlow: 1, AttnFactor: a}
 	default:
-		bd.Check(false, "rope.scaling.type %q is not supported (none and linear are)", typ)
-		return 0
+		bd.Check(false, "rope.scaling.type %q is not supported (none, linear and yarn are)", typ)
+		return 0, yarn
 	}
 }
 
