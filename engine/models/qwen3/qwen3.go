@@ -94,7 +94,7 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	m.rope.Scale, m.rope.YaRN = ropeScaling(bd, c.ContextLength)
 	if m.rope.YaRN.OrigContext > 0 {
 		// The planner may plan up to the context YaRN stretches the original one to.
-		c.ContextLength = max(c.ContextLength, min(int(float64(m.rope.YaRN.OrigContext)/float64(m.rope.Scale)), modelinfo.MaxContextLength))
+		c.ContextLength = max(c.ContextLength, int(min(float64(m.rope.YaRN.OrigContext)/float64(m.rope.Scale), modelinfo.MaxContextLength)))
 	}
 	bd.Product("head_count × key_length", c.Heads, c.HeadDim)
 	bd.Check(c.Layers > 0 && c.Embedding > 0 && c.Heads > 0 && c.HeadDim > 0 && m.ffn > 0,

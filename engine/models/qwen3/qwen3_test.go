@@ -60,8 +60,13 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"rope.dimension_count 7 does not fit"}},
 		{"NoBlocks", nil, map[string]any{"qwen3.block_count": uint32(0)},
 			[]string{"must be positive"}},
-		{"RopeScalingType", nil, map[string]any{"qwen3.rope.scaling.type": "yarn"},
-			[]string{`rope.scaling.type "yarn" is not supported`}},
+		{"RopeScalingType", nil, map[string]any{"qwen3.rope.scaling.type": "longrope"},
+			[]string{`rope.scaling.type "longrope" is not supported (none, linear and yarn are)`}},
+		{"YaRNOriginalContext", nil, map[string]any{"qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": float32(4),
+			"qwen3.rope.scaling.original_context_length": uint32(0)},
+			[]string{"rope.scaling.original_context_length 0 is not within [1, 16777216]"}},
+		{"YaRNAttnFactor", nil, map[string]any{"qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.attn_factor": float32(-1)},
+			[]string{"rope.scaling.attn_factor -1 is not a positive number"}},
 	})
 }
 
