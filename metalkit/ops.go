@@ -182,6 +182,20 @@ func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor {
 	return c.binary("swiglu", kernels.BinarySwiGLU, gate, up)
 }
 
+func (c *context) GeGLU(gate, up ml.Tensor) ml.Tensor {
+	return c.binary("geglu", kernels.BinaryGeGLU, gate, up)
+}
+
+// SlidingAttention runs as Attention while the window holds every position the batch
+// sees; the kernels have no window mask yet, so a pass that needs one fails with an error
+// naming it (gemma3's sliding-window layers past their window on Metal).
+func (c *context) SlidingAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32, window int) ml.Tensor {
+	if n := q.Shape()[0]; window < pos0+n {
+		c.fail(fmt.Errorf("metalkit: sliding-window attention (window %d, positions up to %d) is not implemented", window, pos0+n))
+	}
+	return c.Attention(q, cc, layer, pos0, scale)
+}
+
 func (c *context) Reshape(x ml.Tensor, shape ...int) ml.Tensor {
 	t := x.(*tensor)
 	if ml.Numel(shape) != t.n {

@@ -144,12 +144,16 @@ func TestElementwise(t *testing.T) {
 		want, got := p.run(t, nil, func(ctx ml.Context, _ []ml.Weight) []ml.Tensor {
 			x, y := ctx.Input(a, shape...), ctx.Input(b, shape...)
 			return []ml.Tensor{ctx.Sigmoid(x), ctx.SiLU(x), ctx.Softplus(x), ctx.Scale(x, -0.37),
-				ctx.Add(x, y), ctx.Mul(x, y), ctx.SwiGLU(y, x)}
+				ctx.Add(x, y), ctx.Mul(x, y), ctx.SwiGLU(y, x), ctx.GeGLU(x, y), ctx.GeGLU(y, x)}
 		})
 		for i, name := range []string{"sigmoid", "silu", "softplus", "scale", "add", "mul", "swiglu"} {
 			// Exponentials: the C library's float exp against Go's float64 one, rounded.
 			near(t, fmt.Sprintf("%s %v", name, shape), want[i], got[i], 1e-7, 2e-6)
 		}
+		// GELU rounds to half: a tanh one float ulp apart may land on the other side of a
+		// half's rounding boundary, one half ulp (2^-11 relative) away.
+		near(t, fmt.Sprintf("geglu %v", shape), want[7], got[7], 1e-7, 1e-3)
+		near(t, fmt.Sprintf("geglu small %v", shape), want[8], got[8], 1e-7, 1e-3)
 	}
 }
 

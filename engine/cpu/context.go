@@ -144,6 +144,22 @@ func (c *context) Mul(a, b ml.Tensor) ml.Tensor {
 	return c.elementwise("mul", a, b, func(x, y float32) float32 { return x * y })
 }
 
+func (c *context) GeGLU(gate, up ml.Tensor) ml.Tensor {
+	g, u := gate.(*tensor), up.(*tensor)
+	if g.n != u.n {
+		panic(fmt.Sprintf("cpu: geglu of shapes %v and %v", g.shape, u.shape))
+	}
+	out := c.out(g.shape...)
+	c.record("geglu", true, func() {
+		c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				out.data[i] = ml.GELU(g.data[i]) * u.data[i]
+			}
+		})
+	}, []*tensor{out}, g, u)
+	return out
+}
+
 func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor {
 	g, u := gate.(*tensor), up.(*tensor)
 	if g.n != u.n {
@@ -265,11 +281,29 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 	}
 	kc.check("attend over")
 	out := c.out(n, heads*hd)
-	c.record("attention", false, func() { c.attention(qt, kc, layer, pos0, scale, out) }, []*tensor{out}, qt)
+	c.record("attention", false, func() { c.attention(qt, kc, layer, pos0, scale, 0, out) }, []*tensor{out}, qt)
 	return out
 }
 
-func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float32, out *tensor) {
+func (c *context) SlidingAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32, window int) ml.Tensor {
+	kc := cc.(*cache)
+	qt := q.(*tensor)
+	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
+	if hd != kc.headDim || heads%kc.kvHeads != 0 || window < 1 {
+		panic(fmt.Sprintf("cpu: sliding attention of q %v over a cache of %d×%d, window %d", qt.shape, kc.kvHeads, kc.headDim, window))
+	}
+	kc.check("attend over")
+	if window >= pos0+n {
+		window = 0 // every position is in every window
+	}
+	out := c.out(n, heads*hd)
+	c.record("sliding attention", false, func() { c.attention(qt, kc, layer, pos0, scale, window, out) }, []*tensor{out}, qt)
+	return out
+}
+
+// attention attends each token at position p to positions max(0, p−window+1) … p, or to
+// all of 0 … p when window is 0.
+func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float32, window int, out *tensor) {
 	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
 	q := qt.data
 	if kc.dtype == ml.Q8_0 {
@@ -289,7 +323,7 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 			hadamardRows(out.data[lo*hd:hi*hd], kc.rotV)
 		})
 	}
-	if useAttentionGemm(defaultKernel, n, hd) {
+	if window == 0 && useAttentionGemm(defaultKernel, n, hd) {
 		attentionGemm(c.b.pool, defaultKernel, q, n, heads, hd, kc, layer, pos0, scale, out.data)
 		return
 	}
@@ -311,10 +345,14 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 			h0 := g*group + part*share
 			nh := min(share, (g+1)*group-h0)
 			m := pos0 + i + 1 // causal: attend to positions 0 … pos0+i
+			s0 := 0           // … from the window's first
+			if window > 0 {
+				s0 = max(0, m-window)
+			}
 			scores, acc := buf[:nh*m], buf[share*(pos0+n):]
 			head := func(j int) []float32 { return q[(i*heads+h0+j)*hd : (i*heads+h0+j+1)*hd] }
 			// By tiles within one block of the cache; a lone sequence's cache is one block.
-			for p := 0; p < m; {
+			for p := s0; p < m; {
 				e := min(kc.run(p, m), p+decodeTile)
 				for j := range nh {
 					kc.scores(layer, g, p, head(j), scores[j*m+p:j*m+e])
@@ -322,13 +360,13 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 				p = e
 			}
 			for j := range nh {
-				softmax32(scores[j*m:(j+1)*m], scale)
+				softmax32(scores[j*m+s0:(j+1)*m], scale)
 			}
-			for p := 0; p < m; {
+			for p := s0; p < m; {
 				e := min(kc.run(p, m), p+decodeTile)
 				for j := range nh {
 					dst := out.data[(i*heads+h0+j)*hd : (i*heads+h0+j+1)*hd]
-					if p == 0 {
+					if p == s0 {
 						kc.weighted(layer, g, p, scores[j*m+p:j*m+e], dst)
 						continue
 					}

@@ -343,6 +343,8 @@ type Context interface {
 	Mul(a, b Tensor) Tensor
 	// SwiGLU is silu(gate) · up.
 	SwiGLU(gate, up Tensor) Tensor
+	// GeGLU is GELU(gate) · up, GELU as the function GELU defines.
+	GeGLU(gate, up Tensor) Tensor
 	// Reshape views x with another shape of the same size.
 	Reshape(x Tensor, shape ...int) Tensor
 	// Rows selects rows [start, start+n) of the first dimension.
@@ -355,6 +357,9 @@ type Context interface {
 	// pos0 … pos0+n−1 over the cache's layer (positions 0 … pos0+n−1), with grouped-query
 	// sharing of the kv heads and the given scale: [n, heads·headDim].
 	Attention(q Tensor, c Cache, layer, pos0 int, scale float32) Tensor
+	// SlidingAttention is Attention where position p sees only positions p−window+1 … p
+	// (a sliding-window layer: llama.cpp's LLAMA_SWA_TYPE_STANDARD masks p − j ≥ window).
+	SlidingAttention(q Tensor, c Cache, layer, pos0 int, scale float32, window int) Tensor
 	// Name labels an intermediate (llama.cpp's cb(cur, "attn_norm", il)) so a debug hook can
 	// dump it; layer is −1 outside the layers. It returns t.
 	Name(t Tensor, name string, layer int) Tensor

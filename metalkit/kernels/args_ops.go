@@ -16,6 +16,7 @@ const (
 	BinaryAdd    = 0
 	BinaryMul    = 1
 	BinarySwiGLU = 2
+	BinaryGeGLU  = 3
 )
 
 // opsArgs maps each argument struct of args_ops.h by its C name to its Go mirror.

@@ -17,6 +17,7 @@
 #define BINARY_ADD 0
 #define BINARY_MUL 1
 #define BINARY_SWIGLU 2 // silu(a) · b
+#define BINARY_GEGLU 3  // gelu(a) · b, GELU as ml.GELU (llama.cpp's float16 table)
 
 // y[i] = op(x[i]) for i < n.
 struct unary_f32_args {

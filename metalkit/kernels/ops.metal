@@ -97,6 +97,20 @@ kernel void unary_f32(constant unary_f32_args & a [[buffer(0)]],
     y[i] = v;
 }
 
+// gelu_f16 is ml.GELU: the tanh approximation on x rounded to half, the result rounded to
+// half (llama.cpp's CPU table), 0 below −10 and x above 10.
+static inline float gelu_f16(float x) {
+    if (x <= -10.0f) {
+        return 0.0f;
+    }
+    if (x >= 10.0f) {
+        return x;
+    }
+    const float h = float(half(x));
+    const float t = 0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h);
+    return float(half(0.5f * h * (1.0f + precise::tanh(t))));
+}
+
 kernel void binary_f32(constant binary_f32_args & a [[buffer(0)]],
                        device const float * x [[buffer(1)]],
                        device const float * z [[buffer(2)]],
@@ -116,6 +130,9 @@ kernel void binary_f32(constant binary_f32_args & a [[buffer(0)]],
         break;
     case BINARY_SWIGLU:
         y[i] = u / (1.0f + exp(-u)) * v;
+        break;
+    case BINARY_GEGLU:
+        y[i] = gelu_f16(u) * v;
         break;
     }
 }
