@@ -38,9 +38,9 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 // every fixture model and both KV precisions.
 func TestBatchParity(t *testing.T) {
 	files := append([]string{"tiny-qwen3-F32", "tiny-qwen3-Q8_0", "tiny-qwen3-Q4_K_M", "tiny-qwen3moe-F32", "tiny-llama-F32",
-		"tiny-qwen35-F32", "tiny-qwen35moe-F32", "tiny-qwen3moe-MXFP4"}, qwen3nextFiles...)
+		"tiny-gemma3-F32", "tiny-qwen35-F32", "tiny-qwen35moe-F32", "tiny-qwen3moe-MXFP4"}, qwen3nextFiles...)
 	if testing.Short() {
-		files = []string{"tiny-qwen3-Q8_0", "tiny-qwen3moe-F32", "tiny-llama-F32", "tiny-qwen3next-Q8_0", "tiny-qwen35moe-F32"}
+		files = []string{"tiny-qwen3-Q8_0", "tiny-qwen3moe-F32", "tiny-llama-F32", "tiny-gemma3-F32", "tiny-qwen3next-Q8_0", "tiny-qwen35moe-F32"}
 	}
 	for _, name := range files {
 		t.Run(name, func(t *testing.T) {
@@ -73,6 +73,12 @@ func TestBatchParity(t *testing.T) {
 					// A key or value whose q8_0 rounding flips on the last bit of a
 					// projection (batched products sum in another order) moves what follows.
 					tol = 0.01
+				}
+				if kv == ml.F32 && strings.HasPrefix(name, "tiny-gemma3") {
+					// The float16 GELU turns last-bit differences of the gate (batched
+					// products sum in another order) into float16 steps: llama.cpp's own
+					// token-by-token run is 5.4e-4 from its whole batch (TestGemma3Parity).
+					tol = 1e-3
 				}
 				for _, q := range seqs {
 					alone := allLogits(t, m, q.tokens, 0, kv)

@@ -2,8 +2,11 @@
 // and nothing else: "qwen3" (per-head Q/K RMS norms, NeoX RoPE, SwiGLU feed-forward),
 // "qwen3moe" (the same attention, a routed-expert feed-forward without a shared expert:
 // Qwen3-30B-A3B) and "llama" (no Q/K norms, RoPE on adjacent pairs with Llama 3's
-// frequency factors, SwiGLU feed-forward: Llama 2/3, Mistral). One graph serves the three,
-// as their layers differ only in those parts.
+// frequency factors, SwiGLU feed-forward: Llama 2/3, Mistral) and "gemma3" (qwen3's
+// attention with the queries scaled, sliding-window layers between global ones with their
+// own RoPE base, norms after attention and after the feed-forward block too, a GeGLU
+// feed-forward, the embeddings scaled by √d: Gemma 3). One graph serves the four, as their
+// layers differ only in those parts.
 package qwen3
 
 import (
@@ -22,6 +25,7 @@ func init() {
 	model.Register("qwen3", Load)
 	model.Register("qwen3moe", Load)
 	model.Register("llama", Load)
+	model.Register("gemma3", Load)
 }
 
 // Model holds the bound weights. Shapes in comments are GGUF order (input dimension first).
@@ -31,10 +35,16 @@ type Model struct {
 	rope    ml.RoPE
 	kqScale float32
 	qkNorm  bool // per-head RMS norms of q and k before RoPE (the qwen3 family)
-	ffn     int
-	experts int // routed experts per layer (qwen3moe), 0 for a dense feed-forward
-	used    int // experts each token uses
-	facts   model.WeightFacts
+	// gemma3: the embeddings are multiplied by embScale, the rotated queries by qScale (the
+	// attention's own scale is then 1), the feed-forward is GeGLU, and sliding-window layers
+	// rotate by swaRope (0 and nil elsewhere).
+	embScale, qScale float32
+	geglu            bool
+	swaRope          ml.RoPE
+	ffn              int
+	experts          int // routed experts per layer (qwen3moe), 0 for a dense feed-forward
+	used             int // experts each token uses
+	facts            model.WeightFacts
 
 	tokenEmbd  ml.Weight // (d, vocab)
 	outputNorm ml.Weight // (d)
@@ -51,10 +61,14 @@ type layer struct {
 	kNorm    ml.Weight // (hd); nil for llama
 	o        ml.Weight // (heads·hd, d)
 	ffnNorm  ml.Weight // (d)
-	gate     ml.Weight // (d, ffn); dense layers
-	up       ml.Weight // (d, ffn)
-	down     ml.Weight // (ffn, d)
-	exps     model.Experts
+	// gemma3: norms of the attention's and the feed-forward's output before each residual
+	// add; window > 0 makes the layer attend to the last window positions only.
+	postAttnNorm, postFFNNorm ml.Weight // (d)
+	window                    int
+	gate                      ml.Weight // (d, ffn); dense layers
+	up                        ml.Weight // (d, ffn)
+	down                      ml.Weight // (ffn, d)
+	exps                      model.Experts
 }
 
 // Load binds a qwen3, qwen3moe or llama GGUF's weights on b and validates every shape.
@@ -63,7 +77,7 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	llama := arch == "llama"
+	llama, gemma := arch == "llama", arch == "gemma3"
 	bd := &model.Binder{Arch: arch, File: f, B: b}
 	m := &Model{qkNorm: !llama}
 	c := &m.cfg
@@ -82,8 +96,11 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	}
 	// llama.cpp's defaults where a key is absent: Llama's RMS epsilon and base are older.
 	eps, base := 1e-6, 1e6
-	if llama {
+	switch arch {
+	case "llama":
 		eps, base = 1e-5, 1e4
+	case "gemma3":
+		base = 1e4
 	}
 	m.eps = bd.FloatOr("attention.layer_norm_rms_epsilon", eps)
 	m.rope = ml.RoPE{Dims: bd.DimOr("rope.dimension_count", c.HeadDim), Base: bd.FloatOr("rope.freq_base", base), NeoX: !llama}
@@ -103,6 +120,10 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	bd.Check(vdim == c.HeadDim, "value_length %d differs from key_length %d", vdim, c.HeadDim)
 	bd.Check(m.rope.Dims > 0 && m.rope.Dims <= c.HeadDim && m.rope.Dims%2 == 0, "rope.dimension_count %d does not fit head dim %d", m.rope.Dims, c.HeadDim)
 	bd.Check(!(m.kqScale < 0) && !math.IsInf(float64(m.kqScale), 0), "attention.scale %g is not a positive number", m.kqScale)
+	var window, pattern int
+	if gemma {
+		window, pattern = m.gemma3(bd)
+	}
 	switch arch {
 	case "qwen3moe":
 		bd.Check(m.used > 0 && m.used <= m.experts, "expert_used_count %d must be in 1 … expert_count %d", m.used, m.experts)
@@ -122,6 +143,17 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	}
 	if m.kqScale == 0 {
 		m.kqScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	}
+	if gemma {
+		// As llama.cpp: the queries carry the scale, Gemma 3 27B's by the embedding width
+		// per head, the others' by the head dim.
+		per := c.HeadDim
+		if c.Layers == 62 {
+			per = c.Embedding / c.Heads
+		}
+		m.qScale, m.kqScale = float32(1/math.Sqrt(float64(per))), 1
+		m.embScale = float32(math.Sqrt(float64(c.Embedding)))
+		m.geglu = true
 	}
 	if llama {
 		m.rope.Factors = ropeFactors(bd, m.rope.Dims)
@@ -152,6 +184,14 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 		}
 		l.o = bd.Layer(i, "attn_output.weight", c.Heads*hd, d)
 		l.ffnNorm = bd.Layer(i, "ffn_norm.weight", d)
+		if gemma {
+			l.postAttnNorm = bd.Layer(i, "post_attention_norm.weight", d)
+			l.postFFNNorm = bd.Layer(i, "post_ffw_norm.weight", d)
+			// llama.cpp's set_swa_pattern: the last layer of every pattern is global.
+			if window > 0 && (pattern == 0 || i%pattern < pattern-1) {
+				l.window = window
+			}
+		}
 		if m.experts > 0 {
 			l.exps = model.Experts{
 				Router: bd.Layer(i, "ffn_gate_inp.weight", d, m.experts),
@@ -222,6 +262,21 @@ func ropeScaling(bd *model.Binder, ctx int) (scale float32, yarn ml.YaRN) {
 		bd.Check(false, "rope.scaling.type %q is not supported (none, linear and yarn are)", typ)
 		return 0, yarn
 	}
+}
+
+// gemma3 reads what only gemma3 files have: the sliding window (0: none) and the period of
+// its layers (attention.sliding_window_pattern, default 6: five sliding-window layers, then
+// a global one), the sliding-window layers' RoPE base (rope.freq_base_swa, default 10000,
+// no scaling); a final logit softcap, which Gemma 3's own files do not set, is refused.
+func (m *Model) gemma3(bd *model.Binder) (window, pattern int) {
+	window = bd.DimOr("attention.sliding_window", 0)
+	n, err := bd.File.IntOr(bd.Arch+".attention.sliding_window_pattern", 6)
+	bd.Check(err == nil && n >= 0 && n <= int64(max(m.cfg.Layers, 6)), "attention.sliding_window_pattern %d is not within [0, %d]", n, max(m.cfg.Layers, 6))
+	m.swaRope = ml.RoPE{Dims: m.rope.Dims, Base: bd.FloatOr("rope.freq_base_swa", 1e4), NeoX: true}
+	bd.Check(m.swaRope.Base > 0 && !math.IsInf(float64(m.swaRope.Base), 0), "rope.freq_base_swa %g is not a positive number", m.swaRope.Base)
+	softcap := bd.FloatOr("final_logit_softcapping", 0)
+	bd.Check(softcap == 0, "final_logit_softcapping %g: logit softcapping is not supported", softcap)
+	return window, int(n)
 }
 
 // ropeFactors reads rope_freqs.weight (Llama 3's per-frequency divisors, dims/2 of them,
@@ -319,6 +374,9 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 	scale := m.kqScale
 
 	x := ctx.Embed(m.tokenEmbd, ctx.InputIDs(b.Tokens)) // [n, d]
+	if m.embScale != 0 {
+		x = ctx.Name(ctx.Scale(x, m.embScale), "inp_scaled", -1)
+	}
 	for i, l := range m.layers {
 		// Attention block: h = x + Wo · attn(rope(norm(Wq·x̂)), rope(norm(Wk·x̂)), Wv·x̂)
 		xn := ctx.Name(ctx.RMSNorm(x, l.attnNorm, m.eps), "attn_norm", i)
@@ -331,14 +389,34 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 		}
 		// Every run's keys are stored and queries rotated before any attends, so that the
 		// batch's q, k and v are gone by then and several runs hold no more than one.
+		rope := m.rope
+		if l.window > 0 {
+			rope = m.swaRope
+		}
 		qr := make([]ml.Tensor, len(runs))
 		for j, r := range runs {
-			kr := ctx.RoPE(model.RunRows(ctx, runs, j, k), r.Pos0, m.rope)
+			kr := ctx.RoPE(model.RunRows(ctx, runs, j, k), r.Pos0, rope)
 			ctx.StoreKV(kvs[j], i, r.Pos0, kr, model.RunRows(ctx, runs, j, v))
-			qr[j] = ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, m.rope)
+			qr[j] = ctx.RoPE(model.RunRows(ctx, runs, j, q), r.Pos0, rope)
+			if m.qScale != 0 {
+				qr[j] = ctx.Scale(qr[j], m.qScale)
+			}
 		}
-		a := ctx.Name(model.Attend(ctx, runs, qr, kvs, i, scale), "kqv_out", i) // [n, heads·hd]
-		h := ctx.Add(x, ctx.MatMul(l.o, a))
+		var a ml.Tensor
+		if l.window > 0 {
+			// The batched path has no window: sliding layers attend run by run.
+			a = model.PerRun(ctx, runs, func(j int, r model.Run) ml.Tensor {
+				return ctx.SlidingAttention(qr[j], kvs[j], i, r.Pos0, scale, l.window)
+			})
+		} else {
+			a = model.Attend(ctx, runs, qr, kvs, i, scale)
+		}
+		a = ctx.Name(a, "kqv_out", i) // [n, heads·hd]
+		o := ctx.MatMul(l.o, a)
+		if l.postAttnNorm != nil {
+			o = ctx.Name(ctx.RMSNorm(o, l.postAttnNorm, m.eps), "attn_post_norm", i)
+		}
+		h := ctx.Add(x, o)
 
 		// Feed-forward block: out = h + Wdown · (silu(Wgate·ĥ) ⊙ Wup·ĥ), or the routed
 		// experts' weighted sum of the same (weights renormalized, as llama.cpp's qwen3moe).
@@ -346,8 +424,13 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 		var f ml.Tensor
 		if m.experts > 0 {
 			f = l.exps.Forward(ctx, hn, m.used, true, i)
+		} else if m.geglu {
+			f = ctx.MatMul(l.down, ctx.GeGLU(ctx.MatMul(l.gate, hn), ctx.MatMul(l.up, hn)))
 		} else {
 			f = ctx.MatMul(l.down, ctx.SwiGLU(ctx.MatMul(l.gate, hn), ctx.MatMul(l.up, hn)))
+		}
+		if l.postFFNNorm != nil {
+			f = ctx.Name(ctx.RMSNorm(f, l.postFFNNorm, m.eps), "ffn_post_norm", i)
 		}
 		x = ctx.Name(ctx.Add(h, f), "l_out", i)
 	}
