@@ -8,7 +8,7 @@ import (
 )
 
 // qwen3Dims are the hyperparameters of a model of the qwen3 graph's family: dense qwen3,
-// qwen3moe (experts > 0) or llama.
+// qwen3moe (experts > 0), llama or gemma3.
 type qwen3Dims struct {
 	arch        string // "" is qwen3
 	name        string
@@ -32,6 +32,10 @@ type qwen3Dims struct {
 	// llama: Llama 3's rope_freqs.weight for this factor and original context (0: none)
 	ropeFactor  float64
 	ropeOrigCtx int
+	// gemma3: the sliding window and its period (0: no window), linear rope scaling of the
+	// global layers (0: none)
+	window, pattern int
+	linearScale     float32
 }
 
 // tinyQwen3 is models/tiny-qwen3-*.gguf of the fixtures (generation-params.json).
@@ -73,6 +77,24 @@ var llama32_1b = qwen3Dims{
 	embd: 2048, layers: 16, heads: 32, kvHeads: 8, headDim: 64, ffn: 8192, vocab: 128256,
 	context: 131072, ropeBase: 500000, rmsEps: 1e-5, tied: true, embStd: 0.125,
 	ropeFactor: 32, ropeOrigCtx: 8192,
+}
+
+// gemma3_1b has the layout of Gemma 3 1B (text): sliding window 512, five of every six
+// layers windowed, no rope scaling.
+var gemma3_1b = qwen3Dims{
+	arch: "gemma3", name: "gemma-3-1b", description: "random-weight test model, not trained",
+	embd: 1152, layers: 26, heads: 4, kvHeads: 1, headDim: 256, ffn: 6912, vocab: 262144,
+	context: 32768, ropeBase: 1e6, rmsEps: 1e-6, tied: true, embStd: 1 / math.Sqrt(1152),
+	window: 512, pattern: 6,
+}
+
+// gemma3_4b has the layout of Gemma 3 4B (its text model): window 1024, linear rope
+// scaling 8 on the global layers.
+var gemma3_4b = qwen3Dims{
+	arch: "gemma3", name: "gemma-3-4b", description: "random-weight test model, not trained",
+	embd: 2560, layers: 34, heads: 8, kvHeads: 4, headDim: 256, ffn: 10240, vocab: 262144,
+	context: 131072, ropeBase: 1e6, rmsEps: 1e-6, tied: true, embStd: 1 / math.Sqrt(2560),
+	window: 1024, pattern: 6, linearScale: 8,
 }
 
 // llama3RopeFreqs are Llama 3.1's published per-frequency divisors (low and high frequency
@@ -120,6 +142,14 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 	m.set(arch+".attention.layer_norm_rms_epsilon", d.rmsEps)
 	m.set(arch+".attention.key_length", uint32(d.headDim))
 	m.set(arch+".attention.value_length", uint32(d.headDim))
+	if d.window > 0 {
+		m.set(arch+".attention.sliding_window", uint32(d.window))
+		m.set(arch+".attention.sliding_window_pattern", uint32(d.pattern))
+	}
+	if d.linearScale > 0 {
+		m.set(arch+".rope.scaling.type", "linear")
+		m.set(arch+".rope.scaling.factor", d.linearScale)
+	}
 	if d.experts > 0 {
 		m.set(arch+".expert_count", uint32(d.experts))
 		m.set(arch+".expert_used_count", uint32(d.used))
@@ -161,6 +191,9 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 		if arch != "llama" {
 			m.tensors = append(m.tensors, norm(p+"attn_q_norm.weight", d.headDim), norm(p+"attn_k_norm.weight", d.headDim))
 		}
+		if arch == "gemma3" {
+			m.tensors = append(m.tensors, norm(p+"post_attention_norm.weight", d.embd))
+		}
 		m.tensors = append(m.tensors, norm(p+"ffn_norm.weight", d.embd))
 		if d.experts > 0 {
 			experts := func(name string, in, out int, r role) tensorSpec {
@@ -182,6 +215,9 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 			matrix(p+"ffn_up.weight", d.embd, d.ffn, roleMatrix, il),
 			matrix(p+"ffn_down.weight", d.ffn, d.embd, roleFFNDown, il),
 		)
+		if arch == "gemma3" {
+			m.tensors = append(m.tensors, norm(p+"post_ffw_norm.weight", d.embd))
+		}
 	}
 	m.tensors = append(m.tensors, norm("output_norm.weight", d.embd))
 	if !d.tied {

@@ -206,6 +206,20 @@ var shapes = []Shape{
 		vocab:   func() (*vocabulary, error) { return generatedVocab(llama32_1b.vocab) },
 		build:   llama32_1b.build,
 	},
+	{
+		Name:    "gemma-3-1b",
+		Arch:    "gemma3",
+		Summary: "Gemma 3 1B: 26 layers, hidden 1152, 4/1 heads of 256, ffn 6912, vocab 262144, window 512 (5 of 6 layers), tied embeddings",
+		vocab:   func() (*vocabulary, error) { return generatedVocab(gemma3_1b.vocab) },
+		build:   gemma3_1b.build,
+	},
+	{
+		Name:    "gemma-3-4b",
+		Arch:    "gemma3",
+		Summary: "Gemma 3 4B (text): 34 layers, hidden 2560, 8/4 heads of 256, ffn 10240, vocab 262144, window 1024 (5 of 6 layers), linear rope scaling 8, tied embeddings",
+		vocab:   func() (*vocabulary, error) { return generatedVocab(gemma3_4b.vocab) },
+		build:   gemma3_4b.build,
+	},
 }
 
 // Shapes lists the known shapes.

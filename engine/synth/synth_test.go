@@ -464,3 +464,41 @@ func TestIQ2XXSMix(t *testing.T) {
 		t.Errorf("quantizing to IQ2_XXS: %v, want a refusal", err)
 	}
 }
+
+// TestGemma3_4BLayout: Gemma 3 4B's text model has 3,880,099,328 parameters: 34 layers of
+// q 2560×2048, k and v 2560×1024, o 2048×2560, GeGLU 3×2560×10240 and six norms, and the
+// tied 262,144-token embedding.
+func TestGemma3_4BLayout(t *testing.T) {
+	v, err := generatedVocab(gemma3_4b.vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := gemma3_4b.build(Options{Type: Q8_0}, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var elems uint64
+	byName := map[string]tensorSpec{}
+	for _, ts := range m.tensors {
+		byName[ts.name] = ts
+		elems += ts.elements()
+	}
+	if elems != 3_880_099_328 {
+		t.Errorf("%d parameters, want 3,880,099,328", elems)
+	}
+	if got := len(m.tensors); got != 1+34*13+1 {
+		t.Errorf("%d tensors, want %d", got, 1+34*13+1)
+	}
+	for _, name := range []string{"blk.0.post_attention_norm.weight", "blk.33.post_ffw_norm.weight", "blk.5.attn_q_norm.weight"} {
+		if _, ok := byName[name]; !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+	keys := map[string]string{}
+	for _, kv := range m.kv {
+		keys[kv.Key] = fmt.Sprint(kv.Value)
+	}
+	if keys["gemma3.attention.sliding_window"] != "1024" || keys["gemma3.rope.scaling.factor"] != "8" {
+		t.Errorf("window %v, rope scaling %v; want 1024 and 8", keys["gemma3.attention.sliding_window"], keys["gemma3.rope.scaling.factor"])
+	}
+}
