@@ -269,7 +269,9 @@ func ropeScaling(bd *model.Binder, ctx int) (scale float32, yarn ml.YaRN) {
 // a global one), the sliding-window layers' RoPE base (rope.freq_base_swa, default 10000,
 // no scaling); a final logit softcap, which Gemma 3's own files do not set, is refused.
 func (m *Model) gemma3(bd *model.Binder) (window, pattern int) {
-	window = bd.DimOr("attention.sliding_window", 0)
+	w, err := bd.File.IntOr(bd.Arch+".attention.sliding_window", 0)
+	bd.Check(err == nil && w >= 0 && w <= modelinfo.MaxContextLength, "attention.sliding_window %d is not within [0, %d]", w, modelinfo.MaxContextLength)
+	window = int(w)
 	n, err := bd.File.IntOr(bd.Arch+".attention.sliding_window_pattern", 6)
 	bd.Check(err == nil && n >= 0 && n <= int64(max(m.cfg.Layers, 6)), "attention.sliding_window_pattern %d is not within [0, %d]", n, max(m.cfg.Layers, 6))
 	m.swaRope = ml.RoPE{Dims: m.rope.Dims, Base: bd.FloatOr("rope.freq_base_swa", 1e4), NeoX: true}
