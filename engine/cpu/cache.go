@@ -191,7 +191,11 @@ func (c *cache) runs(pos0, n int, f func(p, e, off, m int)) {
 }
 
 // store writes rows of kvHeads·headDim values at positions pos0….
-func (c *cache) store(layer, pos0 int, k, v []float32) {
+func (c *cache) store(layer, pos0 int, k, v []float32) { c.storeWith(layer, pos0, k, v, nil) }
+
+// storeWith is store with buf (len(k) values, or nil to allocate) for the rotated copies a
+// q8_0 cache quantizes.
+func (c *cache) storeWith(layer, pos0 int, k, v, buf []float32) {
 	n := len(k) / (c.kvHeads * c.headDim)
 	if pos0 < 0 || pos0+n > c.capacity {
 		panic(fmt.Sprintf("cpu: cache write at %d+%d past capacity %d", pos0, n, c.capacity))
@@ -213,7 +217,10 @@ func (c *cache) store(layer, pos0 int, k, v []float32) {
 				quant.QuantizeQ8_0Ref(v[off:off+m], dv)
 				break
 			}
-			r := make([]float32, m)
+			if len(buf) < len(k) {
+				buf = make([]float32, len(k))
+			}
+			r := buf[off : off+m]
 			copy(r, k[off:off+m])
 			hadamardRows(r, c.rotK)
 			quant.QuantizeQ8_0Ref(r, dk)

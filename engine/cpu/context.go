@@ -269,7 +269,16 @@ func (c *context) StoreKV(cc ml.Cache, layer, pos0 int, k, v ml.Tensor) {
 		panic(fmt.Sprintf("cpu: store k %v, v %v in a cache of %d×%d", kt.shape, vt.shape, kc.kvHeads, kc.headDim))
 	}
 	kc.check("store in")
-	c.record("store kv", false, func() { kc.store(layer, pos0, kt.data, vt.data) }, nil, kt, vt)
+	c.record("store kv", false, func() {
+		if kc.rotK == 0 {
+			kc.store(layer, pos0, kt.data, vt.data)
+			return
+		}
+		// A rotated cache rotates a copy first: decode should not allocate.
+		buf := c.b.pool.scratch.get(len(kt.data))
+		defer c.b.pool.scratch.put(buf)
+		kc.storeWith(layer, pos0, kt.data, vt.data, buf)
+	}, nil, kt, vt)
 }
 
 func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32) ml.Tensor {
