@@ -145,30 +145,25 @@ func (c *context) Mul(a, b ml.Tensor) ml.Tensor {
 }
 
 func (c *context) GeGLU(gate, up ml.Tensor) ml.Tensor {
-	g, u := gate.(*tensor), up.(*tensor)
-	if g.n != u.n {
-		panic(fmt.Sprintf("cpu: geglu of shapes %v and %v", g.shape, u.shape))
-	}
-	out := c.out(g.shape...)
-	c.record("geglu", true, func() {
-		c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				out.data[i] = ml.GELU(g.data[i]) * u.data[i]
-			}
-		})
-	}, []*tensor{out}, g, u)
-	return out
+	return c.glu("geglu", gate, up, func(out, g, u []float32) {
+		for i := range out {
+			out[i] = ml.GELU(g[i]) * u[i]
+		}
+	})
 }
 
-func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor {
+func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor { return c.glu("swiglu", gate, up, swiglu) }
+
+// glu records f(out, gate, up) over parts of the tensors in parallel: a gated activation.
+func (c *context) glu(name string, gate, up ml.Tensor, f func(out, g, u []float32)) ml.Tensor {
 	g, u := gate.(*tensor), up.(*tensor)
 	if g.n != u.n {
-		panic(fmt.Sprintf("cpu: swiglu of shapes %v and %v", g.shape, u.shape))
+		panic(fmt.Sprintf("cpu: %s of shapes %v and %v", name, g.shape, u.shape))
 	}
 	out := c.out(g.shape...)
-	c.record("swiglu", true, func() {
+	c.record(name, true, func() {
 		c.b.pool.parallel(len(out.data), 1<<14, func(lo, hi int) {
-			swiglu(out.data[lo:hi], g.data[lo:hi], u.data[lo:hi])
+			f(out.data[lo:hi], g.data[lo:hi], u.data[lo:hi])
 		})
 	}, []*tensor{out}, g, u)
 	return out
