@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/redlite/batch/engine/ml"
@@ -130,7 +131,7 @@ func absMax(x []float32) float32 {
 }
 
 // TestHadamardRows: the transform is Sylvester's matrix with entries ±1/√n and undoes
-// itself; kvRotations picks llama.cpp's sizes.
+// itself; kvRotations picks llama.cpp's sizes; a q8_0 pool refuses heads that are not whole blocks.
 func TestHadamardRows(t *testing.T) {
 	const n = 64
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -160,6 +161,9 @@ func TestHadamardRows(t *testing.T) {
 		if math.Abs(float64(y[i]-x[i])) > 1e-6 {
 			t.Fatalf("twice: element %d is %v, was %v", i, y[i], x[i])
 		}
+	}
+	if _, err := New(1).NewKVPool(1, 1, 80, 1, 16, ml.Q8_0); err == nil || !strings.Contains(err.Error(), "a head of 80 features is not a whole number of q8_0 blocks of 32") {
+		t.Errorf("a q8_0 pool of heads of 80: %v", err)
 	}
 	for _, c := range []struct {
 		dt       ml.DType
