@@ -71,7 +71,7 @@ type layer struct {
 	exps                      model.Experts
 }
 
-// Load binds a qwen3, qwen3moe or llama GGUF's weights on b and validates every shape.
+// Load binds a qwen3, qwen3moe, llama or gemma3 GGUF's weights on b and validates every shape.
 func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	arch, err := f.Architecture()
 	if err != nil {
