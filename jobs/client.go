@@ -39,6 +39,7 @@ type clientConfig struct {
 	id        string // JobID
 	hookAllow WebhookAllow
 	resolver  Resolver
+	streamRdb redis.UniversalClient // WithStreamRedis
 }
 
 // ClientOption configures NewClient.
