@@ -84,10 +84,12 @@ type Config struct {
 	MaxRetryDelay time.Duration `env:"REDLITE_MAX_RETRY_DELAY" envDefault:"10m"`
 	// ProgressInterval is the least time between two progress writes of one job.
 	ProgressInterval time.Duration `env:"REDLITE_PROGRESS_INTERVAL" envDefault:"250ms"`
-	// StreamInterval is the least time between two progress writes of one job while its
-	// text grows: the latency of a streamed response, at most 1/StreamInterval writes a
-	// second per generating job.
-	StreamInterval time.Duration `env:"REDLITE_STREAM_INTERVAL" envDefault:"50ms"`
+	// StreamInterval is the time slice of a job's text stream (jobs.TextStreamKey): a token
+	// less than this after the last append waits for the slice's end and goes in one entry
+	// with the others that came meanwhile, so a generating job costs Redis at most
+	// 1/StreamInterval round trips a second; slower tokens go out one by one at once. Zero:
+	// an entry per token, however fast.
+	StreamInterval time.Duration `env:"REDLITE_STREAM_INTERVAL" envDefault:"5ms"`
 	// TaskCheckInterval is how often an idle worker looks for new jobs (asynq polls).
 	TaskCheckInterval time.Duration `env:"REDLITE_TASK_CHECK_INTERVAL" envDefault:"1s"`
 	// DelayedTaskCheckInterval is how often retrying and scheduled jobs are moved to their
@@ -194,8 +196,8 @@ func (c Config) Validate() error {
 		return bad("REDLITE_MAX_RETRY_DELAY", "%v is below REDLITE_RETRY_DELAY %v", c.MaxRetryDelay, c.RetryDelay)
 	case c.ProgressInterval <= 0:
 		return bad("REDLITE_PROGRESS_INTERVAL", "must be > 0, got %v", c.ProgressInterval)
-	case c.StreamInterval <= 0:
-		return bad("REDLITE_STREAM_INTERVAL", "must be > 0, got %v", c.StreamInterval)
+	case c.StreamInterval < 0:
+		return bad("REDLITE_STREAM_INTERVAL", "must be ≥ 0, got %v", c.StreamInterval)
 	case c.TaskCheckInterval <= 0:
 		return bad("REDLITE_TASK_CHECK_INTERVAL", "must be > 0, got %v", c.TaskCheckInterval)
 	case c.DelayedTaskCheckInterval <= 0:

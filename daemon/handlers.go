@@ -16,7 +16,7 @@ import (
 // with what every attempt needs as middleware around them, outermost first —
 //
 //   - attempt: the attempt's record (run), its claim for orphan recovery, its progress
-//     writer, and its metrics and log line once it ends, whatever ended it;
+//     and text stream writers, and its metrics and log line once it ends, whatever ended it;
 //   - recoverPanics: a panic anywhere below becomes a retried EngineFault carrying the
 //     stack (asynq would recover too, but as a plain error without it).
 //
@@ -106,9 +106,12 @@ func (w *worker) attempt(next asynq.Handler) asynq.Handler {
 		ctx, stop := context.WithCancelCause(ctx)
 		defer stop(nil)
 		r.out = taskWriter{ctx: ctx, client: w.client, queue: r.queue, id: r.id, retried: retried, stop: stop, orphaned: w.onOrphaned(r.log)}
-		r.prog = newProgressWriter(r.out, w.cfg.ProgressInterval, w.cfg.StreamInterval, r.log, w.m)
+		r.prog = newProgressWriter(r.out, w.cfg.ProgressInterval, r.log, w.m)
 		r.prog.start()
+		r.text = newTextWriter(w.client, r.id, retried, w.cfg.StreamInterval, r.log, w.m)
+		r.text.start()
 		defer func() {
+			r.text.terminate()
 			r.prog.terminate()
 			r.setPhase("")
 			w.m.jobs.WithLabelValues(task.Type(), r.outcome).Inc()

@@ -44,6 +44,8 @@ type metrics struct {
 	planNeedBytes  prometheus.Histogram
 	webhooks       *prometheus.CounterVec
 	progressWrites *prometheus.CounterVec
+	textWrites     *prometheus.CounterVec
+	textEntries    prometheus.Counter
 	expertLookups  *prometheus.CounterVec
 	rerouted       *prometheus.CounterVec
 	maxContext     *prometheus.GaugeVec
@@ -114,6 +116,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		progressWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlite_progress_writes_total", Help: "Progress envelopes written to Redis, by outcome (ok, error).",
 		}, []string{"outcome"}),
+		textWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlite_text_stream_writes_total", Help: "Round trips appending generated text to jobs' text streams, by outcome (ok, error); at most one per REDLITE_STREAM_INTERVAL per generating job.",
+		}, []string{"outcome"}),
+		textEntries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "redlite_text_stream_entries_total", Help: "Entries appended to jobs' text streams: one per token, or per REDLITE_STREAM_INTERVAL when tokens come faster.",
+		}),
 		expertLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlite_expert_cache_lookups_total", Help: "Routed-expert slices looked up in the bounded expert cache, by result (hit, miss); all hits when every expert is resident.",
 		}, []string{"result"}),
@@ -141,7 +149,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.maxContext, m.rerouted, m.batchSize, m.stepSeconds, m.kvBlocks, m.admissionWait, m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
 		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.buildInfo, m.plans, m.plannedBytes,
-		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites, m.expertLookups} {
+		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites, m.textWrites, m.textEntries, m.expertLookups} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -46,6 +46,7 @@ type run struct {
 	start   time.Time
 	phase   jobs.Phase
 	prog    *progressWriter
+	text    *textWriter
 	outcome string
 	// thinking: the prompt left a <think> block open, so the output starts with reasoning.
 	thinking bool
@@ -202,7 +203,7 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 		TopK:        sampling.TopK,
 		TopP:        float32(sampling.TopP),
 		MinP:        float32(sampling.MinP),
-		Seed:        rand.Uint64(),
+		Seed:        seedOf(r.id),
 
 		PresencePenalty:   float32(sampling.PresencePenalty),
 		FrequencyPenalty:  float32(sampling.FrequencyPenalty),
@@ -250,6 +251,7 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 					return
 				}
 				r.prog.update(func(pr *jobs.Progress) { pr.AppendText(answer, reasoning) })
+				r.text.push(answer, reasoning, generated)
 				return
 			}
 			generated = n
@@ -257,6 +259,7 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 				r.setPhase(jobs.PhaseDecode)
 			}
 			r.prog.update(func(pr *jobs.Progress) { pr.Generated = n; pr.AppendText(answer, reasoning) })
+			r.text.push(answer, reasoning, n)
 			if f := w.observer.Token; f != nil {
 				f(ctx, r.id, n)
 			}
@@ -336,6 +339,7 @@ func (r *run) complete(ctx context.Context, res jobs.Result, webhook string) err
 	if err := r.writeResult(ctx, env); err != nil {
 		return err
 	}
+	r.text.end(res.FinishReason)
 	r.outcome = outcomeCompleted
 	if webhook != "" {
 		r.w.postWebhook(ctx, r.log, webhook, r.id, env)
@@ -405,6 +409,8 @@ func (r *run) cancelled(ctx context.Context, res jobs.Result, genErr error) erro
 	}
 	if err != nil {
 		r.log.Warn("could not record the cancelled result", "err", err)
+	} else {
+		r.text.end(jobs.FinishCancelled)
 	}
 	if d := r.payloadDeadline(); !d.IsZero() && !time.Now().Before(d) {
 		// A job past its deadline cannot succeed on another attempt.
@@ -469,6 +475,15 @@ func (r *run) result(p jobs.Payload, gens []engine.Generation, plan planner.Plan
 		res.Timings.QueueWaitMS = ms(wait)
 	}
 	return res
+}
+
+// seedOf is the sampling seed of a job that names none: derived from its id, so that every
+// attempt of the job samples the same text on the same model, and a client streaming it
+// sees a retry (its worker died) repeat the text it has and go on (jobs.FollowText).
+func seedOf(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
 }
 
 // queueWait is the time from enqueue to the start of this attempt, when the enqueue time is

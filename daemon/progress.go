@@ -12,15 +12,14 @@ import (
 
 // progressWriter publishes one job's progress into its task (a taskWriter) without making the
 // engine wait for Redis: the engine's callbacks store the latest state and return at once; a
-// goroutine writes it, the first time at once and then at most every interval, or every
-// textInterval when the generated text grew (a stream's reader waits for it). A slow or
-// unreachable Redis thus slows the progress display, never the job.
+// goroutine writes it, the first time at once and then at most every interval. A slow or
+// unreachable Redis thus slows the progress display, never the job. Streamed text does not
+// wait for it: it goes through the job's text stream (textstream.go).
 type progressWriter struct {
-	w            io.Writer // the task's result field
-	interval     time.Duration
-	textInterval time.Duration
-	log          *slog.Logger
-	m            *metrics
+	w        io.Writer // the task's result field
+	interval time.Duration
+	log      *slog.Logger
+	m        *metrics
 
 	mu    sync.Mutex
 	cur   jobs.Progress
@@ -32,8 +31,8 @@ type progressWriter struct {
 	stopOnce sync.Once
 }
 
-func newProgressWriter(w io.Writer, interval, textInterval time.Duration, log *slog.Logger, m *metrics) *progressWriter {
-	return &progressWriter{w: w, interval: interval, textInterval: textInterval, log: log, m: m,
+func newProgressWriter(w io.Writer, interval time.Duration, log *slog.Logger, m *metrics) *progressWriter {
+	return &progressWriter{w: w, interval: interval, log: log, m: m,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -69,27 +68,14 @@ func (p *progressWriter) snapshot() jobs.Progress {
 func (p *progressWriter) loop() {
 	defer close(p.done)
 	var last time.Time
-	written := 0 // the text's length at the last write
 	for {
 		select {
 		case <-p.quit:
 			return
 		case <-p.wake:
 		}
-		// Wait out the interval; the text may grow meanwhile, shortening it, so the wait is
-		// looked at again at least every textInterval.
-		for !last.IsZero() {
-			interval := p.interval
-			p.mu.Lock()
-			if textLen(p.cur) != written {
-				interval = min(interval, p.textInterval)
-			}
-			p.mu.Unlock()
-			wait := interval - time.Since(last)
-			if wait <= 0 {
-				break
-			}
-			t := time.NewTimer(min(wait, p.textInterval))
+		if wait := p.interval - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
 			select {
 			case <-p.quit:
 				t.Stop()
@@ -104,7 +90,7 @@ func (p *progressWriter) loop() {
 		if !dirty {
 			continue
 		}
-		last, written = time.Now(), textLen(cur)
+		last = time.Now()
 		if _, err := p.w.Write(jobs.EncodeProgress(cur)); err != nil {
 			// Redis away or the task context ended: the next update tries again.
 			p.m.progressWrites.WithLabelValues("error").Inc()
@@ -116,6 +102,3 @@ func (p *progressWriter) loop() {
 		p.m.progressWrites.WithLabelValues("ok").Inc()
 	}
 }
-
-// textLen is the length of the generated text so far.
-func textLen(p jobs.Progress) int { return p.TextOffset + len(p.Text) }
