@@ -121,6 +121,8 @@ func (b *bundle) startDaemon(t *testing.T, webhookSecret string) {
 	cfg.TaskCheckInterval = 20 * time.Millisecond
 	cfg.DelayedTaskCheckInterval = 100 * time.Millisecond
 	cfg.ProgressInterval = 10 * time.Millisecond
+	// An entry per token, however fast the fixture decodes: the streams' chunks are tokens.
+	cfg.StreamInterval = 0
 	cfg.RetryDelay = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.WebhookSecret = webhookSecret
@@ -270,6 +272,7 @@ func generate(maxTokens int, extra ...any) map[string]any {
 type sseEvent struct {
 	name string
 	data string
+	id   string
 }
 
 // readEvents reads Server-Sent Events until the stream ends.
@@ -291,6 +294,8 @@ func readEvents(t *testing.T, r io.Reader) []sseEvent {
 			cur.name = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			cur.data += strings.TrimPrefix(line, "data: ")
+		case strings.HasPrefix(line, "id: "):
+			cur.id = strings.TrimPrefix(line, "id: ")
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -378,10 +383,45 @@ func TestNativeJobs(t *testing.T) {
 		if last.name != "result" || json.Unmarshal([]byte(last.data), &res) != nil || res.Usage.CompletionTokens < 1 {
 			t.Fatalf("last event %+v, want the result", last)
 		}
-		if deltas == 0 || text.String() != res.Text {
+		// The daemon writes an entry per token (REDLITE_STREAM_INTERVAL=0): a delta each,
+		// but for tokens whose text is held back (half a character, a possible stop string).
+		if deltas < res.Usage.CompletionTokens/2 || text.String() != res.Text {
 			t.Errorf("%d deltas make %q, the result's text is %q", deltas, text.String(), res.Text)
 		}
 		t.Logf("%d tokens in %d deltas", res.Usage.CompletionTokens, deltas)
+
+		t.Run("LastEventID", func(t *testing.T) {
+			// A reader that reconnects with the id of its 10th delta gets the text after it,
+			// once, then the result.
+			var ids []string
+			var had strings.Builder
+			for _, e := range evs {
+				if e.name == "delta" && len(ids) < 10 {
+					var d struct{ Text string }
+					json.Unmarshal([]byte(e.data), &d)
+					had.WriteString(d.Text)
+					ids = append(ids, e.id)
+				}
+			}
+			if len(ids) < 10 || ids[9] == "" {
+				t.Fatalf("delta ids %q", ids)
+			}
+			resp := b.send(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/events", nil, "Last-Event-ID", ids[9])
+			defer resp.Body.Close()
+			rest := readEvents(t, resp.Body)
+			for _, e := range rest[:len(rest)-1] {
+				if e.name == "delta" {
+					var d struct{ Text string }
+					json.Unmarshal([]byte(e.data), &d)
+					had.WriteString(d.Text)
+				}
+			}
+			if got := had.String(); got != res.Text || rest[len(rest)-1].name != "result" {
+				t.Errorf("resumed after %s: %q then %s, want the text %q", ids[9], got, rest[len(rest)-1].name, res.Text)
+			}
+			code, data := b.call(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/events", nil, "Last-Event-ID", "garbage")
+			wantError(t, "bad Last-Event-ID", code, data, http.StatusBadRequest, "invalid_request", "Last-Event-ID")
+		})
 	})
 
 	t.Run("Idempotency", func(t *testing.T) {

@@ -70,8 +70,8 @@ func (rt *textRoute) named(err error) error {
 // textHandler runs one request as a job like any other (queued, routed, planned, visible in
 // asynqmon) and answers when it is done, or with stream: true as the route's events: the
 // start at once, comments while the job waits (which keep proxies from timing the
-// connection out), an event with the text each new piece of the job's progress adds (the
-// worker writes it at most every REDLITE_STREAM_INTERVAL), the rest of the text with the
+// connection out), an event per piece of the first completion's text stream (a token, or
+// what a worker's REDLITE_STREAM_INTERVAL gathered) and the rest of its text, then the
 // logprobs and the other completions when the job is done, then the end.
 func (s *Server) textHandler(rt *textRoute) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
@@ -125,13 +125,11 @@ func (s *Server) textHandler(rt *textRoute) func(w http.ResponseWriter, r *http.
 		defer sse.close()
 		out := rt.stream(sse, job.ID, g, opts)
 		out.start()
-		var text textReader
-		res, err := s.client.WaitEvery(ctx, job.ID, s.cfg.StreamPollInterval, func(p jobs.Progress) {
-			if d := text.progress(p); !d.empty() {
-				out.text(d)
-				return
-			}
-			sse.comment(fmt.Sprintf("%s %d/%d", p.Phase, p.Generated, p.MaxTokens))
+		res, err := s.followText(ctx, job.ID, jobs.FollowOptions{
+			OnText: func(d jobs.TextDelta) { out.text(delta{Text: d.Text, Reasoning: d.Reasoning}) },
+			OnProgress: func(p jobs.Progress) {
+				sse.comment(fmt.Sprintf("%s %d/%d", p.Phase, p.Generated, p.MaxTokens))
+			},
 		})
 		if err != nil {
 			if r.Context().Err() != nil {
@@ -140,11 +138,7 @@ func (s *Server) textHandler(rt *textRoute) func(w http.ResponseWriter, r *http.
 			out.fail(asAPIError(rt.named(s.chatError(r, job.ID, err))))
 			return nil
 		}
-		d := text.result(res)
-		if d.Gap {
-			s.log.Warn("a stream's result does not continue the text streamed", "job", job.ID)
-		}
-		out.done(res, d)
+		out.done(res, delta{}) // followText handed out the whole text
 		return nil
 	}
 }
@@ -160,6 +154,10 @@ func (s *Server) chatError(r *http.Request, id string, err error) error {
 		return contextLengthExceeded(je.LastError)
 	case errors.As(err, &je):
 		return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "job_failed", msg: fmt.Sprintf("job %s failed: %s", id, je.LastError)}
+	case errors.Is(err, jobs.ErrTextDiverged):
+		// Only a stream gets here: the text it sent cannot be taken back.
+		return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "stream_diverged",
+			msg: fmt.Sprintf("job %s ran again after its worker stopped, and the new attempt's text differs from the text streamed; send the request again, or read GET /v1/jobs/%s/result", id, id)}
 	case r.Context().Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: http.StatusGatewayTimeout, typ: typeServer, code: "timeout",
 			msg: fmt.Sprintf("job %s did not finish within REDLITE_API_MAX_WAIT (%v); it goes on: GET /v1/jobs/%s/result", id, s.cfg.MaxWait, id)}

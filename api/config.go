@@ -63,9 +63,11 @@ type Config struct {
 	// looks at its job.
 	PollInterval time.Duration `env:"REDLITE_API_POLL_INTERVAL" envDefault:"250ms"`
 	// StreamPollInterval is how often a stream that carries text (job events, chat
-	// completions with stream: true) looks at its job: one HGETALL each, so that the
-	// workers' text writes (REDLITE_STREAM_INTERVAL) reach the client without waiting.
-	StreamPollInterval time.Duration `env:"REDLITE_API_STREAM_POLL_INTERVAL" envDefault:"50ms"`
+	// completions with stream: true) looks at its job's status (one HGETALL) while it blocks
+	// on the job's text stream: the text comes as the workers write it, without waiting for
+	// this; progress events, and the end of a job that wrote no end entry (failed, cancelled
+	// while queued, its worker lost), come within it.
+	StreamPollInterval time.Duration `env:"REDLITE_API_STREAM_POLL_INTERVAL" envDefault:"250ms"`
 
 	// The workers' REDLITE_WEBHOOK_SECRET (GET /v1/webhook_secret tells each token the
 	// secret its jobs' webhooks are signed with) and REDLITE_WEBHOOK_ALLOW (a webhook_url

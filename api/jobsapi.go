@@ -389,13 +389,22 @@ func jobEndError(st jobs.Status) error {
 }
 
 // getEvents streams the job as Server-Sent Events: "progress" each time the progress
-// changes (phase queued while it waits), "delta" with the text it adds, then one "result"
-// or "error", then the stream ends. The progress events leave the text out: it is in the
-// deltas, once.
+// changes (phase queued while it waits), "delta" with each piece of its text (a token, or
+// what a worker's REDLITE_STREAM_INTERVAL gathered), then one "result" or "error", then the
+// stream ends. The progress events leave the text out: it is in the deltas, once. Each
+// delta's id is where the reader is: sent back as Last-Event-ID, the stream goes on after
+// it. "reset" says the text sent is void (the job ran again and its new attempt's text
+// differs): the deltas start over.
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.status(r)
 	if err != nil {
 		return err
+	}
+	var after jobs.TextCursor
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		if after, err = jobs.ParseTextCursor(v); err != nil {
+			return badRequest("Last-Event-ID", "header Last-Event-ID: %v", err)
+		}
 	}
 	sse, err := startSSE(w)
 	if err != nil {
@@ -405,19 +414,16 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) error {
 	send := sse.event
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.MaxWait)
 	defer cancel()
-	var text textReader
-	res, err := s.client.WaitEvery(ctx, st.ID, s.cfg.StreamPollInterval, func(p jobs.Progress) {
-		d := text.progress(p)
-		send("progress", p.WithoutText())
-		if !d.empty() {
-			send("delta", d)
-		}
+	res, err := s.followText(ctx, st.ID, jobs.FollowOptions{
+		After:      after,
+		OnProgress: func(p jobs.Progress) { send("progress", p.WithoutText()) },
+		OnText: func(d jobs.TextDelta) {
+			sse.eventID("delta", d.Cursor.String(), delta{Text: d.Text, Reasoning: d.Reasoning, Gap: d.Gap})
+		},
+		OnReset: func(attempt int) { send("reset", reset{Attempt: attempt + 1}) },
 	})
 	switch {
 	case err == nil:
-		if d := text.result(res); !d.empty() {
-			send("delta", d)
-		}
 		send("result", res)
 	case r.Context().Err() != nil:
 	default:

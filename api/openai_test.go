@@ -320,8 +320,8 @@ func TestOpenAIGoSDK(t *testing.T) {
 
 	t.Run("ChatStreamSampled", func(t *testing.T) {
 		// 200 sampled tokens with a seed: the streamed pieces put together are the text of
-		// the same request not streamed. (How many pieces depends on the speed of the model
-		// against REDLITE_STREAM_INTERVAL: logged, not asserted.)
+		// the same request not streamed. The daemon writes an entry per token
+		// (REDLITE_STREAM_INTERVAL=0), so there is a chunk per token whose text is released.
 		params := openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(200), Temperature: openai.Float(0.9), Seed: openai.Int(11),
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a long story.")}}
 		cc, err := c.Chat.Completions.New(ctx, params)
@@ -344,6 +344,9 @@ func TestOpenAIGoSDK(t *testing.T) {
 		}
 		if text.String() != cc.Choices[0].Message.Content {
 			t.Errorf("streamed %q\nplain    %q", text.String(), cc.Choices[0].Message.Content)
+		}
+		if cc.Usage.CompletionTokens != 200 || pieces < 100 {
+			t.Errorf("%d tokens in %d chunks with text, want 200 in ≥ 100", cc.Usage.CompletionTokens, pieces)
 		}
 		t.Logf("%d tokens, %d chunks with text", cc.Usage.CompletionTokens, pieces)
 	})

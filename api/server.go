@@ -46,7 +46,9 @@ type Server struct {
 	log    *slog.Logger
 	client *jobs.Client
 	rdb    redis.UniversalClient
-	tokens [][sha256.Size]byte
+	// streams is the pool of the text streams' blocking reads (jobs.WithStreamRedis).
+	streams redis.UniversalClient
+	tokens  [][sha256.Size]byte
 	// hookSecret is the workers' webhook secret, from which each token's is derived.
 	hookSecret []byte
 	m          *metrics
@@ -93,12 +95,19 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := jobs.NewClientFromRedis(rdb, u, jobs.WithPollInterval(cfg.PollInterval), jobs.WithWebhookAllow(cfg.WebhookAllow))
+	streams, err := redisx.NewStreamClient(u, maxStreamReaders)
 	if err != nil {
 		_ = rdb.Close()
+		return nil, err
+	}
+	client, err := jobs.NewClientFromRedis(rdb, u, jobs.WithPollInterval(cfg.PollInterval), jobs.WithWebhookAllow(cfg.WebhookAllow),
+		jobs.WithStreamRedis(streams))
+	if err != nil {
+		_ = rdb.Close()
+		_ = streams.Close()
 		return nil, fmt.Errorf("REDLITE_REDIS_URL: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, client: client, rdb: rdb, tokens: tokens, hookSecret: hookSecret,
+	s := &Server{cfg: cfg, log: log, client: client, rdb: rdb, streams: streams, tokens: tokens, hookSecret: hookSecret,
 		m: newMetrics(reg), gather: reg, served: make(chan error, 1)}
 	s.batches = newBatchRunner(s)
 	s.handler = s.routes()
@@ -343,6 +352,7 @@ func (s *Server) Shutdown() {
 		s.batches.terminate()
 		s.client.Close()
 		s.rdb.Close()
+		s.streams.Close()
 		s.log.Info("redlite-api stopped")
 	})
 }

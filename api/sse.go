@@ -59,7 +59,10 @@ func (s *sseStream) close() {
 
 // event writes one event; an empty name writes a bare data line, as OpenAI's streams do.
 // v is JSON-encoded unless it is a string.
-func (s *sseStream) event(name string, v any) {
+func (s *sseStream) event(name string, v any) { s.eventID(name, "", v) }
+
+// eventID is event with an id, which a client that reconnects sends back as Last-Event-ID.
+func (s *sseStream) eventID(name, id string, v any) {
 	data, ok := v.(string)
 	if !ok {
 		b, _ := json.Marshal(v)
@@ -69,6 +72,9 @@ func (s *sseStream) event(name string, v any) {
 	defer s.mu.Unlock()
 	if name != "" {
 		fmt.Fprintf(s.w, "event: %s\n", name)
+	}
+	if id != "" {
+		fmt.Fprintf(s.w, "id: %s\n", id)
 	}
 	fmt.Fprintf(s.w, "data: %s\n\n", data)
 	s.fl.Flush()

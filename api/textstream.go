@@ -1,50 +1,41 @@
 package api
 
-import "github.com/redlite/batch/jobs"
+import (
+	"context"
 
-// textReader follows a job's text through its progress (jobs.Progress.TextAfter) and then
-// its result, handing out each piece once: what it returns, concatenated, is the result's
-// text and reasoning.
-type textReader struct {
-	text, reasoning int // bytes handed out
+	"github.com/redlite/batch/jobs"
+)
+
+// maxStreamReaders bounds the connections of the server's blocking reads of text streams:
+// one per stream waiting for its job's next piece. A stream beyond them waits for a
+// connection (go-redis's pool timeout, 4 s) and then fails.
+const maxStreamReaders = 1024
+
+// followText waits for job id and hands its text to o's callbacks as the workers generate
+// it (jobs.Client.FollowText: a blocking read of the job's text stream, the status looked
+// at every REDLITE_API_STREAM_POLL_INTERVAL), for every route that streams a job's text.
+func (s *Server) followText(ctx context.Context, id string, o jobs.FollowOptions) (jobs.Result, error) {
+	if o.Check <= 0 {
+		o.Check = s.cfg.StreamPollInterval
+	}
+	return s.client.FollowText(ctx, id, o)
 }
 
 // delta is new text of a job: the SSE "delta" event.
 type delta struct {
 	Text      string `json:"text,omitempty"`
 	Reasoning string `json:"reasoning,omitempty"`
-	// Gap says the reader fell more than 64 KiB behind (jobs.ProgressTextMax) and text
-	// before this piece was dropped; the result has it all.
+	// Gap says text before this piece was missed (the reader fell more than
+	// jobs.TextStreamMaxLen entries behind, or resumed after the stream expired); the
+	// result has it all.
 	Gap bool `json:"gap,omitempty"`
 }
 
 func (d delta) empty() bool { return d.Text == "" && d.Reasoning == "" }
 
-// progress returns the text the progress adds.
-func (t *textReader) progress(p jobs.Progress) delta {
-	var d delta
-	var gt, gr bool
-	d.Text, t.text, gt = p.TextAfter(t.text)
-	d.Reasoning, t.reasoning, gr = p.ReasoningAfter(t.reasoning)
-	d.Gap = gt || gr
-	return d
-}
-
-// result returns the text the result adds to what the progress showed. A result shorter
-// than that (another attempt, which sampled differently) is returned whole, with Gap.
-func (t *textReader) result(res jobs.Result) delta {
-	var d delta
-	d.Text, d.Gap = rest(res.Text, t.text)
-	var gap bool
-	d.Reasoning, gap = rest(res.Reasoning, t.reasoning)
-	d.Gap = d.Gap || gap
-	t.text, t.reasoning = len(res.Text), len(res.Reasoning)
-	return d
-}
-
-func rest(s string, n int) (string, bool) {
-	if n > len(s) {
-		return s, true
-	}
-	return s[n:], false
+// reset is the SSE "reset" event: the text sent so far is void, the job's attempt (from 1)
+// sends its own from the start. The job ran again after its worker died and the new attempt
+// does not repeat the old one's text.
+type reset struct {
+	Attempt int `json:"attempt"`
 }

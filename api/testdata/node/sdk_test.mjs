@@ -111,8 +111,8 @@ async function lines(fileId) {
 }
 
 // 200 sampled tokens with a seed, streamed: the pieces put together are the text of the same
-// request not streamed. How many pieces depends on the model's speed against the workers'
-// REDLITE_STREAM_INTERVAL: printed, not asserted.
+// request not streamed. The test's worker writes an entry per token (REDLITE_STREAM_INTERVAL=0),
+// so a chunk comes per token whose text is released (not half a character): ≥ 100 of 200.
 {
   const body = { ...chatBody(200, 'Tell me a long story.'), temperature: 0.9, seed: 11 };
   const plain = await client.chat.completions.create(body);
@@ -131,6 +131,8 @@ async function lines(fileId) {
   }
   assert.equal(text, plain.choices[0].message.content);
   assert.equal(usage.completion_tokens, plain.usage.completion_tokens);
+  assert.equal(usage.completion_tokens, 200);
+  assert.ok(pieces >= 100, `${pieces} content chunks for 200 tokens, want ≥ 100`);
   console.log(`stream: ${usage.completion_tokens} tokens in ${pieces} pieces`);
 }
 
