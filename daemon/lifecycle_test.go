@@ -456,8 +456,35 @@ func TestKill9Restart(t *testing.T) {
 	// a failed attempt.
 	b.cfg.RetryDelay = 5 * time.Minute
 	p := startDaemonProcess(t, b.cfg)
-	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(200), Temperature: ptr(0.0)})
-	waitFor(t, b.client, job.ID, "decoding", decoding)
+	// Sampled without a seed: the workers derive it from the job's id, so the re-run writes
+	// the same text, and a client streaming it sees the text go on, not start over. (A
+	// fixed id keeps the test's text the same from run to run.)
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(200), Temperature: ptr(0.9)},
+		jobs.JobID("kill9-restart-b"))
+	type followed struct {
+		text string
+		res  jobs.Result
+		err  error
+	}
+	streamed := make(chan followed, 1)
+	first := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		var text strings.Builder
+		res, err := b.client.FollowText(ctx, job.ID, jobs.FollowOptions{OnText: func(d jobs.TextDelta) {
+			if text.Len() == 0 {
+				close(first)
+			}
+			text.WriteString(d.Text)
+		}}) // no OnReset: a re-run that does not repeat the text fails it
+		streamed <- followed{text.String(), res, err}
+	}()
+	select { // the first piece of text is in the client's hands: the worker is decoding
+	case <-first:
+	case <-time.After(waitLimit):
+		t.Fatal("no text streamed")
+	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -468,6 +495,11 @@ func TestKill9Restart(t *testing.T) {
 	res, err := waitResult(t, b.client, job.ID, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The stream handed out the killed attempt's text, then only what the re-run wrote
+	// beyond it: put together, the result's text, nothing twice.
+	if f := <-streamed; f.err != nil || f.text != res.Text {
+		t.Errorf("streamed across the kill: %q (%v)\nresult: %q", f.text, f.err, res.Text)
 	}
 	t.Logf("kill -9 to result of the re-run: %v (includes the restart and the model load)", time.Since(killed).Round(10*time.Millisecond))
 	st, _ := b.client.Status(context.Background(), job.ID)
