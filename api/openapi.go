@@ -67,8 +67,9 @@ func operations() []operation {
 		{method: "GET", path: "/v1/jobs/{id}/result", summary: "A job's result; ?wait=30s long-polls", query: []string{"wait"}, responses: with(map[string]any{
 			"200": jsonResp("completed", ref("Result")), "202": jsonResp("not done yet", ref("Job")),
 			"409": errResp("failed or cancelled"), "400": errResp("bad wait"), "404": errResp(notYours)})},
-		{method: "GET", path: "/v1/jobs/{id}/events", summary: "Server-Sent Events: progress, then result or error", responses: with(map[string]any{
-			"200": sse("event: progress (data: Progress), then event: result (data: Result) or event: error (data: ErrorBody)"), "404": errResp(notYours)})},
+		{method: "GET", path: "/v1/jobs/{id}/events", summary: "Server-Sent Events: progress and text deltas, then result or error; Last-Event-ID resumes", responses: with(map[string]any{
+			"200": sse("event: progress (data: Progress) and event: delta (data: {text, reasoning, gap}, with an id that Last-Event-ID takes back), event: reset (data: {attempt}) if the text sent is void, then event: result (data: Result) or event: error (data: ErrorBody)"),
+			"400": errResp("bad Last-Event-ID"), "404": errResp(notYours)})},
 		{method: "DELETE", path: "/v1/jobs/{id}", summary: "Cancel a job", responses: with(map[string]any{
 			"200": jsonResp("cancelled", ref("Job")), "409": errResp("already finished"), "404": errResp(notYours)})},
 		{method: "GET", path: "/v1/workers", summary: "The worker fleet; other tokens' running jobs show without their ids", responses: with(map[string]any{"200": jsonResp("workers", listOf("Worker"))})},
