@@ -370,15 +370,10 @@ func finalResult(st Status) (Result, error) {
 
 // Wait polls until the job is done and returns its result (see Result for errors). While it
 // waits it calls onProgress, if not nil, each time the progress changes: phase "queued"
-// while the job waits, then what the worker publishes.
+// while the job waits, then what the worker publishes. FollowText waits the same way and
+// hands out the text as it comes.
 func (c *Client) Wait(ctx context.Context, id string, onProgress func(Progress)) (Result, error) {
-	return c.WaitEvery(ctx, id, c.cfg.poll, onProgress)
-}
-
-// WaitEvery is Wait looking at the job every interval instead of the client's poll
-// interval: a reader streaming the job's text looks more often.
-func (c *Client) WaitEvery(ctx context.Context, id string, every time.Duration, onProgress func(Progress)) (Result, error) {
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(c.cfg.poll)
 	defer tick.Stop()
 	var last Progress
 	first := true
