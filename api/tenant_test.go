@@ -143,7 +143,9 @@ func TestTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ownerless, err := c.Enqueue(context.Background(), &jobs.Generate{Version: 1, Prompt: "x", Common: jobs.Common{IdempotencyKey: "cli-job"}}, jobs.EnqueueAnyway())
+	// One token: done long before the worker list below, which expects A's job alone.
+	one := 1
+	ownerless, err := c.Enqueue(context.Background(), &jobs.Generate{Version: 1, Prompt: "x", MaxTokens: &one, Common: jobs.Common{IdempotencyKey: "cli-job"}}, jobs.EnqueueAnyway())
 	if err != nil {
 		t.Fatal(err)
 	}
