@@ -114,20 +114,28 @@ func (t *textWriter) loop() {
 			continue
 		}
 		last = time.Now()
-		t.write(pieces)
+		if !t.write(pieces) {
+			// Kept for the next write, in order: a reader that missed them would have to
+			// wait for the result for the rest of the text.
+			t.mu.Lock()
+			t.pending = append(pieces, t.pending...)
+			t.mu.Unlock()
+		}
 	}
 }
 
-func (t *textWriter) write(pieces []jobs.TextPiece) {
+// write appends pieces to the stream and says whether they got there.
+func (t *textWriter) write(pieces []jobs.TextPiece) bool {
 	// Not the task's context: the end entry of a cancelled job is written after it ended.
 	ctx, cancel := context.WithTimeout(context.Background(), textWriteTimeout)
 	defer cancel()
 	if err := t.client.AppendText(ctx, t.id, pieces...); err != nil {
-		// Redis away: the readers take the text from the result.
+		// Redis away: the readers take the text from the result if it stays away.
 		t.m.textWrites.WithLabelValues("error").Inc()
 		t.log.Debug("text stream write failed", "err", err)
-		return
+		return false
 	}
 	t.m.textWrites.WithLabelValues("ok").Inc()
 	t.m.textEntries.Add(float64(len(pieces)))
+	return true
 }

@@ -17,6 +17,12 @@ import (
 
 func textWriterSetup(t testing.TB, slice time.Duration) (*textWriter, *jobs.Client, *metrics) {
 	t.Helper()
+	w, c, m, _ := textWriterRedis(t, slice)
+	return w, c, m
+}
+
+func textWriterRedis(t testing.TB, slice time.Duration) (*textWriter, *jobs.Client, *metrics, *redistest.Server) {
+	t.Helper()
 	r := redistest.Start(t)
 	c, err := jobs.NewClient(r.URL(0))
 	if err != nil {
@@ -30,7 +36,7 @@ func textWriterSetup(t testing.TB, slice time.Duration) (*textWriter, *jobs.Clie
 	w := newTextWriter(c, "job-1", 2, slice, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
 	w.start()
 	t.Cleanup(w.terminate)
-	return w, c, m
+	return w, c, m, r
 }
 
 // readAll reads job-1's whole text stream.
@@ -111,6 +117,26 @@ func TestTextWriter(t *testing.T) {
 		}
 		if n := counterValue(m.textWrites.WithLabelValues("ok")); n > 3 {
 			t.Errorf("%v round trips, want at most 3", n)
+		}
+	})
+	t.Run("KeepsWhatFailed", func(t *testing.T) {
+		// Redis away when a piece is written: it goes with the next write, in order.
+		w, c, m, r := textWriterRedis(t, 0)
+		r.Stop()
+		w.push("a", "", 1)
+		waitUntil(t, "the failed write", func() bool { return counterValue(m.textWrites.WithLabelValues("error")) > 0 })
+		r.Restart()
+		w.push("b", "", 2)
+		w.end(jobs.FinishStop)
+		var text string
+		for _, p := range readAll(t, c) {
+			if p.Text != "" && p.TextOffset != len(text) {
+				t.Fatalf("entry %+v after %q", p, text)
+			}
+			text += p.Text
+		}
+		if text != "ab" {
+			t.Errorf("text %q, want \"ab\"", text)
 		}
 	})
 	t.Run("TerminateDrops", func(t *testing.T) {

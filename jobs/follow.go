@@ -14,14 +14,15 @@ type TextDelta struct {
 	Reasoning string
 	// Gap says text before this piece was missed: the reader fell more than
 	// TextStreamMaxLen entries behind, or resumed after the stream expired. The result has
-	// it all.
+	// it all. Only a follower with OnReset gets gaps; one without waits for the result for
+	// the rest of the text instead.
 	Gap    bool
 	Cursor TextCursor // where the reader is after this delta
 }
 
-// ErrTextDiverged: text already handed out cannot be continued. The job ran again (its
-// worker died, or was shut down) and the new attempt's text differs from the old one's, or
-// text was missed. A follower with OnReset starts over instead.
+// ErrTextDiverged: text already handed out cannot be continued: the job ran again (its
+// worker died, or was shut down) and the new attempt's text differs from the old one's. A
+// follower with OnReset starts over instead.
 var ErrTextDiverged = errors.New("the job's text changed under the stream")
 
 // FollowOptions says how FollowText hands out a job's text.
@@ -117,6 +118,7 @@ type follower struct {
 	cur             TextCursor
 	text, reasoning channel
 	ended           bool // the current attempt wrote its end entry
+	stalled         bool // text was missed: the rest waits for the result
 }
 
 // channel is what a follower handed out of the answer, or of the reasoning.
@@ -164,6 +166,9 @@ func (c *channel) add(s string, off int) (out string, gap, diverged bool) {
 	return s, gap, false
 }
 
+// skips says whether a piece at off leaves out text after what was handed out.
+func (c *channel) skips(s string, off int) bool { return s != "" && !c.catching && off > c.n }
+
 // caughtUp compares a catching channel's new attempt with what was handed out and, once
 // the attempt wrote past it, returns the rest.
 func (c *channel) caughtUp() (out string, gap, diverged bool) {
@@ -204,16 +209,24 @@ func (f *follower) piece(p TextPiece) error {
 		f.ended = false
 	}
 	f.cur.Attempt, f.cur.Entry = p.Attempt, p.ID
-	t, tgap, tdiv := f.text.add(p.Text, p.TextOffset)
-	r, rgap, rdiv := f.reasoning.add(p.Reasoning, p.ReasoningOffset)
 	if p.End != "" {
 		f.ended = true
 	}
-	gap := tgap || rgap
-	if tdiv || rdiv || gap && f.o.OnReset == nil {
+	if f.stalled {
+		return nil
+	}
+	if f.o.OnReset == nil && (f.text.skips(p.Text, p.TextOffset) || f.reasoning.skips(p.Reasoning, p.ReasoningOffset)) {
+		// Text was missed (the stream was trimmed under a slow reader, or a write was
+		// lost): what was handed out is still right, and the rest comes from the result.
+		f.stalled = true
+		return nil
+	}
+	t, tgap, tdiv := f.text.add(p.Text, p.TextOffset)
+	r, rgap, rdiv := f.reasoning.add(p.Reasoning, p.ReasoningOffset)
+	if tdiv || rdiv {
 		return f.reset()
 	}
-	f.hand(t, r, gap)
+	f.hand(t, r, tgap || rgap)
 	return nil
 }
 

@@ -118,10 +118,23 @@ func TestFollower(t *testing.T) {
 		}
 	})
 	t.Run("Gap", func(t *testing.T) {
-		// Trimmed pieces: a reader without OnReset cannot go on; one with it is told.
+		// Pieces missed (trimmed, or a write lost): a reader without OnReset gets the rest
+		// from the result, none of the pieces after the gap; one with it gets them, marked.
 		ps := join(pieces(0, text[:8], 4), pieces(0, text, 4)[4:])
-		if _, _, err := followed(t, TextCursor{}, false, res, ps...); !errors.Is(err, ErrTextDiverged) {
-			t.Errorf("%v, want ErrTextDiverged", err)
+		var deltas []TextDelta
+		o := FollowOptions{OnText: func(d TextDelta) { deltas = append(deltas, d) }}
+		f := &follower{o: o, text: channel{known: true}, reasoning: channel{known: true}}
+		for _, p := range ps {
+			if err := f.piece(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.finish(res); err != nil || len(deltas) != 3 || deltas[2].Text != text[8:] {
+			t.Errorf("without OnReset: %v, %+v; want 2 pieces then the rest", err, deltas)
+		}
+		got, _, err := followed(t, TextCursor{}, true, res, ps...)
+		if err != nil || got != text[:8]+text[16:] {
+			t.Errorf("with OnReset: %q, %v", got, err)
 		}
 	})
 }
