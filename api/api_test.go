@@ -422,6 +422,53 @@ func TestNativeJobs(t *testing.T) {
 			code, data := b.call(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/events", nil, "Last-Event-ID", "garbage")
 			wantError(t, "bad Last-Event-ID", code, data, http.StatusBadRequest, "invalid_request", "Last-Event-ID")
 		})
+
+		t.Run("LastEventIDWhileRunning", func(t *testing.T) {
+			// A reader drops the connection after 5 deltas of a 1,500-token job and comes back
+			// with the last id while the job still runs: the text goes on from the stream.
+			v := b.submit(t, tokenA, generate(1500, "messages", nil, "prompt", "Once upon a time"), http.StatusCreated)
+			resp := b.send(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/events", nil)
+			var had strings.Builder
+			last, n := "", 0
+			sc := bufio.NewScanner(resp.Body)
+			for n < 5 && sc.Scan() {
+				line := sc.Text()
+				switch {
+				case strings.HasPrefix(line, "id: "):
+					last = strings.TrimPrefix(line, "id: ")
+				case strings.HasPrefix(line, "data: ") && last != "":
+					var d struct{ Text string }
+					json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d)
+					had.WriteString(d.Text)
+					n++
+				}
+			}
+			resp.Body.Close()
+			if n < 5 {
+				t.Fatalf("%d deltas before the stream ended", n)
+			}
+			again := b.send(t, tokenA, "GET", "/v1/jobs/"+v.ID+"/events", nil, "Last-Event-ID", last)
+			defer again.Body.Close()
+			evs := readEvents(t, again.Body)
+			progress := 0
+			for _, e := range evs[:len(evs)-1] {
+				switch e.name {
+				case "delta":
+					var d struct{ Text string }
+					json.Unmarshal([]byte(e.data), &d)
+					had.WriteString(d.Text)
+				case "progress":
+					progress++
+				default:
+					t.Errorf("event %+v", e)
+				}
+			}
+			var res jobs.Result
+			if end := evs[len(evs)-1]; end.name != "result" || json.Unmarshal([]byte(end.data), &res) != nil || had.String() != res.Text {
+				t.Errorf("resumed at %s: %q, want the result's text %q", last, had.String(), res.Text)
+			}
+			t.Logf("resumed after 5 deltas: %d more events (%d progress) for %d tokens", len(evs)-1, progress, res.Usage.CompletionTokens)
+		})
 	})
 
 	t.Run("Idempotency", func(t *testing.T) {
