@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +92,33 @@ func ExampleClient_Wait() {
 	// type: summarize
 	// ended: true
 	// worker: example-worker
+}
+
+// Follow a job's text as the worker generates it, a piece per token (or per
+// REDLITE_STREAM_INTERVAL slice of a fast decode); the pieces put together are the result's
+// text.
+func ExampleClient_FollowText() {
+	ctx := context.Background()
+	client, err := jobs.NewClient(redisURL)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	job, err := client.Enqueue(ctx, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(40)})
+	if err != nil {
+		panic(err)
+	}
+	var text strings.Builder
+	res, err := client.FollowText(ctx, job.ID, jobs.FollowOptions{
+		OnText: func(d jobs.TextDelta) { text.WriteString(d.Text) }, // e.g. print d.Text
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("streamed the result's text:", text.String() == res.Text)
+	// Output:
+	// streamed the result's text: true
 }
 
 // An idempotency key makes a retried submit return the job already enqueued.
