@@ -21,29 +21,24 @@ const textWriteTimeout = 5 * time.Second
 // entry per token. A zero slice writes an entry per token, several per round trip when
 // they come faster than Redis answers.
 type textWriter struct {
-	client  *jobs.Client
-	id      string
-	attempt int
-	slice   time.Duration
-	log     *slog.Logger
-	m       *metrics
+	*throttle // start, terminate
+	client    *jobs.Client
+	id        string
+	attempt   int
+	slice     time.Duration
+	log       *slog.Logger
+	m         *metrics
 
 	mu              sync.Mutex
 	pending         []jobs.TextPiece
 	text, reasoning int // bytes pushed so far: the next piece's offsets
-
-	wake     chan struct{}
-	quit     chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
 }
 
 func newTextWriter(c *jobs.Client, id string, attempt int, slice time.Duration, log *slog.Logger, m *metrics) *textWriter {
-	return &textWriter{client: c, id: id, attempt: attempt, slice: slice, log: log, m: m,
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	t := &textWriter{client: c, id: id, attempt: attempt, slice: slice, log: log, m: m}
+	t.throttle = newThrottle(slice, t.flush)
+	return t
 }
-
-func (t *textWriter) start() { go t.loop() }
 
 // push adds the text one token released (either may be empty) with the tokens generated.
 func (t *textWriter) push(answer, reasoning string, generated int) {
@@ -64,10 +59,7 @@ func (t *textWriter) push(answer, reasoning string, generated int) {
 		t.pending = append(t.pending, p)
 	}
 	t.mu.Unlock()
-	select {
-	case t.wake <- struct{}{}:
-	default:
-	}
+	t.kick()
 }
 
 // end writes what is pending and the attempt's end entry, after the attempt wrote its
@@ -83,48 +75,27 @@ func (t *textWriter) end(reason jobs.FinishReason) {
 
 // terminate stops the writer, dropping what is pending: an attempt that ends without a
 // result leaves its text to the next attempt. It may be called more than once.
-func (t *textWriter) terminate() {
-	t.stopOnce.Do(func() { close(t.quit) })
-	<-t.done
-}
+func (t *textWriter) terminate() { t.throttle.terminate() }
 
-func (t *textWriter) loop() {
-	defer close(t.done)
-	var last time.Time
-	for {
-		select {
-		case <-t.quit:
-			return
-		case <-t.wake:
-		}
-		if wait := t.slice - time.Since(last); wait > 0 {
-			timer := time.NewTimer(wait)
-			select {
-			case <-t.quit:
-				timer.Stop()
-				return
-			case <-timer.C:
-			}
-		}
-		t.mu.Lock()
-		pieces := t.pending
-		t.pending = nil
-		t.mu.Unlock()
-		if len(pieces) == 0 {
-			continue
-		}
-		last = time.Now()
-		if !t.write(pieces) {
-			// Kept for the next write, in order: a reader that missed them would have to
-			// wait for the result for the rest of the text.
-			t.mu.Lock()
-			t.pending = append(pieces, t.pending...)
-			t.mu.Unlock()
-		}
+// flush writes what is pending.
+func (t *textWriter) flush() bool {
+	t.mu.Lock()
+	pieces := t.pending
+	t.pending = nil
+	t.mu.Unlock()
+	if len(pieces) == 0 {
+		return false
 	}
+	if !t.write(pieces) {
+		// Kept for the next write, in order: a reader that missed them would have to wait
+		// for the result for the rest of the text.
+		t.mu.Lock()
+		t.pending = append(pieces, t.pending...)
+		t.mu.Unlock()
+	}
+	return true
 }
 
-// write appends pieces to the stream and says whether they got there.
 func (t *textWriter) write(pieces []jobs.TextPiece) bool {
 	// Not the task's context: the end entry of a cancelled job is written after it ended.
 	ctx, cancel := context.WithTimeout(context.Background(), textWriteTimeout)
