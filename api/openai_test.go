@@ -328,17 +328,23 @@ func TestOpenAIGoSDK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		start := time.Now()
 		stream := c.Chat.Completions.NewStreaming(ctx, params)
 		var text strings.Builder
 		pieces := 0
+		var first time.Duration
 		for stream.Next() {
 			for _, ch := range stream.Current().Choices {
 				if ch.Delta.Content != "" {
+					if pieces == 0 {
+						first = time.Since(start)
+					}
 					text.WriteString(ch.Delta.Content)
 					pieces++
 				}
 			}
 		}
+		all := time.Since(start)
 		if err := stream.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +354,9 @@ func TestOpenAIGoSDK(t *testing.T) {
 		if cc.Usage.CompletionTokens != 200 || pieces < 100 {
 			t.Errorf("%d tokens in %d chunks with text, want 200 in ≥ 100", cc.Usage.CompletionTokens, pieces)
 		}
-		t.Logf("%d tokens, %d chunks with text", cc.Usage.CompletionTokens, pieces)
+		// Logged, not asserted: when the first text came, against the whole.
+		t.Logf("%d tokens, %d chunks with text; the first after %v, all after %v",
+			cc.Usage.CompletionTokens, pieces, first.Round(100*time.Microsecond), all.Round(100*time.Microsecond))
 	})
 
 	t.Run("ChatErrors", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,4 +189,48 @@ func BenchmarkTextWriter(b *testing.B) {
 			b.ReportMetric(n/time.Since(start).Seconds(), "tokens/s") // sleeps overshoot on a busy machine
 		})
 	}
+}
+
+// TestTextStreamFollow: a client following a job's text (jobs.Client.FollowText) gets the
+// result's text as the worker decodes it, at the default 5 ms slice. How far the worker had
+// got when the client had the first text is logged, not asserted: it depends on the
+// machine's load.
+func TestTextStreamFollow(t *testing.T) {
+	b := setup(t)
+	b.cfg.StreamInterval = DefaultConfig().StreamInterval
+	var firstToken atomic.Int64 // Unix ns
+	var generated atomic.Int64
+	startDaemon(t, b.cfg, Observer{Token: func(_ context.Context, _ string, n int) {
+		if n == 1 {
+			firstToken.Store(time.Now().UnixNano())
+		}
+		generated.Store(int64(n))
+	}})
+	job := enqueue(t, b.client, &jobs.Generate{Prompt: "Once upon a time", MaxTokens: ptr(300), Seed: ptr(int64(3))})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	var text strings.Builder
+	var firstText time.Time
+	var generatedThen int64
+	deltas := 0
+	res, err := b.client.FollowText(ctx, job.ID, jobs.FollowOptions{OnText: func(d jobs.TextDelta) {
+		if deltas == 0 {
+			firstText, generatedThen = time.Now(), generated.Load()
+		}
+		deltas++
+		text.WriteString(d.Text)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text.String() != res.Text || deltas < 2 {
+		t.Fatalf("%d deltas make %q\nresult %q", deltas, text.String(), res.Text)
+	}
+	ps, err := b.client.ReadText(ctx, job.ID, "", time.Millisecond)
+	if err != nil || len(ps) == 0 {
+		t.Fatalf("the stream after the job: %v, %d entries", err, len(ps))
+	}
+	t.Logf("%d tokens in %d deltas (decode %.0f ms); the first text, released with token %d, reached the client %v after token 1, when the worker had sampled %d",
+		res.Usage.CompletionTokens, deltas, res.Timings.DecodeMS, ps[0].Generated,
+		firstText.Sub(time.Unix(0, firstToken.Load())).Round(10*time.Microsecond), generatedThen)
 }
