@@ -31,7 +31,7 @@ func orderSchema(t *testing.T) json.RawMessage {
 }
 
 // TestStructuredOutputs: with the official Go SDK on the random-weight fixture, whose free
-// output is noise, a json_schema chat completion and a batch of 10 sampled lines give
+// output is noise, a json_schema chat completion and a batch of 20 sampled lines give
 // documents valid against the schema (grammartest, written apart from the grammar);
 // logprobs come back in OpenAI's shape and equal the job's result (which the daemon's
 // TestResponseFormat ties to the engine); an unsupported keyword is a 400 naming it, on the
@@ -119,7 +119,7 @@ func TestStructuredOutputs(t *testing.T) {
 	})
 
 	t.Run("Batch", func(t *testing.T) {
-		const n = 10
+		const n = 20
 		input := jsonl(t, n, func(i int) map[string]any {
 			body := chatBody(model, 400, fmt.Sprintf("Order %d as JSON.", i))
 			body["temperature"], body["seed"], body["response_format"] = 1, i, format(schema)

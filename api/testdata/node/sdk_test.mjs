@@ -229,7 +229,7 @@ async function lines(fileId) {
   assert.equal(Buffer.from(lp.flatMap((t) => t.bytes)).toString('utf8'), cc.choices[0].message.content);
   for (const t of lp) assert.ok(t.logprob <= 0 && t.top_logprobs.length >= 1 && t.top_logprobs.length <= 2, JSON.stringify(t));
 
-  const n = 10;
+  const n = 20;
   let batch = await startBatch(jsonl(n, body));
   batch = await poll(batch.id, final);
   assert.equal(batch.status, 'completed', JSON.stringify(batch));
