@@ -172,7 +172,8 @@ func (c *context) binary(name string, op int32, a, b ml.Tensor) ml.Tensor {
 		panic(fmt.Sprintf("metalkit: %s of shapes %v and %v", name, x.shape, y.shape))
 	}
 	out := c.out(x.shape...)
-	c.record(name, true, func(e *encoder) { e.binary(op, c.region(x), c.region(y), c.region(out), x.n) }, []*tensor{out}, x, y)
+	args := kernels.BinaryF32Args{N: int32(x.n), Op: op}
+	c.record(name, true, func(e *encoder) { e.binary(args, c.region(x), c.region(y), c.region(out)) }, []*tensor{out}, x, y)
 	return out
 }
 
@@ -184,6 +185,23 @@ func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor {
 
 func (c *context) GeGLU(gate, up ml.Tensor) ml.Tensor {
 	return c.binary("geglu", kernels.BinaryGeGLU, gate, up)
+}
+
+func (c *context) ClampedSwiGLU(gate, up ml.Tensor, alpha, limit float32) ml.Tensor {
+	x, y := gate.(*tensor), up.(*tensor)
+	if x.n != y.n {
+		panic(fmt.Sprintf("metalkit: clamped swiglu of shapes %v and %v", x.shape, y.shape))
+	}
+	out := c.out(x.shape...)
+	args := kernels.BinaryF32Args{N: int32(x.n), Op: kernels.BinaryClampedSwiGLU, Alpha: alpha, Limit: limit}
+	c.record("clamped swiglu", true, func(e *encoder) { e.binary(args, c.region(x), c.region(y), c.region(out)) }, []*tensor{out}, x, y)
+	return out
+}
+
+// SinkAttention fails the pass: the attention kernels have no sinks yet (gpt-oss on Metal).
+func (c *context) SinkAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32, window int, sinks ml.Weight) ml.Tensor {
+	c.fail(fmt.Errorf("metalkit: attention with sinks (%s) is not implemented", sinks.Name()))
+	return c.out(q.Shape()[0], q.Shape()[1]*q.Shape()[2])
 }
 
 // SlidingAttention runs as Attention while the window holds every position the batch
@@ -494,13 +512,14 @@ func (e *encoder) unary(op int32, s float32, x, y Region, n int) {
 		kernels.UnaryF32Args{N: int32(n), Op: op, Scale: s}, x, y)
 }
 
-func (e *encoder) binary(op int32, a, b, y Region, n int) {
+func (e *encoder) binary(args kernels.BinaryF32Args, a, b, y Region) {
+	n := int(args.N)
 	if n == 0 {
 		return
 	}
 	e.dispatch("binary_f32", nil, elementGroups(n), oneThreadgroup, 0,
 		device.Cost{Label: "element-wise", Read: 8 * int64(n), Written: 4 * int64(n), FLOPs: int64(n)},
-		kernels.BinaryF32Args{N: int32(n), Op: op}, a, b, y)
+		args, a, b, y)
 }
 
 func (e *encoder) bcast(op int32, x, w, y Region, n, d int) {

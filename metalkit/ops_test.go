@@ -144,7 +144,9 @@ func TestElementwise(t *testing.T) {
 		want, got := p.run(t, nil, func(ctx ml.Context, _ []ml.Weight) []ml.Tensor {
 			x, y := ctx.Input(a, shape...), ctx.Input(b, shape...)
 			return []ml.Tensor{ctx.Sigmoid(x), ctx.SiLU(x), ctx.Softplus(x), ctx.Scale(x, -0.37),
-				ctx.Add(x, y), ctx.Mul(x, y), ctx.SwiGLU(y, x), ctx.GeGLU(x, y), ctx.GeGLU(y, x)}
+				ctx.Add(x, y), ctx.Mul(x, y), ctx.SwiGLU(y, x), ctx.GeGLU(x, y), ctx.GeGLU(y, x),
+				// gpt-oss's alpha and limit; x reaches past ±limit as gate and as up.
+				ctx.ClampedSwiGLU(x, y, 1.702, 7), ctx.ClampedSwiGLU(y, x, 1.702, 7)}
 		})
 		for i, name := range []string{"sigmoid", "silu", "softplus", "scale", "add", "mul", "swiglu"} {
 			// Exponentials: the C library's float exp against Go's float64 one, rounded.
@@ -154,6 +156,8 @@ func TestElementwise(t *testing.T) {
 		// half's rounding boundary, one half ulp (2^-11 relative) away.
 		near(t, fmt.Sprintf("geglu %v", shape), want[7], got[7], 1e-7, 1e-3)
 		near(t, fmt.Sprintf("geglu small %v", shape), want[8], got[8], 1e-7, 1e-3)
+		near(t, fmt.Sprintf("clamped swiglu %v", shape), want[9], got[9], 1e-7, 2e-6)
+		near(t, fmt.Sprintf("clamped swiglu of clamped up %v", shape), want[10], got[10], 1e-7, 2e-6)
 	}
 }
 

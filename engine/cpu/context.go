@@ -154,6 +154,14 @@ func (c *context) GeGLU(gate, up ml.Tensor) ml.Tensor {
 
 func (c *context) SwiGLU(gate, up ml.Tensor) ml.Tensor { return c.glu("swiglu", gate, up, swiglu) }
 
+func (c *context) ClampedSwiGLU(gate, up ml.Tensor, alpha, limit float32) ml.Tensor {
+	return c.glu("clamped swiglu", gate, up, func(out, g, u []float32) {
+		for i := range out {
+			out[i] = ml.ClampedSwiGLU(g[i], u[i], alpha, limit)
+		}
+	})
+}
+
 // glu records f(out, gate, up) over parts of the tensors in parallel: a gated activation.
 func (c *context) glu(name string, gate, up ml.Tensor, f func(out, g, u []float32)) ml.Tensor {
 	g, u := gate.(*tensor), up.(*tensor)
@@ -285,7 +293,7 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 	}
 	kc.check("attend over")
 	out := c.out(n, heads*hd)
-	c.record("attention", false, func() { c.attention(qt, kc, layer, pos0, scale, 0, out) }, []*tensor{out}, qt)
+	c.record("attention", false, func() { c.attention(qt, kc, layer, pos0, scale, 0, nil, out) }, []*tensor{out}, qt)
 	return out
 }
 
@@ -301,13 +309,30 @@ func (c *context) SlidingAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, sc
 		window = 0 // every position is in every window
 	}
 	out := c.out(n, heads*hd)
-	c.record("sliding attention", false, func() { c.attention(qt, kc, layer, pos0, scale, window, out) }, []*tensor{out}, qt)
+	c.record("sliding attention", false, func() { c.attention(qt, kc, layer, pos0, scale, window, nil, out) }, []*tensor{out}, qt)
+	return out
+}
+
+func (c *context) SinkAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32, window int, sinks ml.Weight) ml.Tensor {
+	kc := cc.(*cache)
+	qt := q.(*tensor)
+	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
+	sk := sinks.(*weight).f32
+	if hd != kc.headDim || heads%kc.kvHeads != 0 || window < 0 || len(sk) != heads {
+		panic(fmt.Sprintf("cpu: sink attention of q %v over a cache of %d×%d, window %d, %d sinks", qt.shape, kc.kvHeads, kc.headDim, window, len(sk)))
+	}
+	kc.check("attend over")
+	if window >= pos0+n {
+		window = 0
+	}
+	out := c.out(n, heads*hd)
+	c.record("sink attention", false, func() { c.attention(qt, kc, layer, pos0, scale, window, sk, out) }, []*tensor{out}, qt)
 	return out
 }
 
 // attention attends each token at position p to positions max(0, p−window+1) … p, or to
-// all of 0 … p when window is 0.
-func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float32, window int, out *tensor) {
+// all of 0 … p when window is 0; sinks, when not nil, holds each query head's sink logit.
+func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float32, window int, sinks []float32, out *tensor) {
 	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
 	q := qt.data
 	if kc.dtype == ml.Q8_0 {
@@ -327,7 +352,7 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 			hadamardRows(out.data[lo*hd:hi*hd], kc.rotV)
 		})
 	}
-	if window == 0 && useAttentionGemm(defaultKernel, n, hd) {
+	if window == 0 && sinks == nil && useAttentionGemm(defaultKernel, n, hd) {
 		attentionGemm(c.b.pool, defaultKernel, q, n, heads, hd, kc, layer, pos0, scale, out.data)
 		return
 	}
@@ -364,6 +389,10 @@ func (c *context) attention(qt *tensor, kc *cache, layer, pos0 int, scale float3
 				p = e
 			}
 			for j := range nh {
+				if sinks != nil {
+					softmaxSink(scores[j*m+s0:(j+1)*m], scale, sinks[h0+j])
+					continue
+				}
 				softmax32(scores[j*m+s0:(j+1)*m], scale)
 			}
 			for p := s0; p < m; {

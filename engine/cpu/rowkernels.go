@@ -32,6 +32,27 @@ func softmaxGo(x []float32, scale float32) {
 	}
 }
 
+// softmaxSink is softmaxGo with one more term in the denominator, e^sink, as ggml's
+// soft_max with sinks computes it: the maximum includes sink, which is not scaled.
+func softmaxSink(x []float32, scale, sink float32) {
+	m := sink
+	for i, v := range x {
+		x[i] = v * scale
+		m = max(m, x[i])
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		x[i] = e
+		sum += float64(e)
+	}
+	sum += float64(float32(math.Exp(float64(sink - m))))
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
 // swigluGo writes silu(g[i])·u[i] to out[i].
 func swigluGo(out, g, u []float32) {
 	g, u = g[:len(out)], u[:len(out)]

@@ -345,6 +345,9 @@ type Context interface {
 	SwiGLU(gate, up Tensor) Tensor
 	// GeGLU is GELU(gate) · up, GELU as the function GELU defines.
 	GeGLU(gate, up Tensor) Tensor
+	// ClampedSwiGLU is gpt-oss's gated activation (llama.cpp's swiglu_oai): with
+	// g = min(gate, limit) and u = clamp(up, −limit, limit), g·sigmoid(alpha·g)·(u + 1).
+	ClampedSwiGLU(gate, up Tensor, alpha, limit float32) Tensor
 	// Reshape views x with another shape of the same size.
 	Reshape(x Tensor, shape ...int) Tensor
 	// Rows selects rows [start, start+n) of the first dimension.
@@ -360,6 +363,10 @@ type Context interface {
 	// SlidingAttention is Attention where position p sees only positions p−window+1 … p
 	// (a sliding-window layer: llama.cpp's LLAMA_SWA_TYPE_STANDARD masks p − j ≥ window).
 	SlidingAttention(q Tensor, c Cache, layer, pos0 int, scale float32, window int) Tensor
+	// SinkAttention is Attention (window 0) or SlidingAttention (window > 0) whose softmax
+	// has one more term per head: sinks (one learned logit per query head, not scaled) joins
+	// the denominator and attends to nothing, as gpt-oss's attention sinks do.
+	SinkAttention(q Tensor, c Cache, layer, pos0 int, scale float32, window int, sinks Weight) Tensor
 	// Name labels an intermediate (llama.cpp's cb(cur, "attn_norm", il)) so a debug hook can
 	// dump it; layer is −1 outside the layers. It returns t.
 	Name(t Tensor, name string, layer int) Tensor

@@ -17,6 +17,8 @@ const (
 	BinaryMul    = 1
 	BinarySwiGLU = 2
 	BinaryGeGLU  = 3
+	// BinaryClampedSwiGLU takes BinaryF32Args' Alpha and Limit.
+	BinaryClampedSwiGLU = 4
 )
 
 // opsArgs maps each argument struct of args_ops.h by its C name to its Go mirror.
@@ -42,8 +44,8 @@ type UnaryF32Args struct {
 }
 
 type BinaryF32Args struct {
-	N, Op      int32
-	Pad0, Pad1 int32
+	N, Op        int32
+	Alpha, Limit float32
 }
 
 type BcastF32Args struct {

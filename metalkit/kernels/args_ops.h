@@ -18,6 +18,7 @@
 #define BINARY_MUL 1
 #define BINARY_SWIGLU 2 // silu(a) · b
 #define BINARY_GEGLU 3  // gelu(a) · b, GELU as ml.GELU (llama.cpp's float16 table)
+#define BINARY_CLAMPED_SWIGLU 4 // ml.ClampedSwiGLU(a, b, alpha, limit): gpt-oss's experts
 
 // y[i] = op(x[i]) for i < n.
 struct unary_f32_args {
@@ -31,8 +32,8 @@ struct unary_f32_args {
 struct binary_f32_args {
     int32_t n;
     int32_t op;
-    int32_t pad0;
-    int32_t pad1;
+    float alpha; // BINARY_CLAMPED_SWIGLU's parameters
+    float limit;
 };
 
 // y[i] = x[i] op w[i % d] for i < n (w a vector of d values: biases, per-head constants).

@@ -134,6 +134,12 @@ kernel void binary_f32(constant binary_f32_args & a [[buffer(0)]],
     case BINARY_GEGLU:
         y[i] = gelu_f16(u) * v;
         break;
+    case BINARY_CLAMPED_SWIGLU: {
+        const float g = min(u, a.limit);
+        const float w = clamp(v, -a.limit, a.limit);
+        y[i] = g / (1.0f + exp(a.alpha * -g)) * (w + 1.0f);
+        break;
+    }
     }
 }
 
