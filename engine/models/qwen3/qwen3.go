@@ -5,8 +5,10 @@
 // frequency factors, SwiGLU feed-forward: Llama 2/3, Mistral) and "gemma3" (qwen3's
 // attention with the queries scaled, sliding-window layers between global ones with their
 // own RoPE base, norms after attention and after the feed-forward block too, a GeGLU
-// feed-forward, the embeddings scaled by √d: Gemma 3). One graph serves the four, as their
-// layers differ only in those parts.
+// feed-forward, the embeddings scaled by √d: Gemma 3) and "gpt-oss" (biases on the
+// projections, attention sinks, sliding-window layers between global ones, YaRN, routed
+// experts with biases and a clamped SwiGLU). One graph serves the five, as their layers
+// differ only in those parts.
 package qwen3
 
 import (
@@ -26,6 +28,7 @@ func init() {
 	model.Register("qwen3moe", Load)
 	model.Register("llama", Load)
 	model.Register("gemma3", Load)
+	model.Register("gpt-oss", Load)
 }
 
 // Model holds the bound weights. Shapes in comments are GGUF order (input dimension first).
@@ -54,13 +57,15 @@ type Model struct {
 
 type layer struct {
 	attnNorm ml.Weight // (d)
-	q        ml.Weight // (d, heads·hd)
-	k        ml.Weight // (d, kvHeads·hd)
-	v        ml.Weight // (d, kvHeads·hd)
-	qNorm    ml.Weight // (hd); nil for llama
-	kNorm    ml.Weight // (hd); nil for llama
-	o        ml.Weight // (heads·hd, d)
-	ffnNorm  ml.Weight // (d)
+	// gpt-oss: biases of q, k, v and o, and a sink logit per head; nil elsewhere.
+	qBias, kBias, vBias, oBias, sinks ml.Weight
+	q                                 ml.Weight // (d, heads·hd)
+	k                                 ml.Weight // (d, kvHeads·hd)
+	v                                 ml.Weight // (d, kvHeads·hd)
+	qNorm                             ml.Weight // (hd); nil for llama
+	kNorm                             ml.Weight // (hd); nil for llama
+	o                                 ml.Weight // (heads·hd, d)
+	ffnNorm                           ml.Weight // (d)
 	// gemma3: norms of the attention's and the feed-forward's output before each residual
 	// add; window > 0 makes the layer attend to the last window positions only.
 	postAttnNorm, postFFNNorm ml.Weight // (d)
@@ -71,21 +76,21 @@ type layer struct {
 	exps                      model.Experts
 }
 
-// Load binds a qwen3, qwen3moe, llama or gemma3 GGUF's weights on b and validates every shape.
+// Load binds a qwen3, qwen3moe, llama, gemma3 or gpt-oss GGUF's weights on b and validates every shape.
 func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	arch, err := f.Architecture()
 	if err != nil {
 		return nil, err
 	}
-	llama, gemma := arch == "llama", arch == "gemma3"
+	llama, gemma, oss := arch == "llama", arch == "gemma3", arch == "gpt-oss"
 	bd := &model.Binder{Arch: arch, File: f, B: b}
-	m := &Model{qkNorm: !llama}
+	m := &Model{qkNorm: !llama && !oss}
 	c := &m.cfg
 	c.Arch = arch
 	c.Layers = bd.Blocks("block_count")
 	vdim := bd.Attention(c)
 	m.experts = bd.DimOr("expert_count", 0)
-	if arch == "qwen3moe" {
+	if arch == "qwen3moe" || oss {
 		m.used = bd.Dim("expert_used_count")
 		m.ffn = bd.DimOr("expert_feed_forward_length", 0)
 		if m.ffn == 0 && m.used > 0 { // as llama.cpp: the dense length split among the used
@@ -99,7 +104,7 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	switch arch {
 	case "llama":
 		eps, base = 1e-5, 1e4
-	case "gemma3":
+	case "gemma3", "gpt-oss":
 		base = 1e4
 	}
 	m.eps = bd.FloatOr("attention.layer_norm_rms_epsilon", eps)
@@ -124,8 +129,11 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	if gemma {
 		window, pattern = m.gemma3(bd)
 	}
+	if oss {
+		window, pattern = m.gptOSS(bd)
+	}
 	switch arch {
-	case "qwen3moe":
+	case "qwen3moe", "gpt-oss":
 		bd.Check(m.used > 0 && m.used <= m.experts, "expert_used_count %d must be in 1 … expert_count %d", m.used, m.experts)
 	default:
 		bd.Check(m.experts == 0, "expert_count %d: %s files with routed experts (Mixtral) are not supported", m.experts, arch)
@@ -133,7 +141,7 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	// llama.cpp reads optional biases of the projections (some llama-architecture files
 	// have them); this graph has none, so such a file is refused rather than misread.
 	for _, t := range f.Tensors {
-		if strings.HasPrefix(t.Name, "blk.") && strings.HasSuffix(t.Name, ".bias") {
+		if !oss && strings.HasPrefix(t.Name, "blk.") && strings.HasSuffix(t.Name, ".bias") {
 			bd.Check(false, "%s: projection biases are not supported", t.Name)
 			break
 		}
@@ -143,6 +151,10 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	}
 	if m.kqScale == 0 {
 		m.kqScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	}
+	if oss {
+		// As llama.cpp: the scale is by the rotated dims, whatever the file says.
+		m.kqScale = float32(1 / math.Sqrt(float64(m.rope.Dims)))
 	}
 	if gemma {
 		// As llama.cpp: the queries carry the scale, Gemma 3 27B's by the embedding width
@@ -183,14 +195,24 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 			l.kNorm = bd.Layer(i, "attn_k_norm.weight", hd)
 		}
 		l.o = bd.Layer(i, "attn_output.weight", c.Heads*hd, d)
-		l.ffnNorm = bd.Layer(i, "ffn_norm.weight", d)
+		if oss {
+			l.qBias = bd.Layer(i, "attn_q.bias", c.Heads*hd)
+			l.kBias = bd.Layer(i, "attn_k.bias", c.KVHeads*hd)
+			l.vBias = bd.Layer(i, "attn_v.bias", c.KVHeads*hd)
+			l.oBias = bd.Layer(i, "attn_output.bias", d)
+			l.sinks = bd.Layer(i, "attn_sinks.weight", c.Heads)
+			// Its post-attention norm is the feed-forward's input norm.
+			l.ffnNorm = bd.Layer(i, "post_attention_norm.weight", d)
+		} else {
+			l.ffnNorm = bd.Layer(i, "ffn_norm.weight", d)
+		}
+		if window > 0 && (gemma || oss) && (pattern == 0 || i%pattern < pattern-1) {
+			// llama.cpp's set_swa_pattern: the last layer of every pattern is global.
+			l.window = window
+		}
 		if gemma {
 			l.postAttnNorm = bd.Layer(i, "post_attention_norm.weight", d)
 			l.postFFNNorm = bd.Layer(i, "post_ffw_norm.weight", d)
-			// llama.cpp's set_swa_pattern: the last layer of every pattern is global.
-			if window > 0 && (pattern == 0 || i%pattern < pattern-1) {
-				l.window = window
-			}
 		}
 		if m.experts > 0 {
 			l.exps = model.Experts{
@@ -198,6 +220,15 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 				Gate:   bd.Layer(i, "ffn_gate_exps.weight", d, m.ffn, m.experts),
 				Up:     bd.Layer(i, "ffn_up_exps.weight", d, m.ffn, m.experts),
 				Down:   bd.Layer(i, "ffn_down_exps.weight", m.ffn, d, m.experts),
+			}
+			if oss {
+				e := &l.exps
+				e.RouterBias = bd.Layer(i, "ffn_gate_inp.bias", m.experts)
+				e.GateBias = bd.Layer(i, "ffn_gate_exps.bias", m.ffn, m.experts)
+				e.UpBias = bd.Layer(i, "ffn_up_exps.bias", m.ffn, m.experts)
+				e.DownBias = bd.Layer(i, "ffn_down_exps.bias", d, m.experts)
+				// llama.cpp's constants for LLM_FFN_SWIGLU_OAI_MOE (no GGUF keys).
+				e.Alpha, e.Limit = 1.702, 7
 			}
 			continue
 		}
@@ -278,6 +309,21 @@ func (m *Model) gemma3(bd *model.Binder) (window, pattern int) {
 	bd.Check(m.swaRope.Base > 0 && !math.IsInf(float64(m.swaRope.Base), 0), "rope.freq_base_swa %g is not a positive number", m.swaRope.Base)
 	softcap := bd.FloatOr("final_logit_softcapping", 0)
 	bd.Check(softcap == 0, "final_logit_softcapping %g: logit softcapping is not supported", softcap)
+	return window, int(n)
+}
+
+// gptOSS reads gpt-oss's sliding window (attention.sliding_window, required) and the period
+// of its layers (attention.sliding_window_pattern, default 2: sliding-window and global
+// layers alternate); its sliding-window layers rotate as the others do, with their own base
+// when rope.freq_base_swa is set.
+func (m *Model) gptOSS(bd *model.Binder) (window, pattern int) {
+	window = bd.Int("attention.sliding_window")
+	bd.Check(window > 0 && window <= modelinfo.MaxContextLength, "attention.sliding_window %d is not within [1, %d]", window, modelinfo.MaxContextLength)
+	n, err := bd.File.IntOr(bd.Arch+".attention.sliding_window_pattern", 2)
+	bd.Check(err == nil && n >= 0 && n <= int64(max(m.cfg.Layers, 2)), "attention.sliding_window_pattern %d is not within [0, %d]", n, max(m.cfg.Layers, 2))
+	m.swaRope = m.rope
+	m.swaRope.Base = bd.FloatOr("rope.freq_base_swa", float64(m.rope.Base))
+	bd.Check(m.swaRope.Base > 0 && !math.IsInf(float64(m.swaRope.Base), 0), "rope.freq_base_swa %g is not a positive number", m.swaRope.Base)
 	return window, int(n)
 }
 
@@ -382,9 +428,9 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 	for i, l := range m.layers {
 		// Attention block: h = x + Wo · attn(rope(norm(Wq·x̂)), rope(norm(Wk·x̂)), Wv·x̂)
 		xn := ctx.Name(ctx.RMSNorm(x, l.attnNorm, m.eps), "attn_norm", i)
-		q := ctx.Reshape(ctx.MatMul(l.q, xn), n, c.Heads, c.HeadDim)
-		k := ctx.Reshape(ctx.MatMul(l.k, xn), n, c.KVHeads, c.HeadDim)
-		v := ctx.Reshape(ctx.MatMul(l.v, xn), n, c.KVHeads, c.HeadDim)
+		q := ctx.Reshape(bias(ctx, ctx.MatMul(l.q, xn), l.qBias), n, c.Heads, c.HeadDim)
+		k := ctx.Reshape(bias(ctx, ctx.MatMul(l.k, xn), l.kBias), n, c.KVHeads, c.HeadDim)
+		v := ctx.Reshape(bias(ctx, ctx.MatMul(l.v, xn), l.vBias), n, c.KVHeads, c.HeadDim)
 		if m.qkNorm {
 			q = ctx.RMSNorm(q, l.qNorm, m.eps) // per-head norms; each run rotates its own positions
 			k = ctx.RMSNorm(k, l.kNorm, m.eps)
@@ -405,16 +451,21 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 			}
 		}
 		var a ml.Tensor
-		if l.window > 0 {
+		switch {
+		case l.sinks != nil:
+			a = model.PerRun(ctx, runs, func(j int, r model.Run) ml.Tensor {
+				return ctx.SinkAttention(qr[j], kvs[j], i, r.Pos0, scale, l.window, l.sinks)
+			})
+		case l.window > 0:
 			// The batched path has no window: sliding layers attend run by run.
 			a = model.PerRun(ctx, runs, func(j int, r model.Run) ml.Tensor {
 				return ctx.SlidingAttention(qr[j], kvs[j], i, r.Pos0, scale, l.window)
 			})
-		} else {
+		default:
 			a = model.Attend(ctx, runs, qr, kvs, i, scale)
 		}
 		a = ctx.Name(a, "kqv_out", i) // [n, heads·hd]
-		o := ctx.MatMul(l.o, a)
+		o := bias(ctx, ctx.MatMul(l.o, a), l.oBias)
 		if l.postAttnNorm != nil {
 			o = ctx.Name(ctx.RMSNorm(o, l.postAttnNorm, m.eps), "attn_post_norm", i)
 		}
@@ -442,4 +493,12 @@ func (m *Model) Forward(ctx ml.Context, b model.Batch) ml.Tensor {
 	}
 	x = ctx.Name(ctx.RMSNorm(model.GatherRows(ctx, x, rows), m.outputNorm, m.eps), "result_norm", -1)
 	return ctx.Name(ctx.MatMul(m.output, x), "result_output", -1)
+}
+
+// bias adds b to every row of x, or returns x when b is nil.
+func bias(ctx ml.Context, x ml.Tensor, b ml.Weight) ml.Tensor {
+	if b == nil {
+		return x
+	}
+	return ctx.AddVec(x, b)
 }
