@@ -1,6 +1,11 @@
 package qwen3_test
 
-import "testing"
+import (
+	"math"
+	"testing"
+
+	"github.com/redlite/batch/internal/fixtures"
+)
 
 // TestGPTOSSParity covers gpt-oss's layout: biases on q, k, v and o, attention sinks,
 // sliding-window layers (window 16) alternating with global ones, YaRN (factor 4 over an
@@ -8,3 +13,45 @@ import "testing"
 // projections, softmax over the chosen experts and the clamped SwiGLU. Ours is within 1e-5
 // (median 2.6e-6) of llama.cpp's exact run at every chunk size.
 func TestGPTOSSParity(t *testing.T) { parityWithin(t, "tiny-gpt-oss-F32", 2e-5, 5e-6) }
+
+func TestGPTOSSLoadErrors(t *testing.T) {
+	src := fixtures.Path(t, "models", "tiny-gpt-oss-F32.gguf")
+	loadErrors(t, src, []loadErrorCase{
+		{"NoWindow", nil, map[string]any{"gpt-oss.attention.sliding_window": uint32(0)},
+			[]string{"attention.sliding_window 0 is not within [1, 16777216]"}},
+		{"Pattern", nil, map[string]any{"gpt-oss.attention.sliding_window_pattern": uint32(1 << 20)},
+			[]string{"attention.sliding_window_pattern 1048576 is not within [0, 4]"}},
+		{"BaseSWA", nil, map[string]any{"gpt-oss.rope.freq_base_swa": float32(-1)},
+			[]string{"rope.freq_base_swa -1 is not a positive number"}},
+		{"Used", nil, map[string]any{"gpt-oss.expert_used_count": uint32(9)},
+			[]string{"expert_used_count 9 must be in 1 … expert_count 8"}},
+		{"MissingSinks", []string{"blk.1.attn_sinks.weight"}, nil,
+			[]string{"missing tensor blk.1.attn_sinks.weight"}},
+		{"MissingExpertBias", []string{"blk.3.ffn_down_exps.bias"}, nil,
+			[]string{"missing tensor blk.3.ffn_down_exps.bias"}},
+	})
+}
+
+// FuzzLoadGPTOSS sets gpt-oss's own keys to arbitrary values: the loader refuses or loads,
+// never panics.
+func FuzzLoadGPTOSS(f *testing.F) {
+	f.Add(uint32(16), uint32(2), float32(1.5e5), float32(4), uint32(128))
+	f.Add(uint32(0), uint32(0), float32(0), float32(0), uint32(0))
+	f.Add(uint32(1<<31), uint32(1<<31), float32(math.NaN()), float32(math.Inf(-1)), uint32(1<<31))
+	f.Fuzz(func(t *testing.T, window, pattern uint32, baseSWA, factor float32, orig uint32) {
+		set := map[string]any{
+			"gpt-oss.attention.sliding_window":             window,
+			"gpt-oss.attention.sliding_window_pattern":     pattern,
+			"gpt-oss.rope.freq_base_swa":                   baseSWA,
+			"gpt-oss.rope.scaling.factor":                  factor,
+			"gpt-oss.rope.scaling.original_context_length": orig,
+		}
+		_, g, err := load(t, fixtures.Edit(t, fixtures.Path(t, "models", "tiny-gpt-oss-F32.gguf"), nil, set))
+		if err != nil {
+			return
+		}
+		if c := g.Config(); c.Arch != "gpt-oss" || c.Layers != 4 {
+			t.Errorf("loaded %+v", c)
+		}
+	})
+}
