@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/engine/modelinfo"
 	"github.com/redlite/batch/internal/fixtures"
 )
 
@@ -54,4 +57,41 @@ func FuzzLoadGPTOSS(f *testing.F) {
 			t.Errorf("loaded %+v", c)
 		}
 	})
+}
+
+// TestGPTOSSFacts: the planner's facts of the loaded model are modelinfo's of the file (the
+// experts with their biases, the rest dense; a KV cache for all four layers, sliding or
+// not, as the cache holds every position of every layer).
+func TestGPTOSSFacts(t *testing.T) {
+	f, g, err := load(t, fixtures.Path(t, "models", "tiny-gpt-oss-F32.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := modelinfo.Inspect(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := g.(model.Facts)
+	if uint64(facts.ExpertTotalBytes()) != info.Memory.ExpertBytes || uint64(facts.DenseBytes()) != info.Memory.DenseBytes {
+		t.Errorf("experts %d, dense %d; modelinfo says %d and %d", facts.ExpertTotalBytes(), facts.DenseBytes(), info.Memory.ExpertBytes, info.Memory.DenseBytes)
+	}
+	// Per layer: gate, up and down of 8 experts (128×32 each) and their biases (32, 32, 128).
+	const perLayer = 8 * (3*128*32 + 32 + 32 + 128) * 4
+	for l, b := range facts.ExpertBytes() {
+		if b != perLayer || facts.ExpertSliceBytes(l) != perLayer/8 {
+			t.Errorf("layer %d: %d expert bytes, slice %d; want %d and %d", l, b, facts.ExpertSliceBytes(l), perLayer, perLayer/8)
+		}
+	}
+	// 4 layers × 2 KV heads × (64 + 64) values.
+	for _, c := range []struct {
+		dt   ml.DType
+		want uint64
+	}{{ml.F32, info.Memory.KVBytesPerPositionF32}, {ml.F16, info.Memory.KVBytesPerPositionF16}, {ml.Q8_0, info.Memory.KVBytesPerPositionQ8_0}} {
+		if got := facts.KVBytesPerPosition(c.dt); uint64(got) != c.want || c.want == 0 {
+			t.Errorf("KVBytesPerPosition(%s) = %d, modelinfo %d", c.dt, got, c.want)
+		}
+	}
+	if facts.KVBytesPerPosition(ml.F32) != 4*2*128*4 {
+		t.Errorf("KVBytesPerPosition(f32) = %d, want %d", facts.KVBytesPerPosition(ml.F32), 4*2*128*4)
+	}
 }
