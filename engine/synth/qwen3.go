@@ -8,7 +8,7 @@ import (
 )
 
 // qwen3Dims are the hyperparameters of a model of the qwen3 graph's family: dense qwen3,
-// qwen3moe (experts > 0), llama or gemma3.
+// qwen3moe (experts > 0), llama, gemma3 or gpt-oss.
 type qwen3Dims struct {
 	arch        string // "" is qwen3
 	name        string
@@ -36,6 +36,9 @@ type qwen3Dims struct {
 	// global layers (0: none)
 	window, pattern int
 	linearScale     float32
+	// gpt-oss: YaRN over the original context (0: none)
+	yarnFactor  float32
+	yarnOrigCtx int
 }
 
 // tinyQwen3 is models/tiny-qwen3-*.gguf of the fixtures (generation-params.json).
@@ -97,6 +100,15 @@ var gemma3_4b = qwen3Dims{
 	window: 1024, pattern: 6, linearScale: 8,
 }
 
+// gptOSS20b has the layout of gpt-oss-20b: 24 layers alternating a window of 128 with
+// global attention, 64/8 heads of 64, 32 experts (4 used) of 2880, YaRN 32 over 4096.
+var gptOSS20b = qwen3Dims{
+	arch: "gpt-oss", name: "gpt-oss-20b", description: "random-weight test model, not trained",
+	embd: 2880, layers: 24, heads: 64, kvHeads: 8, headDim: 64, ffn: 2880, vocab: 201088,
+	context: 131072, ropeBase: 150000, rmsEps: 1e-5, embStd: 1, outStd: 0.125,
+	experts: 32, used: 4, ffExp: 2880, window: 128, yarnFactor: 32, yarnOrigCtx: 4096,
+}
+
 // llama3RopeFreqs are Llama 3.1's published per-frequency divisors (low and high frequency
 // factors 1 and 4) for head dimension dims.
 func llama3RopeFreqs(dims int, base, factor float64, origCtx int) []float32 {
@@ -144,7 +156,14 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 	m.set(arch+".attention.value_length", uint32(d.headDim))
 	if d.window > 0 {
 		m.set(arch+".attention.sliding_window", uint32(d.window))
-		m.set(arch+".attention.sliding_window_pattern", uint32(d.pattern))
+		if d.pattern > 0 {
+			m.set(arch+".attention.sliding_window_pattern", uint32(d.pattern))
+		}
+	}
+	if d.yarnFactor > 0 {
+		m.set(arch+".rope.scaling.type", "yarn")
+		m.set(arch+".rope.scaling.factor", d.yarnFactor)
+		m.set(arch+".rope.scaling.original_context_length", uint32(d.yarnOrigCtx))
 	}
 	if d.linearScale > 0 {
 		m.set(arch+".rope.scaling.type", "linear")
@@ -167,6 +186,15 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 	norm := func(name string, size int) tensorSpec {
 		return tensorSpec{name: name, dims: []uint64{uint64(size)}, typ: quant.F32, mean: 1, std: normStd}
 	}
+	oss := arch == "gpt-oss"
+	// gpt-oss's biases and sinks stay F32, as llama-quantize leaves vectors.
+	vec := func(name string, std float64, dims ...int) tensorSpec {
+		t := tensorSpec{name: name, typ: quant.F32, std: std}
+		for _, x := range dims {
+			t.dims = append(t.dims, uint64(x))
+		}
+		return t
+	}
 	embedRole := roleEmbed
 	if d.tied {
 		embedRole = roleOutput
@@ -188,13 +216,20 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 			matrix(p+"attn_v.weight", d.embd, kv, roleAttnV, il),
 			matrix(p+"attn_output.weight", q, d.embd, roleMatrix, il),
 		)
-		if arch != "llama" {
+		switch arch {
+		case "llama":
+		case "gpt-oss":
+			m.tensors = append(m.tensors, vec(p+"attn_q.bias", 0.1, q), vec(p+"attn_k.bias", 0.1, kv),
+				vec(p+"attn_v.bias", 0.1, kv), vec(p+"attn_output.bias", 0.1, d.embd), vec(p+"attn_sinks.weight", 1, d.heads))
+		default:
 			m.tensors = append(m.tensors, norm(p+"attn_q_norm.weight", d.headDim), norm(p+"attn_k_norm.weight", d.headDim))
 		}
-		if arch == "gemma3" {
+		if arch == "gemma3" || oss {
 			m.tensors = append(m.tensors, norm(p+"post_attention_norm.weight", d.embd))
 		}
-		m.tensors = append(m.tensors, norm(p+"ffn_norm.weight", d.embd))
+		if !oss { // gpt-oss's post-attention norm is its feed-forward's input norm
+			m.tensors = append(m.tensors, norm(p+"ffn_norm.weight", d.embd))
+		}
 		if d.experts > 0 {
 			experts := func(name string, in, out int, r role) tensorSpec {
 				t := matrix(name, in, out, r, il)
@@ -208,6 +243,11 @@ func (d qwen3Dims) build(o Options, v *vocabulary) (*model, error) {
 				experts(p+"ffn_gate_exps.weight", d.embd, d.ffExp, roleMatrix),
 				experts(p+"ffn_up_exps.weight", d.embd, d.ffExp, roleMatrix),
 				experts(p+"ffn_down_exps.weight", d.ffExp, d.embd, roleFFNDown))
+			if oss {
+				m.tensors = append(m.tensors, vec(p+"ffn_gate_inp.bias", 0.1, d.experts),
+					vec(p+"ffn_gate_exps.bias", 0.1, d.ffExp, d.experts), vec(p+"ffn_up_exps.bias", 0.1, d.ffExp, d.experts),
+					vec(p+"ffn_down_exps.bias", 0.1, d.embd, d.experts))
+			}
 			continue
 		}
 		m.tensors = append(m.tensors,

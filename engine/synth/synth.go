@@ -220,6 +220,13 @@ var shapes = []Shape{
 		vocab:   func() (*vocabulary, error) { return generatedVocab(gemma3_4b.vocab) },
 		build:   gemma3_4b.build,
 	},
+	{
+		Name:    "gpt-oss-20b",
+		Arch:    "gpt-oss",
+		Summary: "gpt-oss-20b: 24 layers, hidden 2880, 64/8 heads of 64 with sinks and biases, window 128 on every other layer, 32 experts (4 used) of 2880, vocab 201088, YaRN 32 over 4096; --layout for a sparse file to plan and count passes",
+		vocab:   func() (*vocabulary, error) { return generatedVocab(gptOSS20b.vocab) },
+		build:   gptOSS20b.build,
+	},
 }
 
 // Shapes lists the known shapes.

@@ -115,6 +115,7 @@ func TestSynthShapes(t *testing.T) {
 	}{
 		{"qwen3moe-mini", 8, 2048, 32, 4, 128, 32},
 		{"llama3.2-1b", 16, 2048, 32, 8, 64, 0},
+		{"gpt-oss-20b", 24, 2880, 64, 8, 64, 32},
 	} {
 		t.Run(tc.shape, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), tc.shape+".gguf")
