@@ -181,3 +181,39 @@ func attentionPrefillCost(n, heads, tgHeads, hd, pos0 int, dt ml.DType) device.C
 		FLOPs:   4 * int64(heads) * seen * int64(hd),
 	}
 }
+
+// attentionSinks is attention over the last window positions (0: all) with a sink logit
+// per query head (attn_sinks_f32/f16).
+func (e *encoder) attentionSinks(q Region, n, heads int, c *cache, layer, pos0 int, scale float32, window int, sinks, out Region) {
+	if e.err != nil {
+		return
+	}
+	if err := c.checkSpan("attend over", layer, pos0, n); err != nil {
+		e.err = err
+		return
+	}
+	kvHeads, hd, dt := c.pool.kvHeads, c.pool.headDim, c.pool.dtype
+	if n <= 0 || heads <= 0 || heads%kvHeads != 0 || hd%32 != 0 || hd > kernels.AttnMaxHeadDim {
+		e.err = fmt.Errorf("metalkit: sink attention of %d tokens of %d heads of %d over a cache of %d kv heads (heads of a multiple of 32 up to %d)", n, heads, hd, kvHeads, kernels.AttnMaxHeadDim)
+		return
+	}
+	if dt != ml.F32 && dt != ml.F16 {
+		e.err = fmt.Errorf("metalkit: sink attention over a %s cache is not implemented", dt)
+		return
+	}
+	if err := regionsHold("sink attention", int64(4*n*heads*hd), q, out); err != nil {
+		e.err = err
+		return
+	}
+	seen := pos0 + n // the most positions a token sees
+	if window > 0 {
+		seen = min(seen, window)
+	}
+	kvBytes := int64(dt.RowBytes(2 * hd))
+	args := kernels.AttnSinksArgs{N: int32(n), Heads: int32(heads), KVHeads: int32(kvHeads), HeadDim: int32(hd),
+		Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize), Window: int32(window), Scale: scale}
+	e.dispatch("attn_sinks_"+dt.String(), nil, [3]int{n, heads, 1}, [3]int{32, 1, 1}, 0,
+		device.Cost{Label: "sink attention", Read: int64(n*heads) * (int64(seen)*kvBytes + int64(4*hd)), Written: int64(4 * n * heads * hd),
+			FLOPs: int64(4 * n * heads * seen * hd)},
+		args, q, c.layerK(layer), c.layerV(layer), c.tableRegion(), sinks, out)
+}

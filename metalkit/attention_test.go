@@ -10,6 +10,7 @@ import (
 
 	"github.com/redlite/batch/engine/cpu"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
 	"github.com/redlite/batch/metalkit/device"
 	"github.com/redlite/batch/metalkit/harness/harnesstest"
 )
@@ -249,6 +250,25 @@ func (s attnShape) String() string { return fmt.Sprintf("%dq%dkv×%d", s.heads, 
 // attention of n tokens at pos0 for each and compares with the CPU. Every sequence's
 // work goes in one command list, as a batched step's would.
 func (r *kernelRig) attentionCase(sh attnShape, dt ml.DType, blocks, blockSize, n int, pos0s []int, tol float64) {
+	r.sinkAttentionCase(sh, dt, blocks, blockSize, n, pos0s, tol, 0, nil)
+}
+
+// sinkAttentionCase is attentionCase through SinkAttention (attn_sinks) when sinks is not
+// nil: one sink logit per query head, over the last window positions (0: all).
+func (r *kernelRig) sinkAttentionCase(sh attnShape, dt ml.DType, blocks, blockSize, n int, pos0s []int, tol float64, window int, sinks []float32) {
+	var sinkW ml.Weight
+	var sinkR Region
+	if sinks != nil {
+		data, offs := encodeWeights(r.t, []wspec{{quant.F32, []int{sh.heads}, sinks}})
+		m, err := r.ref.Map(data)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if sinkW, err = r.ref.Weight(m, "attn_sinks.weight", quant.F32, []int{sh.heads}, offs[0]); err != nil {
+			r.t.Fatal(err)
+		}
+		sinkR = r.upload(sinks)
+	}
 	caps := make([]int, len(pos0s))
 	for i, p := range pos0s {
 		caps[i] = p + n
@@ -276,6 +296,15 @@ func (r *kernelRig) attentionCase(sh attnShape, dt ml.DType, blocks, blockSize, 
 			encode = append(encode, func(e *encoder) {
 				e.storeKV(s.gpu, 1, span[0], span[1], kr.Sub(int64(4*a), int64(4*m)), vr.Sub(int64(4*a), int64(4*m)))
 			})
+		}
+		if sinks != nil {
+			out := ctx.SinkAttention(ctx.Input(q, n, sh.heads, sh.hd), s.cpu, 1, pos0, scale, window, sinkW)
+			want[i] = r.compute(ctx, out)[0]
+			ctx.Close()
+			encode = append(encode, func(e *encoder) {
+				e.attentionSinks(qr, n, sh.heads, s.gpu, 1, pos0, scale, window, sinkR, outs[i])
+			})
+			continue
 		}
 		out := ctx.Attention(ctx.Input(q, n, sh.heads, sh.hd), s.cpu, 1, pos0, scale)
 		want[i] = r.compute(ctx, out)[0]
@@ -499,4 +528,23 @@ func TestAttentionDispatches(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAttentionSinks: attn_sinks against the CPU's SinkAttention, for a token and for a
+// chunk, over all positions and over a window shorter than them, in a pool of blocks and in
+// a private cache; the sinks run from far below the scores to far above.
+func TestAttentionSinks(t *testing.T) {
+	r := newKernelRig(t)
+	shapes := []attnShape{{4, 2, 64}, {8, 1, 128}}
+	r.attnVariants(t, shapes, nil, func(sh attnShape, dt ml.DType) {
+		sinks := make([]float32, sh.heads)
+		for h := range sinks {
+			sinks[h] = float32(h)*3 - 4
+		}
+		for _, window := range []int{0, 16} {
+			r.sinkAttentionCase(sh, dt, 40, 16, 1, []int{0, 150}, attnTol, window, sinks)
+			r.sinkAttentionCase(sh, dt, 40, 16, 40, []int{90, 0}, attnTol, window, sinks)
+			r.sinkAttentionCase(sh, dt, 0, 0, 40, []int{33}, attnTol, window, sinks)
+		}
+	})
 }

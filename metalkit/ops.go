@@ -198,10 +198,23 @@ func (c *context) ClampedSwiGLU(gate, up ml.Tensor, alpha, limit float32) ml.Ten
 	return out
 }
 
-// SinkAttention fails the pass: the attention kernels have no sinks yet (gpt-oss on Metal).
+// SinkAttention runs attn_sinks: one SIMD group per token and head, the window and the sinks
+// in the kernel.
 func (c *context) SinkAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32, window int, sinks ml.Weight) ml.Tensor {
-	c.fail(fmt.Errorf("metalkit: attention with sinks (%s) is not implemented", sinks.Name()))
-	return c.out(q.Shape()[0], q.Shape()[1]*q.Shape()[2])
+	kc := cc.(*cache)
+	qt := q.(*tensor)
+	if len(qt.shape) != 3 || qt.shape[2] != kc.pool.headDim || qt.shape[1]%kc.pool.kvHeads != 0 || layer < 0 || layer >= kc.pool.layers ||
+		pos0 < 0 || pos0+qt.shape[0] > kc.capacity || window < 0 {
+		panic(fmt.Sprintf("metalkit: sink attention of q %v at %d of layer %d, window %d, over a cache of %d layers × %d × %d×%d",
+			qt.shape, pos0, layer, window, kc.pool.layers, kc.capacity, kc.pool.kvHeads, kc.pool.headDim))
+	}
+	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
+	sk := vector(sinks.(*weight), heads, "sink attention")
+	out := c.out(n, heads*hd)
+	c.record("sink attention", false, func(e *encoder) {
+		e.attentionSinks(c.region(qt), n, heads, kc, layer, pos0, scale, window, sk, c.region(out))
+	}, []*tensor{out}, qt)
+	return out
 }
 
 // SlidingAttention runs as Attention while the window holds every position the batch

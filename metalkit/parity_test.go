@@ -32,7 +32,8 @@ func TestModelParity(t *testing.T) {
 	if testing.Short() {
 		// One file of each architecture, a whole prefill and a few decode steps, f32 KV.
 		names = []string{fixtures.Path(t, "models", "tiny-qwen3-Q8_0.gguf"), fixtures.Path(t, "models", "tiny-qwen3next-Q8_0.gguf"),
-			filepath.Join(dir, "tiny-qwen3moe-F32.gguf"), filepath.Join(dir, "tiny-llama-F32.gguf"), filepath.Join(dir, "tiny-qwen35moe-F32.gguf")}
+			filepath.Join(dir, "tiny-qwen3moe-F32.gguf"), filepath.Join(dir, "tiny-llama-F32.gguf"), filepath.Join(dir, "tiny-qwen35moe-F32.gguf"),
+			filepath.Join(dir, "tiny-gpt-oss-F32.gguf")}
 	}
 	// The harness runs these tiny models at about 0.1 s per decode pass and 0.2 s per
 	// prefilled token of qwen3next (2 loaded cores), so by default each model prefills 20

@@ -12,6 +12,7 @@ var attnArgs = map[string]any{
 	"attn_merge_args":        AttnMergeArgs{},
 	"attn_decode_batch_args": AttnDecodeBatchArgs{},
 	"attn_prefill_args":      AttnPrefillArgs{},
+	"attn_sinks_args":        AttnSinksArgs{},
 	"conv1d_causal_args":     Conv1DCausalArgs{},
 	"deltanet_args":          DeltaNetArgs{},
 }
@@ -63,6 +64,11 @@ type AttnDecodeBatchArgs struct {
 type AttnPrefillArgs struct {
 	N, Heads, KVHeads, HeadDim, Group, TGHeads, Pos0, BlockSize int32
 	Scale                                                       float32
+}
+
+type AttnSinksArgs struct {
+	N, Heads, KVHeads, HeadDim, Pos0, BlockSize, Window int32
+	Scale                                               float32
 }
 
 type Conv1DCausalArgs struct {

@@ -110,6 +110,19 @@ struct attn_prefill_args {
     float scale;
 };
 
+// attn_sinks_f32/f16: n query tokens at positions pos0 … pos0+n−1, causal, over the last
+// window positions (0: all), with one sink logit per query head in the softmax.
+struct attn_sinks_args {
+    int32_t n;
+    int32_t heads;
+    int32_t kv_heads;
+    int32_t head_dim;
+    int32_t pos0;
+    int32_t block_size;
+    int32_t window;
+    float scale;
+};
+
 // conv1d_causal_f32/f16 (the weight's type): x [n, channels], w [channels, taps],
 // state [taps−1, channels].
 struct conv1d_causal_args {
