@@ -8,6 +8,7 @@ import (
 	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/engine/modelinfo"
 	"github.com/redlite/batch/internal/fixtures"
+	"github.com/redlite/batch/internal/modeltest"
 )
 
 // TestGPTOSSParity covers gpt-oss's layout: biases on q, k, v and o, attention sinks,
@@ -15,7 +16,7 @@ import (
 // original context of 128, which seq300 runs past), routed experts with biased router and
 // projections, softmax over the chosen experts and the clamped SwiGLU. Ours is within 1e-5
 // (median 2.6e-6) of llama.cpp's exact run at every chunk size.
-func TestGPTOSSParity(t *testing.T) { parityWithin(t, "tiny-gpt-oss-F32", 2e-5, 5e-6) }
+func TestGPTOSSParity(t *testing.T) { modeltest.ParityWithin(t, "tiny-gpt-oss-F32", 2e-5, 5e-6) }
 
 func TestGPTOSSLoadErrors(t *testing.T) {
 	src := fixtures.Path(t, "models", "tiny-gpt-oss-F32.gguf")
