@@ -6,12 +6,17 @@ import (
 	"github.com/redlite/batch/engine/ml"
 )
 
-// TestMXFP4Parity runs tiny-qwen3moe with its routed experts in MXFP4
-// (testdata/fixtures/README.md §13) against llama.cpp: within 1e-4 of its exact f32 run on
-// the dequantized weights at chunk sizes 1, 64 and whole, and no further from its default
-// run (8-bit activations, f16 flash attention) than that exact run is, plus 0.01.
+// TestMXFP4Parity runs tiny-qwen3moe and tiny-gpt-oss with their routed experts in MXFP4
+// (testdata/fixtures/README.md §13, §14) against llama.cpp: within 1e-4 of its exact f32
+// run on the dequantized weights at chunk sizes 1, 64 and whole, and no further from its
+// default run (8-bit activations, f16 flash attention) than that exact run is, plus 0.01.
 func TestMXFP4Parity(t *testing.T) {
-	const name = "tiny-qwen3moe-MXFP4"
+	for _, name := range []string{"tiny-qwen3moe-MXFP4", "tiny-gpt-oss-MXFP4"} {
+		t.Run(name, func(t *testing.T) { mxfp4Parity(t, name) })
+	}
+}
+
+func mxfp4Parity(t *testing.T, name string) {
 	m := loadModel(t, name+".gguf")
 	vocab := m.Config().Vocab
 	for _, seq := range []string{"seq8", "seq64", "seq300"} {
