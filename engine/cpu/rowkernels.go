@@ -14,26 +14,11 @@ import (
 // softmaxGo replaces x by softmax(x·scale) computed as ggml does: s = x·scale, the
 // exponentials of s − max(s) in float32, their sum in float64, then one multiplication by
 // float32(1/sum). The assembly version's exponentials are within 1 ulp of these.
-func softmaxGo(x []float32, scale float32) {
-	m := float32(math.Inf(-1))
-	for i, v := range x {
-		x[i] = v * scale
-		m = max(m, x[i])
-	}
-	var sum float64
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - m)))
-		x[i] = e
-		sum += float64(e)
-	}
-	inv := float32(1 / sum)
-	for i := range x {
-		x[i] *= inv
-	}
-}
+func softmaxGo(x []float32, scale float32) { softmaxSink(x, scale, float32(math.Inf(-1))) }
 
 // softmaxSink is softmaxGo with one more term in the denominator, e^sink, as ggml's
-// soft_max with sinks computes it: the maximum includes sink, which is not scaled.
+// soft_max with sinks computes it: the maximum includes sink, which is not scaled. A sink
+// of −∞ adds exactly 0: the plain softmax.
 func softmaxSink(x []float32, scale, sink float32) {
 	m := sink
 	for i, v := range x {
