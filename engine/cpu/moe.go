@@ -160,19 +160,25 @@ func (c *context) matMulExperts(w *weight, xt, it, out *tensor) {
 }
 
 // fewPairsPerExpert reports whether every expert of a decode step (one token, or a few
-// sequences' tokens) has few enough pairs to be dotted row by row, and every expert is
-// resident: then all the layer's experts run in one parallel pass over tiles of rows
-// (expertTiles) instead of one pass per expert, whose synchronisation would dominate.
+// sequences' tokens) has few enough pairs to be dotted row by row, and the cache can hold
+// every expert the step uses at once (expertTiles pins them all): then all the layer's
+// experts run in one parallel pass over tiles of rows (expertTiles) instead of one pass per
+// expert, whose synchronisation would dominate.
 func (c *context) fewPairsPerExpert(w *weight, start []int) bool {
-	if w.f32 != nil || c.b.fusedMaxTokens(w.typ) == 1 || c.b.experts.capacity != 0 {
+	if w.f32 != nil || c.b.fusedMaxTokens(w.typ) == 1 {
 		return false
 	}
+	used := 0
 	for e := 0; e+1 < len(start); e++ {
-		if start[e+1]-start[e] > c.b.fusedMaxTokens(w.typ) {
+		n := start[e+1] - start[e]
+		if n > c.b.fusedMaxTokens(w.typ) {
 			return false
 		}
+		if n > 0 {
+			used++
+		}
 	}
-	return true
+	return c.b.experts.holds(int64(used) * int64(w.expertBytes()))
 }
 
 // expertTiles is matMulExperts for few pairs per expert: the pairs' inputs are gathered by
@@ -282,9 +288,19 @@ func (b *Backend) ExpertStats() ml.ExpertStats {
 	return c.stats
 }
 
+// expertBytes is one expert's slice of w.
+func (w *weight) expertBytes() int { return w.rows / w.dims[2] * w.rowB }
+
+// holds reports whether bytes of slices pinned at once stay within the capacity.
+func (c *expertCache) holds(bytes int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.capacity == 0 || bytes <= c.capacity
+}
+
 // get returns expert e's bytes of w; release must be called when the product is done.
 func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
-	size := w.rows / w.dims[2] * w.rowB
+	size := w.expertBytes()
 	direct := w.data[e*size : (e+1)*size]
 	c.mu.Lock()
 	defer c.mu.Unlock()
