@@ -32,15 +32,24 @@ func planPool(cfg Config, lm *loadedModel, cal planner.Calibration, budget plann
 }
 
 // batchPolicy is the policy a job of the pool is planned with: alone on the worker, in the
-// pool's precision, without MTP, every expert resident.
+// pool's precision, without MTP, with every expert resident or (when the pool has a bounded
+// cache) a cache. The pool's blocks, not this plan, bound what a job may hold (planBatched).
 func batchPolicy(policy planner.Policy, pool *planner.Pool) planner.Policy {
 	policy.KV, policy.DisableMTP, policy.ExpertCache = planner.ForceKV(pool.KV), true, planner.CacheNever
+	if pool.Residency == planner.ResidencyCache {
+		policy.ExpertCache = planner.CacheAllow
+	}
 	return policy
 }
 
-// startBatching starts the scheduler on the planned pool.
+// startBatching sizes the backend's expert cache as the pool says (one cache, shared by
+// every sequence of every step) and starts the scheduler on the planned pool.
 func (w *worker) startBatching() error {
 	pool := *w.pool
+	if err := w.lm.setExpertCache(pool.Residency, pool.ExpertCacheBytes); err != nil {
+		return fmt.Errorf("batch of %d slots: %w", pool.Slots, err)
+	}
+	experts := w.lm.expertStats()
 	sched, err := w.lm.m.NewScheduler(engine.SchedulerOptions{
 		KV: pool.KV, Slots: pool.Slots, Blocks: pool.Blocks, BlockSize: pool.BlockSize, StepTokens: pool.StepTokens,
 		MaxWait: w.cfg.AdmissionTimeout,
@@ -49,6 +58,10 @@ func (w *worker) startBatching() error {
 			w.m.stepSeconds.Observe(s.Duration.Seconds())
 			w.m.kvBlocks.WithLabelValues("free").Set(float64(s.FreeBlocks))
 			w.m.kvBlocks.WithLabelValues("used").Set(float64(pool.Blocks - s.FreeBlocks))
+			// The cache is the worker's, not a job's: its lookups are counted per step.
+			now := w.lm.expertStats()
+			w.m.countExperts(experts, now)
+			experts = now
 		},
 	})
 	if err != nil {
@@ -58,6 +71,7 @@ func (w *worker) startBatching() error {
 	w.m.kvBlocks.WithLabelValues("used").Set(0)
 	w.sched = sched
 	w.log.Info("batching", "slots", pool.Slots, "kv", pool.KV, "block_size", pool.BlockSize, "blocks", pool.Blocks,
-		"positions_per_slot", pool.SlotContext, "step_tokens", pool.StepTokens, "need_mib", pool.NeedMiB, "limit_mib", pool.LimitMiB)
+		"positions_per_slot", pool.SlotContext, "step_tokens", pool.StepTokens, "experts", pool.Residency,
+		"expert_cache_mib", pool.ExpertCacheBytes/planner.MiB, "need_mib", pool.NeedMiB, "limit_mib", pool.LimitMiB)
 	return nil
 }

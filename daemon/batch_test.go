@@ -5,14 +5,20 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
 )
 
 // batchJobs are greedy jobs of mixed lengths: their texts are reproducible, so the batch's
@@ -118,4 +124,132 @@ func TestBatchedWorkerTooSmall(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "REDLITE_CONCURRENCY") {
 		t.Errorf("start: %v, want a refusal naming REDLITE_CONCURRENCY", err)
 	}
+}
+
+// TestBatchedWorkerExpertCache runs a batching worker (concurrency 4) whose limit is a MiB
+// short of holding every expert beside planner.PoolMinSlotContext positions per slot: the
+// pool keeps that many positions beside a bounded expert cache, which the worker's
+// capabilities and every result's plan name; four greedy jobs at once give the texts the same
+// jobs give on a batching worker with every expert resident, and the cache's misses reach
+// /metrics.
+func TestBatchedWorkerExpertCache(t *testing.T) {
+	b := setup(t)
+	cfg := b.cfg
+	cfg.Concurrency = 4
+	cfg.Model = fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
+	// A pool beside a cache is f16 (it leaves the larger cache): so is the resident one here,
+	// so that the runs differ in where expert bytes are read from alone.
+	cfg.KV = "f16"
+	lm, err := loadModel(cfg.Model, "", engine.Options{Threads: cfg.Threads, CPUDot: cfg.CPUDot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.close()
+	// The limit: the smallest on which the pool holds the experts in a cache, below the need
+	// of every expert resident beside the minimum pool (in f16).
+	cal, policy := planner.DefaultCalibration(lm.m.Backend.Name()), must(cfg.policy())
+	full, err := planner.Estimate(planner.Config{Context: planner.PoolMinSlotContext, Slots: cfg.Concurrency, KV: ml.F16,
+		Chunk: engine.DefaultStepTokens, Residency: planner.ResidencyFull}, lm.profile, cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	margin := withHostWeights(planner.Budget{MarginMiB: cfg.MarginMiB}, lm.m.HostWeightBytes()).MarginMiB
+	cacheLimit := int64(0)
+	for limit := full.NeedMiB() - 1 + margin; ; limit-- {
+		c := cfg
+		c.GPULimitMiB = limit
+		budget := withHostWeights(must(DeviceBudget(c)), lm.m.HostWeightBytes())
+		pool, err := planPool(c, lm, cal, budget, policy)
+		if err != nil || pool.Residency != planner.ResidencyCache {
+			break
+		}
+		cacheLimit = limit
+	}
+	if cacheLimit == 0 {
+		t.Fatalf("no limit below %d MiB gives a pool with a cache", full.NeedMiB()+margin)
+	}
+	// Greedy jobs whose prompts fit one step together, all admitted in the same step: the
+	// batches are then the same in both runs, whatever order asynq hands the jobs over in, so
+	// the texts must be too (a batch's logits are within 1e-4 of a sequence's alone, which
+	// would let a near-tie of this random model flip between differently made batches).
+	var todo []*jobs.Generate
+	for i, n := range []int{24, 40, 8, 32} {
+		prompt := fmt.Sprintf("Job %d: %s", i, strings.Repeat("the quick brown fox jumps over the lazy dog ", 1+i))
+		todo = append(todo, &jobs.Generate{Prompt: prompt, MaxTokens: ptr(n), Temperature: ptr(0.0)})
+	}
+	run := func(limit int64) (*Daemon, []jobs.Result) {
+		cfg := cfg
+		cfg.GPULimitMiB = limit
+		d := startDaemon(t, cfg, Observer{})
+		sched := d.w.sched
+		sched.Pause()
+		var ids []string
+		for _, g := range todo {
+			ids = append(ids, enqueue(t, b.client, g).ID)
+		}
+		waitUntil(t, "every job waiting for the batch", func() bool { return sched.Waiting() == len(todo) })
+		sched.Resume()
+		var out []jobs.Result
+		for i, id := range ids {
+			res, err := waitResult(t, b.client, id, nil)
+			if err != nil {
+				t.Fatalf("job %d: %v", i, err)
+			}
+			out = append(out, res)
+		}
+		return d, out
+	}
+	resident, want := run(cfg.GPULimitMiB)
+	if p := resident.w.pool; p.Residency != planner.ResidencyFull || p.KV != ml.F16 {
+		t.Fatalf("pool %+v at %d MiB, want every expert resident", p, cfg.GPULimitMiB)
+	}
+	resident.Shutdown()
+
+	cfg.GPULimitMiB = cacheLimit
+	d, got := run(cfg.GPULimitMiB)
+	pool := d.w.pool
+	if pool.Residency != planner.ResidencyCache || pool.ExpertCacheBytes < lm.profile.MinCacheBytes() || pool.SlotContext != planner.PoolMinSlotContext {
+		t.Fatalf("pool %+v at %d MiB, want a bounded cache beside %d positions per slot", pool, cfg.GPULimitMiB, planner.PoolMinSlotContext)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	caps, err := b.client.Capabilities(ctx)
+	if err != nil || len(caps) != 1 || caps[0].ExpertResidency != "cache" || caps[0].ExpertCacheMiB != pool.ExpertCacheBytes/planner.MiB {
+		t.Errorf("capabilities %+v (%v), want the pool's cache of %d MiB", caps, err, pool.ExpertCacheBytes/planner.MiB)
+	}
+	most := 0
+	for i, res := range got {
+		if res.Text != want[i].Text || res.Usage != want[i].Usage {
+			t.Errorf("job %d: with the pool's cache %q (%+v), every expert resident %q (%+v)", i, res.Text, res.Usage, want[i].Text, want[i].Usage)
+		}
+		p := res.Plan
+		if p.ExpertResidency != string(planner.ResidencyCache) || p.ExpertCacheMiB != int(pool.ExpertCacheBytes/planner.MiB) || p.Slots != 4 || p.NeedMiB > int(cfg.GPULimitMiB) {
+			t.Errorf("job %d: plan %+v, want the pool's cache of %d MiB", i, p, pool.ExpertCacheBytes/planner.MiB)
+		}
+		most = max(most, p.Batch)
+	}
+	if most != len(todo) {
+		t.Errorf("largest batch %d, want all %d jobs in one", most, len(todo))
+	}
+	_, body := getURL(t, "http://"+d.HTTPAddr()+"/metrics")
+	for _, result := range []string{"miss", "hit"} {
+		m := regexp.MustCompile(`(?m)^redlite_expert_cache_lookups_total\{result="` + result + `"\} ([0-9.e+]+)$`).FindStringSubmatch(body)
+		n, _ := strconv.ParseFloat(append(m, "", "0")[1], 64)
+		if result == "miss" && n <= 0 {
+			t.Errorf("no expert cache misses in /metrics: %v", m)
+		}
+		t.Logf("expert cache lookups, %s: %v", result, n)
+	}
+	es := d.lm.expertStats()
+	if es.Capacity != pool.ExpertCacheBytes || es.Evictions == 0 || es.Bytes > es.Capacity {
+		t.Errorf("the worker's cache %+v, want evictions within the pool's %d bytes", es, pool.ExpertCacheBytes)
+	}
+	t.Logf("%d MiB: a cache of %d of %d expert bytes: %+v", cfg.GPULimitMiB, pool.ExpertCacheBytes, lm.profile.ExpertCacheBytes, es)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -32,3 +32,13 @@ var DeviceBudget = func(cfg Config) (planner.Budget, error) {
 	b.MarginMiB = cfg.MarginMiB
 	return b, b.Validate()
 }
+
+// withHostWeights keeps the backend's own copies of the weights (repacked rows for the 8-bit
+// kernels, hostBytes) out of what the planner plans into, which counts the mapped file as the
+// weights: they join the margin.
+func withHostWeights(b planner.Budget, hostBytes int64) planner.Budget {
+	if hostBytes > 0 {
+		b.MarginMiB = max(b.MarginMiB, planner.DefaultMarginMiB) + (hostBytes+planner.MiB-1)/planner.MiB
+	}
+	return b
+}

@@ -60,6 +60,9 @@ func capabilityOf(name string, lm *loadedModel, budget planner.Budget, cal plann
 		Slots: slots, MaxContext: capped(largest.Context),
 		Tokens: lm.tokenStats(),
 	}
+	if pool != nil {
+		c.ExpertResidency, c.ExpertCacheMiB = string(pool.Residency), pool.ExpertCacheBytes/planner.MiB
+	}
 	for _, kv := range planner.KVPrecisions {
 		if pool != nil && kv != pool.KV {
 			continue // the pool has one precision

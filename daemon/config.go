@@ -236,12 +236,9 @@ func (c Config) Validate() error {
 
 // policy is the planner policy the KV, chunk, MTP and preference settings make.
 func (c Config) policy() (planner.Policy, error) {
+	// With REDLITE_CONCURRENCY > 1 the expert cache is the pool's, sized once for every job
+	// (planner.PlanPool); each job is then planned with the pool's residency (batchPolicy).
 	p := planner.Policy{MaxChunk: c.MaxChunk, DisableMTP: c.DisableMTP, ExpertCache: planner.CacheAuto}
-	if c.Concurrency > 1 {
-		// The expert cache belongs to the backend, shared by every running job: a job may
-		// resize it only when it runs alone.
-		p.ExpertCache = planner.CacheNever
-	}
 	if c.KV != "auto" {
 		prec, err := ml.ParseDType(c.KV)
 		if err != nil {

@@ -223,9 +223,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		return fmt.Errorf("memory budget: %w", err)
 	}
 	if host := lm.m.HostWeightBytes(); host > 0 {
-		// The planner counts the mapped file as the weights; the backend's own copies of
-		// them (repacked rows for the 8-bit kernels) are kept out of what it plans into.
-		budget.MarginMiB = max(budget.MarginMiB, planner.DefaultMarginMiB) + (host+planner.MiB-1)/planner.MiB
+		budget = withHostWeights(budget, host)
 		d.log.Info("the backend's copies of the weights are kept out of the budget", "host_weight_mib", host/planner.MiB, "margin_mib", budget.MarginMiB)
 	}
 	d.m.limitBytes.Set(float64(budget.UsableMiB() * planner.MiB))

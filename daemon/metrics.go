@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/jobs"
 	"github.com/redlite/batch/planner"
 )
@@ -173,4 +174,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) plan(p planner.Plan) {
 	m.plans.WithLabelValues(p.KV.String(), strconv.Itoa(p.Chunk), strconv.FormatBool(p.MTP), string(p.Residency)).Inc()
 	m.planNeedBytes.Observe(float64(p.NeedMiB * planner.MiB))
+}
+
+// countExperts adds the expert cache lookups between two readings of the backend's counters.
+func (m *metrics) countExperts(before, after ml.ExpertStats) {
+	m.expertLookups.WithLabelValues("hit").Add(float64(max(after.Hits-before.Hits, 0)))
+	m.expertLookups.WithLabelValues("miss").Add(float64(max(after.Misses-before.Misses, 0)))
 }

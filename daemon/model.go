@@ -74,20 +74,21 @@ func (lm *loadedModel) expertStats() ml.ExpertStats {
 	return ml.ExpertStats{}
 }
 
-// setExpertCache sizes the backend's routed-expert cache as the plan says: unbounded for full
-// residency, the planned bytes for a bounded cache. Outputs do not depend on it; only which
-// expert bytes stay in memory does.
-func (lm *loadedModel) setExpertCache(p planner.Plan) error {
+// setExpertCache sizes the backend's routed-expert cache as a plan or a pool says: unbounded
+// for full residency, cacheBytes for a bounded cache. Outputs do not depend on it; only which
+// expert bytes stay in memory does. Any backend that implements ml.ExpertResidency can hold a
+// bounded cache.
+func (lm *loadedModel) setExpertCache(res planner.Residency, cacheBytes int64) error {
 	er, ok := lm.m.Backend.(ml.ExpertResidency)
 	if !ok {
-		if p.Residency == planner.ResidencyCache {
+		if res == planner.ResidencyCache {
 			return fmt.Errorf("the plan wants a bounded expert cache but backend %s has none", lm.m.Backend.Name())
 		}
 		return nil
 	}
 	var bytes int64
-	if p.Residency == planner.ResidencyCache {
-		bytes = max(p.ExpertCacheBytes, 1)
+	if res == planner.ResidencyCache {
+		bytes = max(cacheBytes, 1)
 	}
 	if er.ExpertStats().Capacity == bytes {
 		return nil

@@ -214,13 +214,12 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 	}
 
 	r.setPhase(jobs.PhasePrefill)
-	experts := w.lm.expertStats()
-	defer func() {
+	if w.sched == nil {
+		experts := w.lm.expertStats()
 		// Counted per job: resizing the cache for the next plan resets the backend's counters.
-		now := w.lm.expertStats()
-		w.m.expertLookups.WithLabelValues("hit").Add(float64(max(now.Hits-experts.Hits, 0)))
-		w.m.expertLookups.WithLabelValues("miss").Add(float64(max(now.Misses-experts.Misses, 0)))
-	}()
+		// A batching worker counts its shared cache per step (batch.go).
+		defer func() { w.m.countExperts(experts, w.lm.expertStats()) }()
+	}
 	generated := 0
 	// The progress shows answer and reasoning apart, as the result will (run.result).
 	split := chat.NewReasoningStream(r.thinking)
@@ -544,7 +543,7 @@ func (w *worker) generate(ctx context.Context, plan planner.Plan, ids []int32, o
 		return w.sched.GenerateN(ctx, ids, plan.Context, os)
 	}
 	fail := func(err error) ([]engine.Generation, error) { return make([]engine.Generation, len(os)), err }
-	if err := w.lm.setExpertCache(plan); err != nil {
+	if err := w.lm.setExpertCache(plan.Residency, plan.ExpertCacheBytes); err != nil {
 		return fail(err)
 	}
 	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: plan.KV, MTP: plan.MTP})

@@ -51,5 +51,6 @@ func (w *worker) planBatched(promptTokens, maxTokens int) (planner.Plan, error) 
 			planner.Commas(int64(w.pool.Positions())))
 	}
 	plan.Slots, plan.Chunk, plan.NeedMiB = w.pool.Slots, w.pool.StepTokens, w.pool.NeedMiB
+	plan.Residency, plan.ExpertCacheBytes = w.pool.Residency, w.pool.ExpertCacheBytes
 	return plan, nil
 }

@@ -48,6 +48,12 @@ type Capability struct {
 	Profile          json.RawMessage `json:"profile"`     // planner.Profile
 	Policy           json.RawMessage `json:"policy"`      // planner.Policy
 	Slots            int             `json:"slots"`
+	// ExpertResidency is how a batching worker (Slots > 1) holds the routed experts for all
+	// its jobs, as its pool was planned: "full" (every expert resident, or none to hold) or
+	// "cache" (a bounded cache of ExpertCacheMiB that every running sequence shares). Empty
+	// for a worker of one slot, which plans it per job.
+	ExpertResidency string `json:"expert_residency,omitempty"`
+	ExpertCacheMiB  int64  `json:"expert_cache_mib,omitempty"`
 	// MaxContext is the longest prompt + max_tokens the worker's planner takes (per slot,
 	// with its policy and slots, in the KV precision of those its policy allows that holds
 	// the most): a job fits exactly when its context is at most this. The worker's queues

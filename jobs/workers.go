@@ -55,10 +55,13 @@ type WorkerServer struct {
 	Status      string         `json:"status"` // asynq's: active, stopped, closed
 	Active      []ActiveJob    `json:"active"`
 	// From the worker's capability document (capabilities.go); empty when it publishes none.
-	GPULimitMiB   int64     `json:"gpu_limit_mib,omitempty"`
-	MaxContext    int       `json:"max_context,omitempty"`
-	Draining      bool      `json:"draining"`
-	LastHeartbeat time.Time `json:"last_heartbeat"`
+	GPULimitMiB int64 `json:"gpu_limit_mib,omitempty"`
+	MaxContext  int   `json:"max_context,omitempty"`
+	// ExpertResidency and ExpertCacheMiB: the batching worker's (Capability).
+	ExpertResidency string    `json:"expert_residency,omitempty"`
+	ExpertCacheMiB  int64     `json:"expert_cache_mib,omitempty"`
+	Draining        bool      `json:"draining"`
+	LastHeartbeat   time.Time `json:"last_heartbeat"`
 }
 
 // ActiveJob is a job a worker is running.
@@ -114,6 +117,7 @@ func (c *Client) Workers(ctx context.Context) ([]WorkerServer, error) {
 			if c.Host == s.Host && c.PID == s.PID && sameQueues(c.Queues, s.Queues) {
 				w.Name, w.Model, w.Backend, w.GPULimitMiB, w.MaxContext, w.Draining, w.LastHeartbeat =
 					c.Worker, c.Model, c.Backend, c.GPULimitMiB, c.MaxContext, c.Draining, c.Updated
+				w.ExpertResidency, w.ExpertCacheMiB = c.ExpertResidency, c.ExpertCacheMiB
 			}
 		}
 		for _, a := range s.ActiveWorkers {

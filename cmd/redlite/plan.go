@@ -37,6 +37,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	maxChunk := fs.Int("max-chunk", 0, "cap on the prefill chunk in tokens (0: no cap)")
 	noMTP := fs.Bool("no-mtp", false, "never use MTP")
 	slots := fs.Int("slots", 1, "parallel slots, each sized for this job")
+	concurrency := fs.Int("concurrency", 1, "above 1: plan the KV pool and expert residency of a batching worker running this many jobs at once (the daemon's REDLITE_CONCURRENCY) instead of one job; --prompt-tokens and --max-tokens are then not needed")
 	expertCache := fs.String("expert-cache", string(planner.CacheAuto), "bounded expert cache: auto (only when the experts cannot be resident at all), never or allow")
 	prefer := fs.String("prefer", "kv,mtp,chunk", "order in which the choices are preferred")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -45,6 +46,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if (*modelPath == "") == (*profilePath == "") {
 		return usageErr("give exactly one of --model and --profile")
+	}
+	if *concurrency < 1 {
+		return usageErr("--concurrency %d: want ≥ 1", *concurrency)
 	}
 	job := planner.Job{PromptTokens: *prompt, MaxTokens: *maxTokens, Slots: *slots,
 		Policy: planner.Policy{MaxChunk: *maxChunk, DisableMTP: *noMTP, ExpertCache: planner.ExpertCachePolicy(*expertCache)}}
@@ -94,6 +98,19 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		budget.MarginMiB = *margin
 	}
 
+	if *concurrency > 1 {
+		pool, err := planner.PlanPool(profile, cal, budget, job.Policy, *concurrency, engine.DefaultStepTokens, engine.DefaultBlockSize)
+		switch {
+		case errors.Is(err, planner.ErrBadJob), errors.Is(err, planner.ErrBadBudget):
+			return usageErr("%v", err)
+		case err != nil:
+			return err
+		case *asJSON:
+			return writeJSON(stdout, pool)
+		}
+		printPool(stdout, pool, profile, cal, budget)
+		return nil
+	}
 	plan, err := planner.Choose(job, profile, cal, budget)
 	var dnf *planner.DoesNotFitError
 	switch {
@@ -143,10 +160,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func printPlan(w io.Writer, p planner.Plan, prof planner.Profile, cal planner.Calibration) {
-	residency := "experts fully resident"
-	if p.Residency == planner.ResidencyCache {
-		residency = fmt.Sprintf("bounded expert cache of %s MiB", planner.Commas(p.ExpertCacheBytes/planner.MiB))
-	}
+	residency := residencyText(p.Residency, p.ExpertCacheBytes)
 	fmt.Fprintf(w, "plan:        %s; %s\n", p.Config, residency)
 	slots := "1 slot"
 	if p.Slots > 1 {
@@ -162,8 +176,46 @@ func printPlan(w io.Writer, p planner.Plan, prof planner.Profile, cal planner.Ca
 	fmt.Fprintf(w, "need:        %s MiB of %s MiB (GPU limit %s − margin %s, source %s); headroom %s MiB\n\n",
 		planner.Commas(p.NeedMiB), planner.Commas(p.LimitMiB), planner.Commas(p.GPULimitMiB), planner.Commas(p.MarginMiB),
 		p.BudgetSource, planner.Commas(p.HeadroomMiB))
+	printBreakdown(w, p.Breakdown, p.KV, p.Slots, residency, p.NeedMiB, cal)
+	fmt.Fprintln(w)
+	printAlternatives(w, p.Alternatives, p.Preference)
+}
 
-	b := p.Breakdown
+// residencyText says how the experts are held.
+func residencyText(r planner.Residency, cacheBytes int64) string {
+	if r == planner.ResidencyCache {
+		return fmt.Sprintf("bounded expert cache of %s MiB", planner.Commas(cacheBytes/planner.MiB))
+	}
+	return "experts fully resident"
+}
+
+// printPool prints a batching worker's pool: its slots, blocks, precision and expert
+// residency, and the memory terms of the full pool.
+func printPool(w io.Writer, p planner.Pool, prof planner.Profile, cal planner.Calibration, b planner.Budget) {
+	residency := residencyText(p.Residency, p.ExpertCacheBytes)
+	fmt.Fprintf(w, "pool:        %d slots, %s KV, %s blocks of %d positions (%s per slot when all are full), steps of %d tokens; %s\n",
+		p.Slots, p.KV, planner.Commas(int64(p.Blocks)), p.BlockSize, planner.Commas(int64(p.SlotContext)), p.StepTokens, residency)
+	why := fmt.Sprintf("every expert resident leaves each slot ≥ %s positions", planner.Commas(planner.PoolMinSlotContext))
+	switch {
+	case p.Residency == planner.ResidencyCache:
+		why = fmt.Sprintf("every expert resident would leave a slot < %s positions: the cache takes what %s positions per slot leave (%.0f%% of %s MiB of experts; at least %s MiB, one layer)",
+			planner.Commas(planner.PoolMinSlotContext), planner.Commas(int64(p.SlotContext)), 100*float64(p.ExpertCacheBytes)/float64(prof.ExpertCacheBytes),
+			planner.Commas(prof.ExpertCacheBytes/planner.MiB), planner.Commas((prof.MinCacheBytes()+planner.MiB-1)/planner.MiB))
+	case prof.ExpertCacheBytes == 0:
+		why = "the model has no routed experts"
+	case p.SlotContext < planner.PoolMinSlotContext:
+		why = "the smallest expert cache does not fit beside the minimum pool, so a shorter pool keeps every expert"
+	}
+	fmt.Fprintf(w, "why:         %s\n", why)
+	fmt.Fprintf(w, "model:       %s (%s)\n", prof.Name, prof.Architecture)
+	fmt.Fprintf(w, "calibration: %s (%s)\n", cal.Name, cal.Status)
+	fmt.Fprintf(w, "need:        %s MiB of %s MiB (GPU limit %s − margin %s, source %s)\n\n",
+		planner.Commas(p.NeedMiB), planner.Commas(p.LimitMiB), planner.Commas(b.LimitMiB), planner.Commas(b.MarginMiB), b.Source)
+	printBreakdown(w, p.Breakdown, p.KV, p.Slots, residency, p.NeedMiB, cal)
+}
+
+// printBreakdown prints every term of a plan's or a pool's memory need.
+func printBreakdown(w io.Writer, b planner.Breakdown, kv ml.DType, slots int, residency string, needMiB int64, cal planner.Calibration) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "TERM\t%10s\tDETAIL\n", "MiB")
 	row := func(term string, bytes int64, detail string) {
@@ -172,9 +224,9 @@ func printPlan(w io.Writer, p planner.Plan, prof planner.Profile, cal planner.Ca
 	row("expert cache", b.ExpertCacheBytes, residency)
 	row("dense", b.DenseBytes, "")
 	row("base", b.BaseBytes, "")
-	kvDetail := fmt.Sprintf("%s positions × %s (%s)", planner.Commas(b.KVPositions), kib(b.KVBytesPerPosition), p.KV)
-	if p.Slots > 1 {
-		kvDetail += fmt.Sprintf(", incl. %d × %s state positions", p.Slots-1, planner.Commas(b.StatePositions))
+	kvDetail := fmt.Sprintf("%s positions × %s (%s)", planner.Commas(b.KVPositions), kib(b.KVBytesPerPosition), kv)
+	if slots > 1 {
+		kvDetail += fmt.Sprintf(", incl. %d × %s state positions", slots-1, planner.Commas(b.StatePositions))
 	}
 	row("kv", b.KVBytes, kvDetail)
 	row("scratch", b.ScratchBytes, fmt.Sprintf("%s chunk tokens above %d", planner.Commas(int64(b.ScratchTokens)), cal.MinChunk))
@@ -182,10 +234,8 @@ func printPlan(w io.Writer, p planner.Plan, prof planner.Profile, cal planner.Ca
 		row("attention", b.AttentionScratchBytes, "transient copy of the cache for a chunk's attention")
 	}
 	row("mtp", b.MTPBytes, "")
-	row("total", b.TotalBytes, fmt.Sprintf("rounded up to %s MiB", planner.Commas(p.NeedMiB)))
+	row("total", b.TotalBytes, fmt.Sprintf("rounded up to %s MiB", planner.Commas(needMiB)))
 	tw.Flush()
-	fmt.Fprintln(w)
-	printAlternatives(w, p.Alternatives, p.Preference)
 }
 
 func printAlternatives(w io.Writer, alts []planner.Alternative, pref []planner.Dimension) {

@@ -196,3 +196,40 @@ func TestPlanFromModel(t *testing.T) {
 		t.Errorf("both --model and --profile: exit %d, %s", code, errs)
 	}
 }
+
+// TestPlanPoolCommand: with --concurrency the command plans a batching worker's pool and
+// says how it holds the experts: all resident at Red Lite's 24 GiB limit, a bounded cache at
+// 2/3 of a 16 GiB Mac's memory, and the JSON carries both.
+func TestPlanPoolCommand(t *testing.T) {
+	pool := func(limit string, extra ...string) []string {
+		return append([]string{"plan", "--profile", redLiteProfile, "--gpu-limit-mib", limit, "--concurrency", "4"}, extra...)
+	}
+	for _, tc := range []struct {
+		limit string
+		want  []string
+	}{
+		{"21741", []string{"pool:        4 slots, f32 KV, 212 blocks of 256 positions (13,568 per slot", "experts fully resident",
+			"every expert resident leaves each slot ≥ 4,096 positions"}},
+		{"10922", []string{"pool:        4 slots, f16 KV, 64 blocks of 256 positions (4,096 per slot", "bounded expert cache of 8,659 MiB",
+			"50% of 17,316 MiB of experts; at least 361 MiB, one layer", "need:        10,922 MiB"}},
+	} {
+		code, out, errs := runCmd(t, pool(tc.limit)...)
+		if code != 0 {
+			t.Fatalf("%s MiB: exit %d, stderr %s", tc.limit, code, errs)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s MiB: output lacks %q:\n%s", tc.limit, want, out)
+			}
+		}
+	}
+	code, out, errs := runCmd(t, pool("10922", "--json")...)
+	var p planner.Pool
+	if code != 0 || json.Unmarshal([]byte(out), &p) != nil || p.Residency != planner.ResidencyCache || p.ExpertCacheBytes != 8659*planner.MiB || p.Slots != 4 {
+		t.Errorf("--json: exit %d, %+v, stderr %s", code, p, errs)
+	}
+	code, _, errs = runCmd(t, pool("2048")...)
+	if code == 0 || !strings.Contains(errs, "smallest expert cache") || !strings.Contains(errs, "REDLITE_CONCURRENCY") {
+		t.Errorf("2,048 MiB: exit %d, stderr %s; want the numbers of the smallest pools", code, errs)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/planner"
 )
 
 func init() {
@@ -25,7 +26,7 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOST\tMODEL\tBACKEND\tLIMIT\tLARGEST JOB\tSLOTS\tSTATUS\tHEARTBEAT\tJOBS")
+	fmt.Fprintln(tw, "NAME\tHOST\tMODEL\tBACKEND\tLIMIT\tLARGEST JOB\tSLOTS\tEXPERTS\tSTATUS\tHEARTBEAT\tJOBS")
 	now := time.Now()
 	for _, w := range ws {
 		var jobs []string
@@ -46,8 +47,8 @@ func runWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if !w.LastHeartbeat.IsZero() {
 			beat = now.Sub(w.LastHeartbeat).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", orDash(w.Name), w.Host, orDash(w.Model), orDash(w.Backend), limit, largest,
-			len(w.Active), w.Concurrency, status, beat, orDash(strings.Join(jobs, ", ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", orDash(w.Name), w.Host, orDash(w.Model), orDash(w.Backend), limit, largest,
+			len(w.Active), w.Concurrency, expertsText(w), status, beat, orDash(strings.Join(jobs, ", ")))
 	}
 	return tw.Flush()
 }
@@ -71,4 +72,13 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// expertsText is how a batching worker holds the routed experts: "full", "cache 8,659 MiB",
+// or "-" for a worker that plans it per job.
+func expertsText(w jobs.WorkerServer) string {
+	if w.ExpertResidency == "cache" {
+		return fmt.Sprintf("cache %s MiB", planner.Commas(w.ExpertCacheMiB))
+	}
+	return orDash(w.ExpertResidency)
 }
