@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/redlite/batch/engine"
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/planner"
 )
 
@@ -18,11 +19,16 @@ import (
 // REDLITE_CONCURRENCY 1 a job runs alone in a session of its own, planned per job (MTP,
 // chunk, KV precision and expert residency chosen for it).
 
-// planPool sizes the KV pool of a batching worker (nil for REDLITE_CONCURRENCY 1). It runs
-// before the worker's capabilities are published: the pool bounds the longest job.
+// planPool sizes the KV pool of a batching worker (nil for REDLITE_CONCURRENCY 1) and
+// chooses how it holds the experts: a bounded cache only on a backend that has one
+// (ml.ExpertResidency). It runs before the worker's capabilities are published: the pool
+// bounds the longest job.
 func planPool(cfg Config, lm *loadedModel, cal planner.Calibration, budget planner.Budget, policy planner.Policy) (*planner.Pool, error) {
 	if cfg.Concurrency <= 1 {
 		return nil, nil
+	}
+	if _, ok := lm.m.Backend.(ml.ExpertResidency); !ok {
+		policy.ExpertCache = planner.CacheNever
 	}
 	pool, err := planner.PlanPool(lm.profile, cal, budget, policy, cfg.Concurrency, engine.DefaultStepTokens, engine.DefaultBlockSize)
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/internal/testlog"
 	"github.com/redlite/batch/jobs"
+	"github.com/redlite/batch/metalkit"
+	"github.com/redlite/batch/metalkit/harness/harnesstest"
 	"github.com/redlite/batch/planner"
 )
 
@@ -126,25 +128,43 @@ func TestBatchedWorkerTooSmall(t *testing.T) {
 	}
 }
 
-// TestBatchedWorkerExpertCache runs a batching worker (concurrency 4) whose limit is a MiB
-// short of holding every expert beside planner.PoolMinSlotContext positions per slot: the
-// pool keeps that many positions beside a bounded expert cache, which the worker's
-// capabilities and every result's plan name; four greedy jobs at once give the texts the same
-// jobs give on a batching worker with every expert resident, and the cache's misses reach
-// /metrics.
+// TestBatchedWorkerExpertCache runs a batching worker (concurrency 4) on the smallest limit
+// on which its pool holds the experts in a bounded cache (planner.PlanPool: every expert
+// resident would leave a slot fewer than planner.PoolMinSlotContext positions): the worker's
+// capabilities and every result's plan name the pool's cache; four greedy jobs in one batch
+// give the texts the same jobs give on a batching worker with every expert resident; the
+// cache missed and evicted, and its misses reach /metrics. On the CPU backend, and on the
+// Metal backend with its kernels on the harness device once that backend has a bounded
+// cache (ml.ExpertResidency).
 func TestBatchedWorkerExpertCache(t *testing.T) {
+	t.Run("cpu", func(t *testing.T) { testBatchedWorkerExpertCache(t, "cpu") })
+	t.Run(metalkit.KindHarness, func(t *testing.T) {
+		harnesstest.Device(t) // without clang-16: fails under CI, skips elsewhere
+		testBatchedWorkerExpertCache(t, metalkit.KindHarness)
+	})
+}
+
+func testBatchedWorkerExpertCache(t *testing.T, backend string) {
 	b := setup(t)
 	cfg := b.cfg
+	cfg.Backend = backend
 	cfg.Concurrency = 4
 	cfg.Model = fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
 	// A pool beside a cache is f16 (it leaves the larger cache): so is the resident one here,
 	// so that the runs differ in where expert bytes are read from alone.
 	cfg.KV = "f16"
-	lm, err := loadModel(cfg.Model, "", engine.Options{Threads: cfg.Threads, CPUDot: cfg.CPUDot})
+	be, err := metalkit.Open(cfg.Backend, cfg.Threads, cfg.Switches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := loadModel(cfg.Model, "", engine.Options{Backend: be, Threads: cfg.Threads, CPUDot: cfg.CPUDot})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lm.close()
+	if _, ok := lm.m.Backend.(ml.ExpertResidency); !ok {
+		t.Skipf("backend %s has no bounded expert cache (ml.ExpertResidency): its pools keep every expert resident", backend)
+	}
 	// The limit: the smallest on which the pool holds the experts in a cache, below the need
 	// of every expert resident beside the minimum pool (in f16).
 	cal, policy := planner.DefaultCalibration(lm.m.Backend.Name()), must(cfg.policy())
