@@ -139,6 +139,9 @@ func TestBatchedWorkerTooSmall(t *testing.T) {
 func TestBatchedWorkerExpertCache(t *testing.T) {
 	t.Run("cpu", func(t *testing.T) { testBatchedWorkerExpertCache(t, "cpu") })
 	t.Run(metalkit.KindHarness, func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("two batches of kernels on the harness device take minutes")
+		}
 		harnesstest.Device(t) // without clang-16: fails under CI, skips elsewhere
 		testBatchedWorkerExpertCache(t, metalkit.KindHarness)
 	})
