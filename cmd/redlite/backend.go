@@ -37,16 +37,16 @@ func openBackend(kind string, threads int) (ml.Backend, error) {
 
 // loadModel loads a model file on the backend --backend names.
 func loadModel(path, kind string, threads int) (*engine.Model, error) {
-	return loadModelDot(path, kind, threads, "")
+	return loadModelDot(path, kind, threads, "", 0)
 }
 
 // loadModelDot is loadModel with the CPU backend's dot path (bench's --dot).
-func loadModelDot(path, kind string, threads int, dot string) (*engine.Model, error) {
+func loadModelDot(path, kind string, threads int, dot string, expertCacheMiB int) (*engine.Model, error) {
 	b, err := openBackend(kind, threads)
 	if err != nil {
 		return nil, err
 	}
-	m, err := engine.Load(path, engine.Options{Backend: b, Threads: threads, CPUDot: dot})
+	m, err := engine.Load(path, engine.Options{Backend: b, Threads: threads, CPUDot: dot, ExpertCacheMiB: expertCacheMiB})
 	if errors.Is(err, gguf.ErrFormat) || errors.Is(err, model.ErrModel) {
 		// A file that is not a usable model is a bad argument, as the daemon's bad
 		// REDLITE_MODEL is a bad setting: exit 2.

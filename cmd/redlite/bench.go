@@ -62,6 +62,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dot := fs.String("dot", "auto", "CPU dot path of quantized products: auto, exact or int8 (the daemon's REDLITE_CPU_DOT)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to `file`")
+	expertCache := fs.Int("expert-cache-mib", 0, "hold the routed experts in a bounded cache of this many MiB, filled from the mapped file (0: every expert resident); the hits and misses go to stderr")
 	nplFlag := fs.String("npl", "", "run N sequences together through the batch scheduler for each N of this comma-separated `list` (llama-batched-bench's -npl): each prefills -p tokens and decodes -n")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -80,8 +81,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *modelPath == "" {
 		return usageErr("--model is required")
 	}
-	if *pp < 0 || *tg < 0 || *depth < 0 || *reps < 1 {
-		return usageErr("-p, -n and -d must be ≥ 0, -r ≥ 1")
+	if *pp < 0 || *tg < 0 || *depth < 0 || *reps < 1 || *expertCache < 0 {
+		return usageErr("-p, -n, -d and --expert-cache-mib must be ≥ 0, -r ≥ 1")
 	}
 	if *depth > 0 && len(npl) > 0 {
 		return usageErr("-d and --npl cannot be combined")
@@ -95,7 +96,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// The model is loaded once, with the most threads (for the depth's prefill); each
 	// count of the list then runs every test.
-	m, err := loadModelDot(*modelPath, *backend, slices.Max(threadList), *dot)
+	m, err := loadModelDot(*modelPath, *backend, slices.Max(threadList), *dot, *expertCache)
 	if err != nil {
 		return err
 	}
@@ -245,6 +246,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if base.Kernels != "" {
 		// On stderr, as llama-bench's system information: stdout stays the table.
 		fmt.Fprintf(stderr, "cpu kernels: %s\n", base.Kernels)
+	}
+	if er, ok := m.Backend.(ml.ExpertResidency); ok && *expertCache > 0 {
+		st := er.ExpertStats()
+		fmt.Fprintf(stderr, "expert cache: %d MiB; %d hits, %d misses (hit rate %.1f%%), %d evictions over every run\n",
+			*expertCache, st.Hits, st.Misses, 100*float64(st.Hits)/float64(max(st.Hits+st.Misses, 1)), st.Evictions)
 	}
 	return writeMarkdownTable(stdout, rows, right)
 }
