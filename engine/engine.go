@@ -27,7 +27,7 @@ type Options struct {
 	Backend ml.Backend
 	// Threads for the CPU backend; 0 means GOMAXPROCS.
 	Threads int
-	// ExpertCacheMiB bounds the routed experts held in memory to an LRU cache of this many
+	// ExpertCacheMiB bounds the routed experts held in memory to a cache of this many
 	// MiB filled from the mapped file; 0 keeps every expert resident. It needs a backend
 	// that implements ml.ExpertResidency.
 	ExpertCacheMiB int

@@ -110,7 +110,7 @@ type Plan struct {
 	Context         int    `json:"context"`          // tokens the session can hold
 	Chunk           int    `json:"chunk"`            // prefill chunk, tokens
 	KVPrecision     string `json:"kv_precision"`     // "f32", "f16" or "q8_0"
-	ExpertResidency string `json:"expert_residency"` // "full" or "cache" (routed experts in an LRU cache)
+	ExpertResidency string `json:"expert_residency"` // "full" or "cache" (routed experts in a bounded cache)
 	ExpertCacheMiB  int    `json:"expert_cache_mib"`
 	MTP             bool   `json:"mtp"` // multi-token prediction
 	Slots           int    `json:"slots"`

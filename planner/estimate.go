@@ -13,7 +13,7 @@ type Residency string
 
 const (
 	ResidencyFull  Residency = "full"  // every expert resident
-	ResidencyCache Residency = "cache" // a bounded LRU cache filled from the mapped GGUF
+	ResidencyCache Residency = "cache" // a bounded cache filled from the mapped GGUF
 )
 
 // Config is one way to run a job: the choices a plan makes.

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"container/list"
 	"fmt"
 	"math"
 	"sync"
@@ -160,25 +159,20 @@ func (c *context) matMulExperts(w *weight, xt, it, out *tensor) {
 }
 
 // fewPairsPerExpert reports whether every expert of a decode step (one token, or a few
-// sequences' tokens) has few enough pairs to be dotted row by row, and the cache can hold
-// every expert the step uses at once (expertTiles pins them all): then all the layer's
+// sequences' tokens) has few enough pairs to be dotted row by row: then all the layer's
 // experts run in one parallel pass over tiles of rows (expertTiles) instead of one pass per
-// expert, whose synchronisation would dominate.
+// expert, whose synchronisation would dominate. (A bounded cache that cannot hold all their
+// slices at once reads the rest in place.)
 func (c *context) fewPairsPerExpert(w *weight, start []int) bool {
 	if w.f32 != nil || c.b.fusedMaxTokens(w.typ) == 1 {
 		return false
 	}
-	used := 0
 	for e := 0; e+1 < len(start); e++ {
-		n := start[e+1] - start[e]
-		if n > c.b.fusedMaxTokens(w.typ) {
+		if start[e+1]-start[e] > c.b.fusedMaxTokens(w.typ) {
 			return false
 		}
-		if n > 0 {
-			used++
-		}
 	}
-	return c.b.experts.holds(int64(used) * int64(w.expertBytes()))
+	return true
 }
 
 // expertTiles is matMulExperts for few pairs per expert: the pairs' inputs are gathered by
@@ -244,25 +238,41 @@ func expertView(w *weight, e int, data []byte) *weight {
 }
 
 // expertCache holds expert slices — one expert's rows of one weight — copied from the
-// weight's bytes, least recently used first out. Its zero value keeps every expert resident:
-// slices are read in place. Slices in use are pinned, so a product never reads a slice that
-// another goroutine evicts; when everything is pinned the cache briefly holds more than its
-// capacity rather than wait.
+// weight's bytes. Its zero value keeps every expert resident: slices are read in place.
+//
+// A bounded cache gives each weight a share of the capacity in proportion to its expert
+// bytes, and within a share keeps the slices looked up most often lately (counts halved
+// every expertAgeLookups lookups per expert). A forward pass walks the layers in order, so a
+// cache shared by all of them in least-recently-used order evicts every slice of a layer
+// before the next pass returns to it whenever a pass touches more than the cache holds (four
+// sequences of a batch choose 10 of 64 experts each: about half of every layer), and then
+// nothing ever hits. A slice that is not admitted — its weight's share is full of slices
+// used at least as often — is read in place, as a miss. Slices in use are pinned: a product
+// never reads a slice that another goroutine evicts, and the cache never exceeds its
+// capacity.
 type expertCache struct {
 	mu       sync.Mutex
 	capacity int64
-	lru      list.List // of *expertEntry, most recent at the front
-	entries  map[expertKey]*list.Element
+	sets     map[*weight]*expertSet
+	total    int64 // expert bytes of every weight looked up since SetExpertCache
 	stats    ml.ExpertStats
 }
 
-type expertKey struct {
-	w *weight
-	e int
+// expertSet is one weight's share of the cache.
+type expertSet struct {
+	held    map[int]*expertEntry
+	bytes   int64    // of the slices held
+	total   int64    // of all the weight's experts
+	freq    []uint32 // lookups per expert, halved every expertAgeLookups·experts lookups
+	lookups int
 }
 
+// expertAgeLookups is how many lookups per expert, on average, a weight's counts cover
+// before they are halved: long enough to tell a hot expert from one chosen by chance in a
+// few steps, short enough to follow a document whose topic moves.
+const expertAgeLookups = 16
+
 type expertEntry struct {
-	key  expertKey
 	data []byte
 	pins int
 }
@@ -275,8 +285,8 @@ func (b *Backend) SetExpertCache(bytes int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.capacity = bytes
-	c.lru.Init()
-	c.entries = map[expertKey]*list.Element{}
+	c.sets = map[*weight]*expertSet{}
+	c.total = 0
 	c.stats = ml.ExpertStats{Capacity: bytes}
 	return nil
 }
@@ -291,13 +301,6 @@ func (b *Backend) ExpertStats() ml.ExpertStats {
 // expertBytes is one expert's slice of w.
 func (w *weight) expertBytes() int { return w.rows / w.dims[2] * w.rowB }
 
-// holds reports whether bytes of slices pinned at once stay within the capacity.
-func (c *expertCache) holds(bytes int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.capacity == 0 || bytes <= c.capacity
-}
-
 // get returns expert e's bytes of w; release must be called when the product is done.
 func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
 	size := w.expertBytes()
@@ -308,55 +311,111 @@ func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
 		c.stats.Hits++
 		return direct, func() {}
 	}
-	key := expertKey{w, e}
-	if el, ok := c.entries[key]; ok {
+	s := c.set(w)
+	s.count(e)
+	if ent, ok := s.held[e]; ok {
 		c.stats.Hits++
-		c.lru.MoveToFront(el)
-		ent := el.Value.(*expertEntry)
 		ent.pins++
 		return ent.data, c.unpin(ent)
 	}
 	c.stats.Misses++
-	buf := c.shrink(int64(size), size)
+	buf, ok := c.admit(s, e, int64(size))
+	if !ok {
+		return direct, func() {}
+	}
 	if buf == nil {
 		buf = make([]byte, size)
 	}
 	copy(buf, direct)
-	ent := &expertEntry{key: key, data: buf, pins: 1}
-	c.entries[key] = c.lru.PushFront(ent)
+	ent := &expertEntry{data: buf, pins: 1}
+	s.held[e] = ent
+	s.bytes += int64(size)
 	c.stats.Bytes += int64(size)
 	return buf, c.unpin(ent)
 }
 
-// shrink evicts unpinned slices, least recent first, until room more bytes fit. It returns
-// an evicted buffer of reuse bytes, if one came free. Called with mu held.
-func (c *expertCache) shrink(room int64, reuse int) []byte {
-	var buf []byte
-	for el := c.lru.Back(); el != nil && c.stats.Bytes+room > c.capacity; {
-		prev := el.Prev()
-		if ent := el.Value.(*expertEntry); ent.pins == 0 {
-			c.lru.Remove(el)
-			delete(c.entries, ent.key)
-			c.stats.Bytes -= int64(len(ent.data))
-			c.stats.Evictions++
-			if len(ent.data) == reuse {
-				buf = ent.data
-			}
-		}
-		el = prev
+// set returns w's share, making it on w's first lookup. Called with mu held.
+func (c *expertCache) set(w *weight) *expertSet {
+	s, ok := c.sets[w]
+	if !ok {
+		s = &expertSet{held: map[int]*expertEntry{}, total: int64(w.expertBytes()) * int64(w.dims[2]), freq: make([]uint32, w.dims[2])}
+		c.sets[w] = s
+		c.total += s.total
 	}
-	return buf
+	return s
 }
 
-// unpin returns the release function of a lookup; the last release of an over-full cache
-// (pinned slices made it overshoot) brings it back within capacity.
+// count records a lookup of expert e.
+func (s *expertSet) count(e int) {
+	s.freq[e]++
+	if s.lookups++; s.lookups >= expertAgeLookups*len(s.freq) {
+		s.lookups = 0
+		for i := range s.freq {
+			s.freq[i] /= 2
+		}
+	}
+}
+
+// share is the bytes s may hold: the capacity in proportion to its experts' bytes among the
+// weights seen so far.
+func (c *expertCache) share(s *expertSet) int64 {
+	return int64(float64(c.capacity) * float64(s.total) / float64(c.total))
+}
+
+// coldest is s's unpinned slice with the fewest recent lookups, -1 if none.
+func (s *expertSet) coldest() int {
+	best := -1
+	for e, ent := range s.held {
+		if ent.pins == 0 && (best < 0 || s.freq[e] < s.freq[best] || s.freq[e] == s.freq[best] && e < best) {
+			best = e
+		}
+	}
+	return best
+}
+
+// admit makes room for a slice of size bytes of expert e in s, evicting within s's share
+// and then from shares grown beyond theirs (shares shrink as more weights are seen). It
+// returns an evicted buffer of size bytes, if one came free, and whether e is admitted.
+// Called with mu held.
+func (c *expertCache) admit(s *expertSet, e int, size int64) ([]byte, bool) {
+	var buf []byte
+	evict := func(o *expertSet, v int) {
+		ent := o.held[v]
+		delete(o.held, v)
+		o.bytes -= int64(len(ent.data))
+		c.stats.Bytes -= int64(len(ent.data))
+		c.stats.Evictions++
+		if int64(len(ent.data)) == size {
+			buf = ent.data
+		}
+	}
+	for s.bytes+size > c.share(s) {
+		v := s.coldest()
+		if v < 0 || s.freq[e] <= s.freq[v] {
+			return buf, false
+		}
+		evict(s, v)
+	}
+	for c.stats.Bytes+size > c.capacity {
+		var over *expertSet
+		for _, o := range c.sets {
+			if o != s && o.bytes > c.share(o) && o.coldest() >= 0 && (over == nil || o.bytes-c.share(o) > over.bytes-c.share(over)) {
+				over = o
+			}
+		}
+		if over == nil {
+			return buf, false
+		}
+		evict(over, over.coldest())
+	}
+	return buf, true
+}
+
+// unpin returns the release function of a lookup.
 func (c *expertCache) unpin(ent *expertEntry) func() {
 	return func() {
 		c.mu.Lock()
 		ent.pins--
-		if c.stats.Bytes > c.capacity {
-			c.shrink(0, 0)
-		}
 		c.mu.Unlock()
 	}
 }

@@ -224,19 +224,23 @@ type ScratchPool interface {
 // ExpertResidency is implemented by backends that can hold routed experts (the [Experts, Rows,
 // Cols] weights of MatMulExperts) in a bounded cache instead of keeping all of them resident.
 // The cache is filled from the weight's bytes (the mapped GGUF) one expert slice — one
-// expert's rows of one weight — at a time and evicts the least recently used slice. The cache
+// expert's rows of one weight — at a time; which slices it keeps is the backend's policy. The cache
 // changes only where bytes are read from, never the arithmetic, so outputs do not depend on
 // its size.
 //
 // On the CPU the cache is a heap copy of the slices, which bounds how much of the file must
-// stay paged in. The Metal backend keeps the slices in one GPU buffer of fixed-size slots
+// stay paged in; each weight gets a share in proportion to its bytes and keeps the slices
+// looked up most often lately, since a pass walks the layers in order and a least recently
+// used order over all of them would evict a layer's slices before the next pass needs them.
+// The Metal backend keeps the slices in one GPU buffer of fixed-size slots
 // (metalkit/experts.go): the routing result is read on the host before the expert products
 // of that layer are encoded, so a bounded cache splits the command buffer at every MoE layer
 // (the one place a graph's values reach the host mid-pass); with every expert resident no
 // split is needed, and the GPU routes without counting lookups.
 type ExpertResidency interface {
 	// SetExpertCache bounds the routed-expert slices held to bytes; 0 means all resident.
-	// A cache always holds at least the one slice being multiplied, whatever its size.
+	// A slice the cache does not hold is still multiplied, whatever its size (the CPU reads it
+	// in place).
 	SetExpertCache(bytes int64) error
 	// ExpertStats reports the cache's counters since it was set.
 	ExpertStats() ExpertStats
