@@ -59,10 +59,12 @@ type GenerateOptions struct {
 
 // Generation is the outcome of Generate.
 type Generation struct {
-	Text             string
-	Tokens           []int32 // generated ids, without the end-of-generation token
-	FinishReason     string
-	PromptTokens     int // prompt tokens prefilled: fewer than the prompt's when ctx ended during prefill
+	Text         string
+	Tokens       []int32 // generated ids, without the end-of-generation token
+	FinishReason string
+	PromptTokens int // prompt tokens prefilled: fewer than the prompt's when ctx ended during prefill
+	// CachedTokens of them came from the prefix cache instead of being computed.
+	CachedTokens     int
 	CompletionTokens int
 	Prefill          time.Duration
 	Decode           time.Duration

@@ -40,6 +40,9 @@ type SchedulerOptions struct {
 	MaxWait time.Duration
 	// OnStep, when set, is called after every step from the scheduler's goroutine.
 	OnStep func(StepStats)
+	// Prefix, when set, turns the prefix cache on (prefix.go): prompts that start with
+	// whole blocks another sequence read start from its state and prefill only the rest.
+	Prefix *PrefixCacheOptions
 }
 
 // Defaults of SchedulerOptions.
@@ -70,9 +73,10 @@ var ErrTooLarge = errors.New("engine: the sequence needs more KV blocks than the
 // Scheduler runs many sequences' generations together. Its methods are safe for concurrent
 // use.
 type Scheduler struct {
-	m    *Model
-	o    SchedulerOptions
-	pool ml.KVPool
+	m      *Model
+	o      SchedulerOptions
+	pool   ml.KVPool
+	prefix *prefixCache // nil without a prefix cache
 
 	mu      sync.Mutex
 	waiting []*sequence // in arrival order
@@ -107,6 +111,12 @@ type sequence struct {
 	snap  []byte
 	first []float32
 
+	// The prefix cache's view: the hashes of the prompt's whole blocks, how many of them
+	// the cache has from this sequence (or had before it), and the last it added.
+	hashes   []PrefixHash
+	cachedTo int
+	lastAdd  *PrefixHash
+
 	finished chan struct{}
 	answered bool // finished is closed
 	err      error
@@ -128,6 +138,12 @@ func (m *Model) NewScheduler(o SchedulerOptions) (*Scheduler, error) {
 		return nil, err
 	}
 	s := &Scheduler{m: m, o: o, pool: pool, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if o.Prefix != nil {
+		if s.prefix, err = newPrefixCache(m, o.KV, o.BlockSize, *o.Prefix); err != nil {
+			pool.Free()
+			return nil, err
+		}
+	}
 	go s.loop()
 	return s, nil
 }
@@ -173,7 +189,18 @@ func (s *Scheduler) Close() {
 	s.mu.Unlock()
 	s.signal()
 	<-s.done
+	if s.prefix != nil {
+		s.prefix.drain()
+	}
 	s.pool.Free()
+}
+
+// PrefixStats reports the prefix cache's counts (zero without one).
+func (s *Scheduler) PrefixStats() PrefixStats {
+	if s.prefix == nil {
+		return PrefixStats{}
+	}
+	return s.prefix.Stats()
 }
 
 func (s *Scheduler) signal() {
@@ -392,7 +419,7 @@ func (s *Scheduler) admit() {
 	defer s.mu.Unlock()
 	for !s.paused && len(s.waiting) > 0 && len(s.active) < s.o.Slots {
 		q := s.waiting[0]
-		st, err := s.m.Graph.NewPooledState(s.m.Backend, s.pool, q.capacity)
+		st, err := s.newState(q)
 		if errors.Is(err, ml.ErrPoolFull) {
 			return
 		}
@@ -454,6 +481,13 @@ func (s *Scheduler) step() {
 			continue
 		}
 		n := min(len(q.prompt)-q.pos, budget)
+		if s.checkpoints() {
+			// A recurrent state exists only where a chunk ends: end one at every whole
+			// block of the prompt, so each can be cached.
+			if next := (q.pos/s.o.BlockSize + 1) * s.o.BlockSize; next <= len(q.hashes)*s.o.BlockSize {
+				n = min(n, next-q.pos)
+			}
+		}
 		b = b.Add(q.state, q.prompt[q.pos:q.pos+n], q.pos, q.pos+n == len(q.prompt))
 		in, fed = append(in, q), append(fed, n)
 		budget -= n
@@ -506,6 +540,7 @@ func (s *Scheduler) guardedAdvance(q *sequence, fed int, logits []float32) bool 
 func (s *Scheduler) advance(q *sequence, fed int, logits []float32) bool {
 	q.pos += fed
 	if !q.decoding {
+		s.cachePrompt(q)
 		if q.o.OnPrefill != nil {
 			q.o.OnPrefill(q.pos, len(q.prompt))
 		}

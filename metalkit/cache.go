@@ -44,6 +44,7 @@ type cache struct {
 	pages    []int32
 	table    device.Buffer
 	capacity int
+	shared   int  // positions in blocks shared by reference: read-only
 	private  bool // the pool is the cache's own: freeing the cache frees it
 	freed    bool
 }
@@ -121,11 +122,46 @@ func (p *kvPool) FreeBlocks() int { return p.list.Free() }
 
 func (p *kvPool) Alloc(positions int) (ml.Cache, error) { return p.alloc(positions) }
 
+func (p *kvPool) Share(c ml.Cache, blocks int) (*ml.SharedBlocks, error) {
+	cc, ok := c.(*cache)
+	if !ok || cc.pool != p || cc.private || cc.freed {
+		return nil, fmt.Errorf("metalkit: sharing blocks of a cache not drawn from this pool")
+	}
+	if blocks < 0 || blocks > len(cc.pages) {
+		return nil, fmt.Errorf("metalkit: sharing %d blocks of a cache of %d", blocks, len(cc.pages))
+	}
+	h, err := p.list.Hold(cc.pages[:blocks])
+	if err != nil {
+		return nil, fmt.Errorf("metalkit: %w", err)
+	}
+	cc.shared = max(cc.shared, blocks*p.blockSize)
+	return h, nil
+}
+
+func (p *kvPool) AllocShared(prefix *ml.SharedBlocks, positions int) (ml.Cache, error) {
+	pages, err := p.list.TakeAfter(prefix, positions)
+	if err != nil {
+		return nil, fmt.Errorf("metalkit: %w", err)
+	}
+	c, err := p.withTable(pages)
+	if err != nil {
+		return nil, err
+	}
+	c.shared = prefix.Len() * p.blockSize
+	return c, nil
+}
+
 func (p *kvPool) alloc(positions int) (*cache, error) {
 	pages, err := p.list.Take(positions)
 	if err != nil {
 		return nil, fmt.Errorf("metalkit: %w", err)
 	}
+	return p.withTable(pages)
+}
+
+// withTable makes the cache of pages, writing its block table to the device; on failure it
+// gives the pages back.
+func (p *kvPool) withTable(pages []int32) (*cache, error) {
 	need := len(pages)
 	table, err := p.dev.NewBuffer(int64(4 * need))
 	if err != nil {
@@ -285,6 +321,10 @@ func (e *encoder) kvCopy(store bool, c *cache, layer, pos0, n int, k, v Region) 
 	}
 	if err := c.checkSpan(what, layer, pos0, n); err != nil {
 		e.err = err
+		return
+	}
+	if store && pos0 < c.shared {
+		e.err = fmt.Errorf("metalkit: store at %d inside the %d positions shared with other sequences", pos0, c.shared)
 		return
 	}
 	if n == 0 {

@@ -32,6 +32,7 @@ type cache struct {
 	*kvPool
 	pages    []int32
 	capacity int
+	shared   int  // positions in blocks shared by reference: read-only
 	private  bool // the pool is the cache's own: freeing the cache frees it
 	freed    bool
 }
@@ -107,6 +108,30 @@ func (p *kvPool) alloc(positions int) (*cache, error) {
 		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	return &cache{kvPool: p, pages: pages, capacity: len(pages) * p.blockSize}, nil
+}
+
+func (p *kvPool) Share(c ml.Cache, blocks int) (*ml.SharedBlocks, error) {
+	cc, ok := c.(*cache)
+	if !ok || cc.kvPool != p || cc.private || cc.freed {
+		return nil, fmt.Errorf("cpu: sharing blocks of a cache not drawn from this pool")
+	}
+	if blocks < 0 || blocks > len(cc.pages) {
+		return nil, fmt.Errorf("cpu: sharing %d blocks of a cache of %d", blocks, len(cc.pages))
+	}
+	h, err := p.list.Hold(cc.pages[:blocks])
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	cc.shared = max(cc.shared, blocks*p.blockSize)
+	return h, nil
+}
+
+func (p *kvPool) AllocShared(prefix *ml.SharedBlocks, positions int) (ml.Cache, error) {
+	pages, err := p.list.TakeAfter(prefix, positions)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	return &cache{kvPool: p, pages: pages, capacity: len(pages) * p.blockSize, shared: prefix.Len() * p.blockSize}, nil
 }
 
 // Free drops the pool's memory; operations on its caches afterwards panic (and fail their
@@ -199,6 +224,9 @@ func (c *cache) storeWith(layer, pos0 int, k, v, buf []float32) {
 	n := len(k) / (c.kvHeads * c.headDim)
 	if pos0 < 0 || pos0+n > c.capacity {
 		panic(fmt.Sprintf("cpu: cache write at %d+%d past capacity %d", pos0, n, c.capacity))
+	}
+	if pos0 < c.shared {
+		panic(fmt.Sprintf("cpu: cache write at %d inside the %d positions shared with other sequences", pos0, c.shared))
 	}
 	c.runs(pos0, n, func(p, e, off, m int) {
 		switch c.dtype {

@@ -159,6 +159,14 @@ type KVPool interface {
 	// that capacity (whole blocks), whose Free gives them back. It fails with an error
 	// wrapping ErrPoolFull when too few blocks are free.
 	Alloc(positions int) (Cache, error)
+	// Share holds the first blocks blocks of c, a cache drawn from this pool, by reference
+	// (a prefix cache keeps a sequence's prompt blocks this way): they stay allocated until
+	// the handle's Release, and the positions in them must not be written again.
+	Share(c Cache, blocks int) (*SharedBlocks, error)
+	// AllocShared is Alloc whose first blocks are prefix's, shared by reference and
+	// read-only: the new cache's writes start past them. Only the blocks after them are
+	// taken from the free ones.
+	AllocShared(prefix *SharedBlocks, positions int) (Cache, error)
 	// Free releases the pool's memory; caches drawn from it must be freed first.
 	Free()
 }

@@ -26,6 +26,10 @@ type Graph interface {
 	// NewPooledState allocates one sequence's state whose KV cache takes the blocks for
 	// capacity positions from pool (failing with ml.ErrPoolFull when too few are free).
 	NewPooledState(b ml.Backend, pool ml.KVPool, capacity int) (State, error)
+	// NewStateOn allocates one sequence's state around c, a cache drawn from a pool made by
+	// NewKVPool (KVPool.Alloc or AllocShared); the state owns c from then on, even when it
+	// fails.
+	NewStateOn(b ml.Backend, c ml.Cache) (State, error)
 	// Forward runs a batch (Batch.Runs must accept it) and returns the logits of the tokens
 	// whose Logits flag is set, in batch order: [rows, vocab], or nil when none is.
 	Forward(ctx ml.Context, b Batch) ml.Tensor
@@ -45,6 +49,13 @@ type State interface {
 	// Restore loads a Snapshot of pos positions into this state, which must come from the
 	// same model with the same KV precision and hold at least pos positions.
 	Restore(b ml.Backend, pos int, data []byte) error
+	// KV is the state's attention cache.
+	KV() ml.Cache
+	// SaveRecurrent copies the recurrent memory (conv windows and delta-rule states), nil
+	// for an architecture without one; RestoreRecurrent loads such a copy. With the KV
+	// entries of the same positions they are the whole state after a prefix (MTP aside).
+	SaveRecurrent(b ml.Backend) ([]byte, error)
+	RestoreRecurrent(b ml.Backend, data []byte) error
 }
 
 // Drafter is implemented by graphs with a next-token-prediction (MTP) head, for

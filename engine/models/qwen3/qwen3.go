@@ -406,6 +406,20 @@ func (m *Model) NewPooledState(b ml.Backend, pool ml.KVPool, capacity int) (mode
 	return m.newState(c), nil
 }
 
+func (m *Model) NewStateOn(b ml.Backend, c ml.Cache) (model.State, error) { return m.newState(c), nil }
+
+func (s *State) KV() ml.Cache { return s.kv }
+
+// The dense architectures hold no recurrent memory: their KV entries are the whole state.
+func (s *State) SaveRecurrent(ml.Backend) ([]byte, error) { return nil, nil }
+
+func (s *State) RestoreRecurrent(_ ml.Backend, data []byte) error {
+	if len(data) != 0 {
+		return fmt.Errorf("%s: %d bytes of recurrent state for a model without one", s.arch, len(data))
+	}
+	return nil
+}
+
 func (m *Model) newState(c ml.Cache) *State {
 	return &State{arch: m.cfg.Arch, kv: c, layers: m.cfg.Layers, kvHeads: m.cfg.KVHeads, headDim: m.cfg.HeadDim}
 }

@@ -51,6 +51,34 @@ func (m *Model) NewPooledState(b ml.Backend, pool ml.KVPool, capacity int) (mode
 	return m.newState(b, c)
 }
 
+func (m *Model) NewStateOn(b ml.Backend, c ml.Cache) (model.State, error) { return m.newState(b, c) }
+
+func (s *State) KV() ml.Cache { return s.kv }
+
+func (s *State) SaveRecurrent(b ml.Backend) ([]byte, error) {
+	out, err := model.AppendTensors(nil, b, s.ownRecurrent()...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", arch, err)
+	}
+	return out, nil
+}
+
+func (s *State) RestoreRecurrent(b ml.Backend, data []byte) error {
+	rest, err := model.RestoreTensors(data, b, s.ownRecurrent()...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", arch, err)
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("%s: recurrent state has %d bytes too many", arch, len(rest))
+	}
+	return nil
+}
+
+// ownRecurrent is the main model's recurrent state, without the MTP head's.
+func (s *State) ownRecurrent() []ml.Tensor {
+	return append(append([]ml.Tensor(nil), s.conv...), s.delta...)
+}
+
 // newState adds the recurrent state (one per sequence: llama.cpp's per-slot ssm state) to
 // the KV cache c.
 func (m *Model) newState(b ml.Backend, c ml.Cache) (model.State, error) {
