@@ -419,6 +419,9 @@ func (s *Scheduler) admit() {
 	defer s.mu.Unlock()
 	for !s.paused && len(s.waiting) > 0 && len(s.active) < s.o.Slots {
 		q := s.waiting[0]
+		if s.awaitsPrefix(q) {
+			return
+		}
 		st, err := s.newState(q)
 		if errors.Is(err, ml.ErrPoolFull) {
 			return

@@ -18,6 +18,30 @@ func (s *Scheduler) checkpoints() bool {
 	return s.prefix.active() && s.prefix.recurrent
 }
 
+// awaitsPrefix reports whether q should wait for a running sequence that is reading blocks
+// q's prompt starts with and the cache does not hold yet: admitted now, q would read them a
+// second time (eight questions on one document, submitted together, would read it eight
+// times). It waits at most until that sequence has read them and is admitted in order.
+func (s *Scheduler) awaitsPrefix(q *sequence) bool {
+	if !s.prefix.active() {
+		return false
+	}
+	if q.hashes == nil {
+		q.hashes = PrefixHashes(s.prefix.root, q.prompt, s.o.BlockSize)
+	}
+	usable := (len(q.prompt) - 1) / s.o.BlockSize
+	for _, a := range s.active {
+		if a.decoding || a.cachedTo >= len(a.hashes) {
+			continue
+		}
+		// a will add blocks cachedTo+1 … len(a.hashes); does q share the next one?
+		if k := a.cachedTo; k < usable && k < len(a.hashes) && q.hashes[k] == a.hashes[k] && !s.prefix.has(q.hashes[k]) {
+			return true
+		}
+	}
+	return false
+}
+
 // newState allocates q's state, from the longest cached prefix of its prompt when there is
 // one (q.pos and CachedTokens say how far it goes). When the pool is short of blocks it drops
 // cached prefixes that no sequence holds, least recently used first, as long as that can

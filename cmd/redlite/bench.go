@@ -64,8 +64,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to `file`")
 	expertCache := fs.Int("expert-cache-mib", 0, "hold the routed experts in a bounded cache of this many MiB, filled from the mapped file (0: every expert resident); the hits and misses go to stderr")
 	nplFlag := fs.String("npl", "", "run N sequences together through the batch scheduler for each N of this comma-separated `list` (llama-batched-bench's -npl): each prefills -p tokens and decodes -n")
+	shared := fs.Int("shared", 0, "measure the prefix cache: --jobs prompts of this many shared document tokens and --question tokens each, run together with the cache off and on, -n generated tokens each (greedy)")
+	jobsN := fs.Int("jobs", 8, "prompts of the --shared measurement")
+	question := fs.Int("question", 32, "tokens after the shared document in each prompt of --shared")
+	cacheMiB := fs.Int("prefix-cache-mib", 1024, "recurrent checkpoints the prefix cache holds in --shared (REDLITE_PREFIX_CACHE_MIB)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *shared > 0 {
+		return benchShared(ctx, stdout, *modelPath, *backend, *threadsFlag, *dot, *kvName, *asJSON,
+			engine.SharedPrefixRun{Document: *shared, Question: *question, Jobs: *jobsN, MaxTokens: *tg, CacheBytes: int64(*cacheMiB) << 20})
 	}
 	var npl []int
 	if *nplFlag != "" {
