@@ -63,9 +63,16 @@ type Batch struct {
 
 // BatchUsage sums the tokens of a batch's completed lines, in OpenAI's names.
 type BatchUsage struct {
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
-	TotalTokens  int `json:"total_tokens"`
+	InputTokens        int               `json:"input_tokens"`
+	OutputTokens       int               `json:"output_tokens"`
+	TotalTokens        int               `json:"total_tokens"`
+	InputTokensDetails InputTokenDetails `json:"input_tokens_details"`
+}
+
+// InputTokenDetails is OpenAI's input_tokens_details: the input tokens that came from the
+// workers' prefix caches.
+type InputTokenDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // unixNow is the time now in Unix seconds, for a batch's timestamps.

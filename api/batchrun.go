@@ -404,7 +404,7 @@ func (br *batchRunner) poll(ctx context.Context, b *batchState) (done bool, err 
 		p.HLen(ctx, keyBatchOut(b.ID))
 		p.HLen(ctx, keyBatchErr(b.ID))
 		p.SCard(ctx, keyBatchPending(b.ID))
-		p.HMGet(ctx, keyBatchUsage(b.ID), "input", "output")
+		p.HMGet(ctx, keyBatchUsage(b.ID), "input", "output", "cached")
 		return nil
 	})
 	if err != nil {
@@ -475,6 +475,7 @@ func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error
 		return br.record(ctx, b.ID, n, keyBatchOut(b.ID), line, func(p redis.Pipeliner) {
 			p.HIncrBy(ctx, keyBatchUsage(b.ID), "input", int64(u.PromptTokens))
 			p.HIncrBy(ctx, keyBatchUsage(b.ID), "output", int64(u.CompletionTokens))
+			p.HIncrBy(ctx, keyBatchUsage(b.ID), "cached", int64(u.CachedTokens))
 		})
 	case b.Stop != "" && st.Result != nil && st.Result.FinishReason == jobs.FinishCancelled:
 		return stopped()
@@ -489,18 +490,20 @@ func (br *batchRunner) pollLine(ctx context.Context, b *batchState, n int) error
 	}
 }
 
-// usageOf reads the counters of keyBatchUsage (HMGET input output): nil when no line has
-// completed yet.
+// usageOf reads the counters of keyBatchUsage (HMGET input output cached): nil when no line
+// has completed yet. A batch recorded before the cached counter existed has none: 0.
 func usageOf(vals []any) *BatchUsage {
-	var n [2]int
+	var n [3]int
 	for i, v := range vals {
-		if s, ok := v.(string); ok && i < len(n) {
+		s, ok := v.(string)
+		switch {
+		case ok && i < len(n):
 			n[i], _ = strconv.Atoi(s)
-		} else {
+		case i < 2:
 			return nil
 		}
 	}
-	return &BatchUsage{InputTokens: n[0], OutputTokens: n[1], TotalTokens: n[0] + n[1]}
+	return &BatchUsage{InputTokens: n[0], OutputTokens: n[1], TotalTokens: n[0] + n[1], InputTokensDetails: InputTokenDetails{CachedTokens: n[2]}}
 }
 
 // record writes a finished line and takes it off the pending set in one transaction, with
@@ -558,7 +561,7 @@ func (br *batchRunner) finish(ctx context.Context, b *batchState) error {
 		b.ErrorFileID = &f.ID
 	}
 	b.RequestCounts.Completed, b.RequestCounts.Failed = len(out), len(errLines)-len(cancelled)
-	usage, err := s.rdb.HMGet(ctx, keyBatchUsage(b.ID), "input", "output").Result()
+	usage, err := s.rdb.HMGet(ctx, keyBatchUsage(b.ID), "input", "output", "cached").Result()
 	if err != nil {
 		return err
 	}

@@ -345,16 +345,29 @@ type ChatReplyMessage struct {
 
 // ChatUsage counts tokens as OpenAI does.
 type ChatUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                `json:"prompt_tokens"`
+	CompletionTokens    int                `json:"completion_tokens"`
+	TotalTokens         int                `json:"total_tokens"`
+	PromptTokensDetails PromptTokenDetails `json:"prompt_tokens_details"`
+}
+
+// PromptTokenDetails is OpenAI's usage.prompt_tokens_details: the prompt tokens that came
+// from the worker's prefix cache.
+type PromptTokenDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// chatUsage is a result's usage in OpenAI's shape.
+func chatUsage(u jobs.Usage) ChatUsage {
+	return ChatUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+		PromptTokensDetails: PromptTokenDetails{CachedTokens: u.CachedTokens}}
 }
 
 // completionOf is the chat.completion of a finished job.
 func completionOf(jobID string, created time.Time, res jobs.Result) ChatCompletion {
 	c := ChatCompletion{
 		ID: "chatcmpl-" + jobID, Object: "chat.completion", Created: created.Unix(), Model: res.Model,
-		Usage:             ChatUsage(res.Usage),
+		Usage:             chatUsage(res.Usage),
 		SystemFingerprint: "redlite-" + res.Worker,
 	}
 	for i, ch := range res.All() {

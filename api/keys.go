@@ -71,7 +71,7 @@ func keyBatchPending(id string) string { return keyPrefix + "batch:" + id + ":pe
 func keyBatchOut(id string) string { return keyPrefix + "batch:" + id + ":out" }
 func keyBatchErr(id string) string { return keyPrefix + "batch:" + id + ":err" }
 
-// keyBatchUsage (hash "input", "output" → tokens): the usage summed over completed lines.
+// keyBatchUsage (hash "input", "output", "cached" → tokens): the usage summed over completed lines.
 func keyBatchUsage(id string) string { return keyPrefix + "batch:" + id + ":usage" }
 
 // keyBatchCancel (string, Unix time): a cancel asked for and not yet taken up by a runner.

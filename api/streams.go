@@ -71,7 +71,7 @@ func (c *chatStream) done(res jobs.Result, rest delta) {
 		c.chunk(i, map[string]any{}, &finish, nil, nil)
 	}
 	if c.usage {
-		u := ChatUsage(res.Usage)
+		u := chatUsage(res.Usage)
 		c.chunk(0, nil, nil, &u, nil)
 	}
 	c.sse.event("", "[DONE]")
@@ -128,7 +128,7 @@ func (c *completionStream) done(res jobs.Result, rest delta) {
 		c.send(streamedChoice{Text: text, Index: i, Logprobs: legacyLogprobs(ch.Logprobs), FinishReason: &finish})
 	}
 	if c.usage {
-		u := ChatUsage(res.Usage)
+		u := chatUsage(res.Usage)
 		c.chunk([]TextChoice{}, &u)
 	}
 	c.sse.event("", "[DONE]")

@@ -144,7 +144,7 @@ func textCompletionID(jobID string) string { return "cmpl-" + jobID }
 // textCompletionOf is the text_completion of a finished job.
 func textCompletionOf(jobID string, created time.Time, res jobs.Result) any {
 	c := TextCompletion{ID: textCompletionID(jobID), Object: "text_completion", Created: created.Unix(), Model: res.Model,
-		Usage: ChatUsage(res.Usage), SystemFingerprint: "redlite-" + res.Worker}
+		Usage: chatUsage(res.Usage), SystemFingerprint: "redlite-" + res.Worker}
 	for i, ch := range res.All() {
 		c.Choices = append(c.Choices, TextChoice{Text: ch.Text, Index: i, Logprobs: legacyLogprobs(ch.Logprobs), FinishReason: string(ch.FinishReason)})
 	}
@@ -368,6 +368,7 @@ func responseOf(jobID string, created time.Time, res *jobs.Result, model string)
 	}
 	r.Output = []ResponseMessage{responseMessage(jobID, status, res.Text)}
 	u := ResponseUsage{InputTokens: res.Usage.PromptTokens, OutputTokens: res.Usage.CompletionTokens, TotalTokens: res.Usage.TotalTokens}
+	u.InputTokensDetails.CachedTokens = res.Usage.CachedTokens
 	r.Usage = &u
 	return r
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
@@ -56,7 +57,8 @@ func (w *worker) startBatching() error {
 		return fmt.Errorf("batch of %d slots: %w", pool.Slots, err)
 	}
 	experts := w.lm.expertStats()
-	sched, err := w.lm.m.NewScheduler(engine.SchedulerOptions{
+	var sched *engine.Scheduler
+	o := engine.SchedulerOptions{
 		KV: pool.KV, Slots: pool.Slots, Blocks: pool.Blocks, BlockSize: pool.BlockSize, StepTokens: pool.StepTokens,
 		MaxWait: w.cfg.AdmissionTimeout,
 		OnStep: func(s engine.StepStats) {
@@ -68,8 +70,20 @@ func (w *worker) startBatching() error {
 			now := w.lm.expertStats()
 			w.m.countExperts(experts, now)
 			experts = now
+			w.m.prefix.observe(sched.PrefixStats(), pool.Breakdown.KVBytesPerPosition*int64(pool.BlockSize))
 		},
-	})
+	}
+	if w.cfg.PrefixCacheMiB > 0 {
+		// The planner planned the pool around this bound (planner.Policy.PrefixCacheMiB).
+		o.Prefix = &engine.PrefixCacheOptions{MaxBytes: w.cfg.PrefixCacheMiB << 20, Dir: w.cfg.PrefixCacheDir, MaxDiskBytes: w.cfg.PrefixCacheDiskMiB << 20}
+	}
+	if o.Prefix != nil && o.Prefix.Dir != "" {
+		// A directory that cannot be made is a configuration error (exit 2).
+		if err := os.MkdirAll(o.Prefix.Dir, 0o755); err != nil {
+			return configErr(fmt.Errorf("REDLITE_PREFIX_CACHE_DIR: %w", err))
+		}
+	}
+	sched, err := w.lm.m.NewScheduler(o)
 	if err != nil {
 		return fmt.Errorf("batch scheduler: %w", err)
 	}

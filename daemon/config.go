@@ -73,6 +73,16 @@ type Config struct {
 	// the built-in CPU placeholder.
 	Calibration string `env:"REDLITE_CALIBRATION"`
 
+	// PrefixCacheMiB bounds a batching worker's prefix cache (REDLITE_CONCURRENCY > 1) in
+	// memory beside its KV pool: a hybrid model's recurrent checkpoints (a dense model's
+	// cached prefixes are blocks of the pool itself). The planner plans the pool around it.
+	// 0 turns the prefix cache off.
+	PrefixCacheMiB int64 `env:"REDLITE_PREFIX_CACHE_MIB" envDefault:"512"`
+	// PrefixCacheDir receives the prefixes evicted from memory, as state snapshots, at most
+	// PrefixCacheDiskMiB of them; a restarted worker reads them again. Empty: none on disk.
+	PrefixCacheDir     string `env:"REDLITE_PREFIX_CACHE_DIR"`
+	PrefixCacheDiskMiB int64  `env:"REDLITE_PREFIX_CACHE_DISK_MIB" envDefault:"4096"`
+
 	// HTTPAddr serves /healthz, /readyz and /metrics; "off" disables it.
 	HTTPAddr string `env:"REDLITE_HTTP_ADDR" envDefault:":9464"`
 	// ShutdownTimeout is how long a running job may go on after SIGTERM before it is
@@ -212,6 +222,14 @@ func (c Config) Validate() error {
 		return bad("REDLITE_HIERARCHY_POLL", "must be > 0, got %v", c.HierarchyPoll)
 	case c.WebhookRetryDelay <= 0:
 		return bad("REDLITE_WEBHOOK_RETRY_DELAY", "must be > 0, got %v", c.WebhookRetryDelay)
+	case c.PrefixCacheMiB < 0:
+		return bad("REDLITE_PREFIX_CACHE_MIB", "must be ≥ 0 (0: no prefix cache), got %d", c.PrefixCacheMiB)
+	case c.PrefixCacheDiskMiB < 0:
+		return bad("REDLITE_PREFIX_CACHE_DISK_MIB", "must be ≥ 0, got %d", c.PrefixCacheDiskMiB)
+	case c.PrefixCacheDir != "" && c.PrefixCacheDiskMiB == 0:
+		return bad("REDLITE_PREFIX_CACHE_DISK_MIB", "is 0 but REDLITE_PREFIX_CACHE_DIR is set: give the directory a bound, or unset it")
+	case c.PrefixCacheDir != "" && c.PrefixCacheMiB == 0:
+		return bad("REDLITE_PREFIX_CACHE_DIR", "is set but REDLITE_PREFIX_CACHE_MIB is 0, which turns the prefix cache off")
 	case c.WebhookRetryFor < 0:
 		return bad("REDLITE_WEBHOOK_RETRY_FOR", "must be ≥ 0 (0: one attempt), got %v", c.WebhookRetryFor)
 	}
@@ -239,6 +257,10 @@ func (c Config) policy() (planner.Policy, error) {
 	// With REDLITE_CONCURRENCY > 1 the expert cache is the pool's, sized once for every job
 	// (planner.PlanPool); each job is then planned with the pool's residency (batchPolicy).
 	p := planner.Policy{MaxChunk: c.MaxChunk, DisableMTP: c.DisableMTP, ExpertCache: planner.CacheAuto}
+	if c.Concurrency > 1 {
+		// A batching worker's prefix cache is planned beside its pool (planner.PlanPool).
+		p.PrefixCacheMiB = c.PrefixCacheMiB
+	}
 	if c.KV != "auto" {
 		prec, err := ml.ParseDType(c.KV)
 		if err != nil {

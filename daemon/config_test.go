@@ -44,6 +44,23 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("policy %+v, %v", p, err)
 		}
 	})
+	t.Run("PrefixCache", func(t *testing.T) {
+		cfg, err := ConfigFromEnv([]string{"REDLITE_PREFIX_CACHE_MIB=256", "REDLITE_PREFIX_CACHE_DIR=/var/cache/redlite/prefix", "REDLITE_PREFIX_CACHE_DISK_MIB=1024"})
+		if err != nil || cfg.PrefixCacheMiB != 256 || cfg.PrefixCacheDir != "/var/cache/redlite/prefix" || cfg.PrefixCacheDiskMiB != 1024 {
+			t.Errorf("parsed %+v, %v", cfg, err)
+		}
+		if p, _ := cfg.policy(); p.PrefixCacheMiB != 256 {
+			t.Errorf("the pool's policy plans a %d MiB prefix cache, want 256", p.PrefixCacheMiB)
+		}
+		if d := DefaultConfig(); d.PrefixCacheMiB != 512 || d.PrefixCacheDir != "" || d.PrefixCacheDiskMiB != 4096 {
+			t.Errorf("defaults %d MiB, dir %q, disk %d MiB", d.PrefixCacheMiB, d.PrefixCacheDir, d.PrefixCacheDiskMiB)
+		}
+		for _, env := range [][]string{{"REDLITE_PREFIX_CACHE_DIR=/tmp/p", "REDLITE_PREFIX_CACHE_DISK_MIB=0"}, {"REDLITE_PREFIX_CACHE_DIR=/tmp/p", "REDLITE_PREFIX_CACHE_MIB=0"}} {
+			if _, err := ConfigFromEnv(env); err == nil || !strings.Contains(err.Error(), "REDLITE_PREFIX_CACHE_") {
+				t.Errorf("%v: %v, want an error naming the variable", env, err)
+			}
+		}
+	})
 	for _, tc := range []struct{ env, want string }{
 		{"REDLITE_CONCURRENCY=many", `REDLITE_CONCURRENCY: "many" is not a valid int`},
 		{"REDLITE_CONCURRENCY=0", "REDLITE_CONCURRENCY: must be between 1 and 256, got 0"},
@@ -59,6 +76,9 @@ func TestConfigFromEnv(t *testing.T) {
 		{"REDLITE_MAX_CHUNK=100", "REDLITE_MAX_CHUNK: 100 is below the smallest chunk 512"},
 		{"REDLITE_WEBHOOK_ALLOW=10.0.0.0/40", `REDLITE_WEBHOOK_ALLOW: "10.0.0.0/40" is not a CIDR`},
 		{"REDLITE_CHAT_TEMPLATE=llama3", `REDLITE_CHAT_TEMPLATE: want one of chatml, qwen3, got "llama3"`},
+		{"REDLITE_PREFIX_CACHE_MIB=-1", "REDLITE_PREFIX_CACHE_MIB: must be ≥ 0 (0: no prefix cache), got -1"},
+		{"REDLITE_PREFIX_CACHE_MIB=lots", `REDLITE_PREFIX_CACHE_MIB: "lots" is not a valid int64`},
+		{"REDLITE_PREFIX_CACHE_DISK_MIB=-5", "REDLITE_PREFIX_CACHE_DISK_MIB: must be ≥ 0, got -5"},
 	} {
 		_, err := ConfigFromEnv([]string{tc.env})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -55,6 +55,7 @@ type metrics struct {
 	stepSeconds   prometheus.Histogram
 	kvBlocks      *prometheus.GaugeVec
 	admissionWait prometheus.Histogram
+	prefix        *prefixMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -154,6 +155,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if m.prefix, err = newPrefixMetrics(reg); err != nil {
+		return nil, err
 	}
 	// Series exist from the start, so that a dashboard shows 0 rather than nothing.
 	for _, typ := range []string{jobs.TypeSummarize, jobs.TypeGenerate} {

@@ -451,6 +451,7 @@ func (r *run) result(p jobs.Payload, gens []engine.Generation, plan planner.Plan
 			PromptTokens:     g.PromptTokens,
 			CompletionTokens: completion,
 			TotalTokens:      g.PromptTokens + completion,
+			CachedTokens:     g.CachedTokens,
 		},
 		Timings: jobs.Timings{
 			PrefillMS:              ms(g.Prefill),

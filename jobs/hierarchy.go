@@ -140,6 +140,7 @@ func (t Tree) String() string {
 // Add sums u into the usage.
 func (u *Usage) Add(o Usage) {
 	u.PromptTokens += o.PromptTokens
+	u.CachedTokens += o.CachedTokens
 	u.CompletionTokens += o.CompletionTokens
 	u.TotalTokens += o.TotalTokens
 }

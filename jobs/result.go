@@ -92,6 +92,9 @@ type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// CachedTokens of the prompt tokens came from the worker's prefix cache instead of being
+	// computed (OpenAI's usage.prompt_tokens_details.cached_tokens).
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // Timings are wall-clock measurements of one job, in milliseconds and tokens per second.

@@ -23,7 +23,7 @@ func TestEnvelope(t *testing.T) {
 		}
 	})
 	t.Run("Result", func(t *testing.T) {
-		r := Result{Text: "hi", FinishReason: FinishLength, Usage: Usage{3, 2, 5}, Plan: Plan{Context: 4096, KVPrecision: "f16"},
+		r := Result{Text: "hi", FinishReason: FinishLength, Usage: Usage{3, 2, 5, 1}, Plan: Plan{Context: 4096, KVPrecision: "f16"},
 			Model: "m", Worker: "w", Metadata: json.RawMessage(`{"k":[1,2]}`)}
 		b, err := EncodeResult(r)
 		if err != nil {

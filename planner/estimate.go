@@ -28,6 +28,10 @@ type Config struct {
 	// ExpertCacheBytes is the expert cache: the whole slot-rounded payload for full
 	// residency (filled in by Estimate), the bounded size otherwise.
 	ExpertCacheBytes int64 `json:"expert_cache_bytes"`
+	// PrefixCacheBytes bounds what a batching worker's prefix cache holds beside the KV
+	// pool: recurrent checkpoints, so it counts only for a model with recurrent layers (a
+	// dense model's cached prefixes are KV blocks of the pool itself).
+	PrefixCacheBytes int64 `json:"prefix_cache_bytes,omitempty"`
 }
 
 // Breakdown is every term of the memory model for one Config, in bytes.
@@ -48,7 +52,9 @@ type Breakdown struct {
 	// one chunk's transient copy of the cache (0 on backends that read it in place).
 	AttentionScratchBytes int64 `json:"attention_scratch_bytes"`
 	MTPBytes              int64 `json:"mtp_bytes"`
-	TotalBytes            int64 `json:"total_bytes"`
+	// PrefixCacheBytes is Config.PrefixCacheBytes where it counts (a hybrid model).
+	PrefixCacheBytes int64 `json:"prefix_cache_bytes,omitempty"`
+	TotalBytes       int64 `json:"total_bytes"`
 }
 
 // NeedMiB is the total rounded up to a whole MiB: the number compared with the limit.
@@ -63,6 +69,7 @@ const maxPlanBytes = 1 << 60
 //	     + positions × kv_per_position(kv)
 //	     + max(0, chunk − min_chunk) × scratch_per_chunk_token
 //	     + (mtp ? mtp_block : 0)
+//	     + (recurrent state ? prefix_cache : 0)
 //	positions = context × slots + state_positions(kv) × (slots − 1)
 //
 // The KV and scratch terms are rounded up to the calibration's alignment; the total is
@@ -87,6 +94,8 @@ func Estimate(cfg Config, p Profile, c Calibration) (Breakdown, error) {
 		return bad("chunk %d is below the backend's smallest chunk %d", cfg.Chunk, c.MinChunk)
 	case cfg.MTP && !p.HasMTP():
 		return bad("mtp requested but the model %q has no MTP block", p.Name)
+	case cfg.PrefixCacheBytes < 0 || cfg.PrefixCacheBytes > maxPlanBytes:
+		return bad("prefix cache of %d bytes", cfg.PrefixCacheBytes)
 	}
 	b := Breakdown{
 		DenseBytes:         p.DenseBytes,
@@ -124,6 +133,9 @@ func Estimate(cfg Config, p Profile, c Calibration) (Breakdown, error) {
 	if cfg.MTP {
 		b.MTPBytes = p.MTPBytes
 	}
-	b.TotalBytes = b.ExpertCacheBytes + b.DenseBytes + b.BaseBytes + b.KVBytes + b.ScratchBytes + b.AttentionScratchBytes + b.MTPBytes
+	if p.RecurrentStateBytes > 0 {
+		b.PrefixCacheBytes = alignUp(cfg.PrefixCacheBytes, c.AlignmentBytes)
+	}
+	b.TotalBytes = b.ExpertCacheBytes + b.DenseBytes + b.BaseBytes + b.KVBytes + b.ScratchBytes + b.AttentionScratchBytes + b.MTPBytes + b.PrefixCacheBytes
 	return b, nil
 }

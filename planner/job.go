@@ -101,6 +101,9 @@ type Policy struct {
 	// Preference orders the dimensions; empty means DefaultPreference. It must name each of
 	// kv, mtp and chunk once.
 	Preference []Dimension `json:"preference,omitempty"`
+	// PrefixCacheMiB is a batching worker's prefix cache beside its KV pool
+	// (Config.PrefixCacheBytes): PlanPool plans the pool around it. Per-job plans ignore it.
+	PrefixCacheMiB int64 `json:"prefix_cache_mib,omitempty"`
 }
 
 // ParsePreference reads a comma-separated order such as "kv,mtp,chunk".

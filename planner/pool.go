@@ -104,7 +104,8 @@ func (ps *poolSearch) want() int { return min(PoolMinSlotContext, ps.p.ContextLe
 
 // price estimates slots sequences of ctx positions each.
 func (ps *poolSearch) price(ctx int, kv ml.DType, res Residency, cache int64) (Breakdown, error) {
-	return Estimate(Config{Context: ctx, Slots: ps.slots, KV: kv, Chunk: ps.chunk, Residency: res, ExpertCacheBytes: cache}, ps.p, ps.c)
+	return Estimate(Config{Context: ctx, Slots: ps.slots, KV: kv, Chunk: ps.chunk, Residency: res, ExpertCacheBytes: cache,
+		PrefixCacheBytes: ps.pol.PrefixCacheMiB * MiB}, ps.p, ps.c)
 }
 
 func (ps *poolSearch) pool(kv ml.DType, perSlot int, res Residency, br Breakdown) Pool {

@@ -129,3 +129,27 @@ func TestPlanPoolResidency(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanPoolPrefixCache: a hybrid model's prefix cache is planned beside the pool, which
+// shrinks by it; a dense model's holds nothing beside the pool and costs nothing.
+func TestPlanPoolPrefixCache(t *testing.T) {
+	p, c := redLiteProfile(t), RedLiteMetal()
+	b := Budget{LimitMiB: 24 * 1024, Source: "test"}
+	without, err := PlanPool(p, c, b, Policy{}, 4, 512, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := PlanPool(p, c, b, Policy{PrefixCacheMiB: 512}, 4, 512, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if with.Breakdown.PrefixCacheBytes != 512*MiB || with.Blocks >= without.Blocks || with.NeedMiB > b.UsableMiB() {
+		t.Errorf("with a 512 MiB prefix cache: %d blocks (%d without), breakdown %+v", with.Blocks, without.Blocks, with.Breakdown)
+	}
+	dense := p
+	dense.RecurrentStateBytes = 0
+	br, err := Estimate(Config{Context: 4096, Slots: 2, KV: ml.F16, Chunk: 512, Residency: ResidencyFull, PrefixCacheBytes: 512 * MiB}, dense, c)
+	if err != nil || br.PrefixCacheBytes != 0 {
+		t.Errorf("a dense model's prefix cache: %d bytes planned, %v; want 0", br.PrefixCacheBytes, err)
+	}
+}
