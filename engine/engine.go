@@ -146,6 +146,9 @@ type SessionOptions struct {
 	// MTP enables self-speculative decoding with the model's next-token-prediction head
 	// (DecodeGreedy); the model must have one.
 	MTP bool
+	// Prefixes, when set, is the prefix cache a Generate from an empty session starts from
+	// and adds its prompt's longest whole-block prefix to (PrefixStore).
+	Prefixes *PrefixStore
 }
 
 // ErrContextFull is returned when a session has no room for more tokens.
@@ -164,6 +167,8 @@ type Session struct {
 	pos    int
 	kvType ml.DType
 	mtp    bool
+	// prefixes is SessionOptions.Prefixes.
+	prefixes *PrefixStore
 	// drafted reports whether the last speculate call ran a verification pass.
 	drafted bool
 	// broken is the error of a failed pass: the state may hold part of it, so the session
@@ -203,7 +208,7 @@ func (m *Model) NewSession(o SessionOptions) (*Session, error) {
 			return nil, err
 		}
 	}
-	return &Session{m: m, state: st, kvType: o.KV, mtp: o.MTP}, nil
+	return &Session{m: m, state: st, kvType: o.KV, mtp: o.MTP, prefixes: o.Prefixes}, nil
 }
 
 // Pos is the number of tokens the session holds.

@@ -223,9 +223,11 @@ func (s *Session) GenerateN(ctx context.Context, prompt []int32, os []GenerateOp
 	}
 	o := os[0]
 	start, pos := time.Now(), s.Pos()
-	logits, err := s.Prefill(ctx, prompt, PrefillOptions{Chunk: o.Chunk, CancelEvery: o.CancelEvery, Progress: o.OnPrefill})
+	var cached Generation // CachedTokens, from the prefix store
+	logits, err := s.prefillCached(ctx, prompt, PrefillOptions{Chunk: o.Chunk, CancelEvery: o.CancelEvery, Progress: o.OnPrefill}, &cached)
 	for _, t := range ts {
 		t.g.Prefill = time.Since(start)
+		t.g.CachedTokens = cached.CachedTokens
 		if err != nil {
 			// PromptTokens counts what was prefilled, not what was asked for.
 			t.g.PromptTokens = s.Pos() - pos

@@ -350,3 +350,63 @@ func FuzzPrefixFile(f *testing.F) {
 		}
 	})
 }
+
+// TestSessionPrefixStore runs prompts sharing a document in sessions with a prefix store,
+// one after the other: the first stores the state after the document's whole blocks, the
+// others start from it; greedy outputs equal each prompt's without the store, f32 and f16.
+// A store that keeps nothing in memory spills every snapshot to its directory, and a second
+// store on that directory (a restarted worker) starts from the files.
+func TestSessionPrefixStore(t *testing.T) {
+	const bs, doc, maxTokens = 16, 70, 8
+	for _, name := range prefixFixtures {
+		t.Run(name, func(t *testing.T) {
+			m := loadModel(t, name+".gguf")
+			tok, err := m.Tokenizer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(7, 8))
+			document := randomTokens(rng, doc, m.Config().Vocab)
+			var prompts [][]int32
+			for i := range 3 {
+				prompts = append(prompts, append(slices.Clone(document), randomTokens(rng, 2+5*i, m.Config().Vocab)...))
+			}
+			for _, kv := range []ml.DType{ml.F32, ml.F16} {
+				alone := greedyAlone(t, m, prompts, maxTokens, kv)
+				dir := t.TempDir()
+				for round, o := range []PrefixCacheOptions{{MaxBytes: 64 << 20}, {Dir: dir, MaxDiskBytes: 64 << 20}, {Dir: dir, MaxDiskBytes: 64 << 20}} {
+					store, err := m.NewPrefixStore(bs, o)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i, p := range prompts {
+						s, err := m.NewSession(SessionOptions{Context: len(p) + maxTokens, KV: kv, Prefixes: store})
+						if err != nil {
+							t.Fatal(err)
+						}
+						var done []int
+						g, err := s.Generate(context.Background(), p, GenerateOptions{MaxTokens: maxTokens, Stream: tok.NewStreamDecoder(), OnPrefill: func(d, total int) { done = append(done, d) }})
+						s.Close()
+						if err != nil {
+							t.Fatal(err)
+						}
+						want := doc / bs * bs
+						switch {
+						case round == 2:
+							want = (len(p) - 1) / bs * bs // every prompt's own blocks were stored before
+						case i == 0:
+							want = 0
+						}
+						if g.CachedTokens != want || !slices.Equal(g.Tokens, alone[i].Tokens) || done[len(done)-1] != len(p) {
+							t.Errorf("%v KV round %d prompt %d: %d cached (want %d), greedy %v (alone %v), progress %v", kv, round, i, g.CachedTokens, want, g.Tokens, alone[i].Tokens, done)
+						}
+					}
+					st := store.Stats()
+					if round > 0 && (st.Bytes != 0 || st.DiskEntries == 0) || round == 2 && st.DiskHits != 3 {
+						t.Errorf("%v KV round %d: %+v", kv, round, st)
+					}
+				}
+			}
+		})
+	}
+}

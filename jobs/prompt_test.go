@@ -72,3 +72,19 @@ func TestSummarizeMessages(t *testing.T) {
 		}
 	})
 }
+
+// TestSummarizeSharesPrefix: summaries of one document with different instructions render
+// the same text up to the end of the document, so a worker's prefix cache reads the
+// document once for all of them (docs/prefix-cache.md).
+func TestSummarizeSharesPrefix(t *testing.T) {
+	doc := strings.Repeat("The contract runs for three years. ", 50)
+	a := SummarizeMessages(&Summarize{Input: doc, Instructions: &Instructions{Style: StyleBullets, Focus: "payment terms"}})
+	b := SummarizeMessages(&Summarize{Input: doc, Instructions: &Instructions{Style: StyleOneSentence, Language: "French"}})
+	if a[0] != b[0] || len(a) != 2 || len(b) != 2 {
+		t.Fatalf("the system messages differ: %q, %q", a[0].Content, b[0].Content)
+	}
+	end := strings.Index(a[1].Content, "</document>") + len("</document>")
+	if end < len(doc) || a[1].Content[:end] != b[1].Content[:end] {
+		t.Errorf("the user messages differ before the end of the document:\n%q\n%q", a[1].Content, b[1].Content)
+	}
+}
