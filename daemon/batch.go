@@ -49,6 +49,24 @@ func batchPolicy(policy planner.Policy, pool *planner.Pool) planner.Policy {
 	return policy
 }
 
+// startPrefixStore makes the sessions' prefix cache of a worker running one job at a time.
+// Its snapshots hold a whole state (KV entries too, 268 MiB for Qwen3-Next after 4,096
+// tokens), so they live in REDLITE_PREFIX_CACHE_DIR only: a job's plan already takes the
+// device's memory, and nothing in memory has to be planned beside it. Without the
+// directory, such a worker has no prefix cache.
+func (w *worker) startPrefixStore() error {
+	if w.cfg.PrefixCacheMiB == 0 || w.cfg.PrefixCacheDir == "" {
+		return nil
+	}
+	o := engine.PrefixCacheOptions{Dir: w.cfg.PrefixCacheDir, MaxDiskBytes: w.cfg.PrefixCacheDiskMiB << 20}
+	store, err := w.lm.m.NewPrefixStore(engine.DefaultBlockSize, o)
+	if err != nil {
+		return configErr(fmt.Errorf("REDLITE_PREFIX_CACHE_DIR: %w", err))
+	}
+	w.prefixes = store
+	return nil
+}
+
 // startBatching sizes the backend's expert cache as the pool says (one cache, shared by
 // every sequence of every step) and starts the scheduler on the planned pool.
 func (w *worker) startBatching() error {

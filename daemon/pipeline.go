@@ -547,10 +547,14 @@ func (w *worker) generate(ctx context.Context, plan planner.Plan, ids []int32, o
 	if err := w.lm.setExpertCache(plan.Residency, plan.ExpertCacheBytes); err != nil {
 		return fail(err)
 	}
-	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: plan.KV, MTP: plan.MTP})
+	sess, err := w.lm.m.NewSession(engine.SessionOptions{Context: plan.Context, KV: plan.KV, MTP: plan.MTP, Prefixes: w.prefixes})
 	if err != nil {
 		return fail(fmt.Errorf("open session: %w", err))
 	}
 	defer sess.Close()
-	return sess.GenerateN(ctx, ids, os)
+	gs, err := sess.GenerateN(ctx, ids, os)
+	if w.prefixes != nil {
+		w.m.prefix.observe(w.prefixes.Stats(), 0)
+	}
+	return gs, err
 }

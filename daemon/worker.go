@@ -37,6 +37,9 @@ type worker struct {
 	// otherwise.
 	pool  *planner.Pool
 	sched *engine.Scheduler
+	// prefixes is the sessions' prefix cache when REDLITE_CONCURRENCY is 1 and
+	// REDLITE_PREFIX_CACHE_MIB > 0 (batch.go); nil otherwise.
+	prefixes *engine.PrefixStore
 	// progs holds the compiled response formats (format.go).
 	progs programs
 
@@ -82,6 +85,8 @@ func (w *worker) start() error {
 		if err := w.startBatching(); err != nil {
 			return err
 		}
+	} else if err := w.startPrefixStore(); err != nil {
+		return err
 	}
 	if err := w.srv.Start(w.handler()); err != nil {
 		if w.sched != nil {
