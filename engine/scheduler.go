@@ -485,10 +485,12 @@ func (s *Scheduler) step() {
 		}
 		n := min(len(q.prompt)-q.pos, budget)
 		if s.checkpoints() {
-			// A recurrent state exists only where a chunk ends: end one at every whole
-			// block of the prompt, so each can be cached.
-			if next := (q.pos/s.o.BlockSize + 1) * s.o.BlockSize; next <= len(q.hashes)*s.o.BlockSize {
-				n = min(n, next-q.pos)
+			// A recurrent state exists only where a chunk ends: end this one at the last
+			// block boundary it crosses within the prompt's whole blocks, so that the state
+			// there can be cached (the longest prefix it reaches, and always the prompt's
+			// last whole block).
+			if end := min(q.pos+n, len(q.hashes)*s.o.BlockSize) / s.o.BlockSize * s.o.BlockSize; end > q.pos {
+				n = end - q.pos
 			}
 		}
 		b = b.Add(q.state, q.prompt[q.pos:q.pos+n], q.pos, q.pos+n == len(q.prompt))
