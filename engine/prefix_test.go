@@ -358,7 +358,11 @@ func FuzzPrefixFile(f *testing.F) {
 // store on that directory (a restarted worker) starts from the files.
 func TestSessionPrefixStore(t *testing.T) {
 	const bs, doc, maxTokens = 16, 70, 8
-	for _, name := range prefixFixtures {
+	files, kvs := prefixFixtures, []ml.DType{ml.F32, ml.F16}
+	if testing.Short() {
+		files, kvs = []string{"tiny-qwen3-F32", "tiny-qwen3next-F16"}, []ml.DType{ml.F16}
+	}
+	for _, name := range files {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name+".gguf")
 			tok, err := m.Tokenizer()
@@ -371,7 +375,7 @@ func TestSessionPrefixStore(t *testing.T) {
 			for i := range 3 {
 				prompts = append(prompts, append(slices.Clone(document), randomTokens(rng, 2+5*i, m.Config().Vocab)...))
 			}
-			for _, kv := range []ml.DType{ml.F32, ml.F16} {
+			for _, kv := range kvs {
 				alone := greedyAlone(t, m, prompts, maxTokens, kv)
 				dir := t.TempDir()
 				for round, o := range []PrefixCacheOptions{{MaxBytes: 64 << 20}, {Dir: dir, MaxDiskBytes: 64 << 20}, {Dir: dir, MaxDiskBytes: 64 << 20}} {

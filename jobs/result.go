@@ -93,8 +93,8 @@ type Usage struct {
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
 	// CachedTokens of the prompt tokens came from the worker's prefix cache instead of being
-	// computed (OpenAI's usage.prompt_tokens_details.cached_tokens).
-	CachedTokens int `json:"cached_tokens"`
+	// computed (OpenAI's usage.prompt_tokens_details.cached_tokens); absent when none did.
+	CachedTokens int `json:"cached_tokens,omitempty"`
 }
 
 // Timings are wall-clock measurements of one job, in milliseconds and tokens per second.
