@@ -23,7 +23,7 @@ func (s *Scheduler) checkpoints() bool {
 // second time (eight questions on one document, submitted together, would read it eight
 // times). It waits at most until that sequence has read them and is admitted in order.
 func (s *Scheduler) awaitsPrefix(q *sequence) bool {
-	if !s.prefix.active() {
+	if !s.prefix.active() || q.snap != nil {
 		return false
 	}
 	if q.hashes == nil {
