@@ -107,6 +107,7 @@ type prefixCache struct {
 	entries map[PrefixHash]*prefixEntry
 	lru     list.List // of *prefixEntry, most recently used first
 	bytes   int64
+	held    map[int32]int // pool block → entries holding it
 	stats   PrefixStats
 }
 
@@ -114,7 +115,7 @@ func newPrefixCache(m *Model, kv ml.DType, blockSize int, o PrefixCacheOptions) 
 	if o.MaxBytes < 0 || o.MaxDiskBytes < 0 {
 		return nil, fmt.Errorf("engine: prefix cache of %d bytes in memory and %d on disk", o.MaxBytes, o.MaxDiskBytes)
 	}
-	c := &prefixCache{o: o, root: m.PrefixRoot(kv, blockSize), blockSize: blockSize, entries: map[PrefixHash]*prefixEntry{}}
+	c := &prefixCache{o: o, root: m.PrefixRoot(kv, blockSize), blockSize: blockSize, entries: map[PrefixHash]*prefixEntry{}, held: map[int32]int{}}
 	if f, ok := m.Graph.(interface{ RecurrentBytes() int64 }); ok {
 		c.recurrent = f.RecurrentBytes() > 0
 	}
@@ -214,6 +215,9 @@ func (c *prefixCache) add(e *prefixEntry, prev PrefixHash, hasPrev bool, evict f
 	e.elem = c.lru.PushFront(e)
 	c.entries[e.hash] = e
 	c.bytes += size
+	for _, p := range e.kv.Pages() {
+		c.held[p]++
+	}
 	if hasPrev {
 		if p := c.entries[prev]; p != nil {
 			p.tip = false
@@ -232,6 +236,11 @@ func (c *prefixCache) unlink(e *prefixEntry) *prefixEntry {
 	c.lru.Remove(e.elem)
 	delete(c.entries, e.hash)
 	c.bytes -= int64(len(e.rec))
+	for _, p := range e.kv.Pages() {
+		if c.held[p]--; c.held[p] == 0 {
+			delete(c.held, p)
+		}
+	}
 	c.stats.Evictions++
 	return e
 }
@@ -260,6 +269,7 @@ func (c *prefixCache) drain() {
 	}
 	c.lru.Init()
 	c.entries = map[PrefixHash]*prefixEntry{}
+	c.held = map[int32]int{}
 	c.bytes = 0
 }
 
@@ -267,14 +277,7 @@ func (c *prefixCache) drain() {
 func (c *prefixCache) Stats() PrefixStats {
 	c.mu.Lock()
 	s := c.stats
-	s.Entries, s.Bytes = len(c.entries), c.bytes
-	blocks := map[int32]bool{}
-	for _, e := range c.entries {
-		for _, p := range e.kv.Pages() {
-			blocks[p] = true
-		}
-	}
-	s.KVBlocks = len(blocks)
+	s.Entries, s.Bytes, s.KVBlocks = len(c.entries), c.bytes, len(c.held)
 	c.mu.Unlock()
 	if c.disk != nil {
 		s.DiskEntries, s.DiskBytes = c.disk.usage()
@@ -287,24 +290,17 @@ func (c *prefixCache) Stats() PrefixStats {
 func (c *prefixCache) reclaimable() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	held := map[int32]int{}
-	var any *ml.SharedBlocks
-	for _, e := range c.entries {
-		any = e.kv
-		for _, p := range e.kv.Pages() {
-			held[p]++
-		}
-	}
-	if any == nil {
+	back := c.lru.Back()
+	if back == nil {
 		return 0
 	}
-	pages := make([]int32, 0, len(held))
-	for p := range held {
+	pages := make([]int32, 0, len(c.held))
+	for p := range c.held {
 		pages = append(pages, p)
 	}
 	n := 0
-	for i, h := range any.Holders(pages) {
-		if h == held[pages[i]] {
+	for i, h := range back.Value.(*prefixEntry).kv.Holders(pages) {
+		if h == c.held[pages[i]] {
 			n++
 		}
 	}
