@@ -58,7 +58,7 @@ func (s *State) KV() ml.Cache { return s.kv }
 func (s *State) SaveRecurrent(b ml.Backend) ([]byte, error) {
 	out, err := model.AppendTensors(nil, b, s.ownRecurrent()...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", arch, err)
+		return nil, fmt.Errorf("%s: %w", s.m.v.arch, err)
 	}
 	return out, nil
 }
@@ -66,10 +66,10 @@ func (s *State) SaveRecurrent(b ml.Backend) ([]byte, error) {
 func (s *State) RestoreRecurrent(b ml.Backend, data []byte) error {
 	rest, err := model.RestoreTensors(data, b, s.ownRecurrent()...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", arch, err)
+		return fmt.Errorf("%s: %w", s.m.v.arch, err)
 	}
 	if len(rest) != 0 {
-		return fmt.Errorf("%s: recurrent state has %d bytes too many", arch, len(rest))
+		return fmt.Errorf("%s: recurrent state has %d bytes too many", s.m.v.arch, len(rest))
 	}
 	return nil
 }
