@@ -40,7 +40,7 @@ func benchShared(ctx context.Context, stdout io.Writer, path, backend, threads, 
 		return usageErr("--kv: %v", err)
 	}
 	r.KV = kv
-	m, err := loadModelDot(path, backend, th, dot)
+	m, err := loadModelDot(path, backend, th, dot, 0)
 	if err != nil {
 		return err
 	}
