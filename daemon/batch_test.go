@@ -175,7 +175,7 @@ func testBatchedWorkerExpertCache(t *testing.T, backend string) {
 	// of every expert resident beside the minimum pool (in f16).
 	cal, policy := planner.DefaultCalibration(lm.m.Backend.Name()), must(cfg.policy())
 	full, err := planner.Estimate(planner.Config{Context: planner.PoolMinSlotContext, Slots: cfg.Concurrency, KV: ml.F16,
-		Chunk: engine.DefaultStepTokens, Residency: planner.ResidencyFull}, lm.profile, cal)
+		Chunk: engine.DefaultStepTokens, Residency: planner.ResidencyFull, PrefixCacheBytes: policy.PrefixCacheMiB * planner.MiB}, lm.profile, cal)
 	if err != nil {
 		t.Fatal(err)
 	}
