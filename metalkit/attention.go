@@ -183,7 +183,7 @@ func attentionPrefillCost(n, heads, tgHeads, hd, pos0 int, dt ml.DType) device.C
 }
 
 // attentionSinks is attention over the last window positions (0: all) with a sink logit
-// per query head (attn_sinks_f32/f16).
+// per query head (attn_sinks_f32/f16), or none when sinks is the zero Region.
 func (e *encoder) attentionSinks(q Region, n, heads int, c *cache, layer, pos0 int, scale float32, window int, sinks, out Region) {
 	if e.err != nil {
 		return
@@ -211,7 +211,10 @@ func (e *encoder) attentionSinks(q Region, n, heads int, c *cache, layer, pos0 i
 	}
 	kvBytes := int64(dt.RowBytes(2 * hd))
 	args := kernels.AttnSinksArgs{N: int32(n), Heads: int32(heads), KVHeads: int32(kvHeads), HeadDim: int32(hd),
-		Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize), Window: int32(window), Scale: scale}
+		Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize), Window: int32(window), HasSinks: 1, Scale: scale}
+	if sinks.Len == 0 {
+		args.HasSinks, sinks = 0, q // bound for the slot, never read
+	}
 	e.dispatch("attn_sinks_"+dt.String(), nil, [3]int{n, heads, 1}, [3]int{32, 1, 1}, 0,
 		device.Cost{Label: "sink attention", Read: int64(n*heads) * (int64(seen)*kvBytes + int64(4*hd)), Written: int64(4 * n * heads * hd),
 			FLOPs: int64(4 * n * heads * seen * hd)},

@@ -253,8 +253,9 @@ func (r *kernelRig) attentionCase(sh attnShape, dt ml.DType, blocks, blockSize, 
 	r.sinkAttentionCase(sh, dt, blocks, blockSize, n, pos0s, tol, 0, nil)
 }
 
-// sinkAttentionCase is attentionCase through SinkAttention (attn_sinks) when sinks is not
-// nil: one sink logit per query head, over the last window positions (0: all).
+// sinkAttentionCase is attentionCase through attn_sinks when sinks is not nil or window is
+// not 0: against the CPU's SinkAttention (one sink logit per query head, over the last
+// window positions, 0: all) or, without sinks, its SlidingAttention.
 func (r *kernelRig) sinkAttentionCase(sh attnShape, dt ml.DType, blocks, blockSize, n int, pos0s []int, tol float64, window int, sinks []float32) {
 	var sinkW ml.Weight
 	var sinkR Region
@@ -297,8 +298,13 @@ func (r *kernelRig) sinkAttentionCase(sh attnShape, dt ml.DType, blocks, blockSi
 				e.storeKV(s.gpu, 1, span[0], span[1], kr.Sub(int64(4*a), int64(4*m)), vr.Sub(int64(4*a), int64(4*m)))
 			})
 		}
-		if sinks != nil {
-			out := ctx.SinkAttention(ctx.Input(q, n, sh.heads, sh.hd), s.cpu, 1, pos0, scale, window, sinkW)
+		if sinks != nil || window > 0 {
+			var out ml.Tensor
+			if sinks != nil {
+				out = ctx.SinkAttention(ctx.Input(q, n, sh.heads, sh.hd), s.cpu, 1, pos0, scale, window, sinkW)
+			} else {
+				out = ctx.SlidingAttention(ctx.Input(q, n, sh.heads, sh.hd), s.cpu, 1, pos0, scale, window)
+			}
 			want[i] = r.compute(ctx, out)[0]
 			ctx.Close()
 			encode = append(encode, func(e *encoder) {
@@ -545,6 +551,21 @@ func TestAttentionSinks(t *testing.T) {
 			r.sinkAttentionCase(sh, dt, 40, 16, 1, []int{0, 150}, attnTol, window, sinks)
 			r.sinkAttentionCase(sh, dt, 40, 16, 40, []int{90, 0}, attnTol, window, sinks)
 			r.sinkAttentionCase(sh, dt, 0, 0, 40, []int{33}, attnTol, window, sinks)
+		}
+	})
+}
+
+// TestAttentionSlidingWindow: attn_sinks without sinks against the CPU's SlidingAttention
+// past the window (gemma3's sliding-window layers), for a token and for a chunk, f32 and f16
+// caches, in a pool of blocks and in a private cache; a window of 1 sees only the token.
+func TestAttentionSlidingWindow(t *testing.T) {
+	r := newKernelRig(t)
+	shapes := []attnShape{{4, 2, 64}, {8, 1, 128}}
+	r.attnVariants(t, shapes, nil, func(sh attnShape, dt ml.DType) {
+		for _, window := range []int{1, 16, 37} {
+			r.sinkAttentionCase(sh, dt, 40, 16, 1, []int{20, 150}, attnTol, window, nil)
+			r.sinkAttentionCase(sh, dt, 40, 16, 40, []int{90, 0}, attnTol, window, nil)
+			r.sinkAttentionCase(sh, dt, 0, 0, 40, []int{33}, attnTol, window, nil)
 		}
 	})
 }

@@ -201,30 +201,37 @@ func (c *context) ClampedSwiGLU(gate, up ml.Tensor, alpha, limit float32) ml.Ten
 // SinkAttention runs attn_sinks: one SIMD group per token and head, the window and the sinks
 // in the kernel.
 func (c *context) SinkAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32, window int, sinks ml.Weight) ml.Tensor {
+	return c.windowAttention(q, cc, layer, pos0, scale, window, vector(sinks.(*weight), q.Shape()[1], "sink attention"))
+}
+
+// windowAttention runs attn_sinks over the last window positions (0: all), with the sinks
+// of sinks or none (the zero Region).
+func (c *context) windowAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32, window int, sinks Region) ml.Tensor {
 	kc := cc.(*cache)
 	qt := q.(*tensor)
 	if len(qt.shape) != 3 || qt.shape[2] != kc.pool.headDim || qt.shape[1]%kc.pool.kvHeads != 0 || layer < 0 || layer >= kc.pool.layers ||
 		pos0 < 0 || pos0+qt.shape[0] > kc.capacity || window < 0 {
-		panic(fmt.Sprintf("metalkit: sink attention of q %v at %d of layer %d, window %d, over a cache of %d layers × %d × %d×%d",
+		panic(fmt.Sprintf("metalkit: window attention of q %v at %d of layer %d, window %d, over a cache of %d layers × %d × %d×%d",
 			qt.shape, pos0, layer, window, kc.pool.layers, kc.capacity, kc.pool.kvHeads, kc.pool.headDim))
 	}
 	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
-	sk := vector(sinks.(*weight), heads, "sink attention")
 	out := c.out(n, heads*hd)
-	c.record("sink attention", false, func(e *encoder) {
-		e.attentionSinks(c.region(qt), n, heads, kc, layer, pos0, scale, window, sk, c.region(out))
+	c.record("window attention", false, func(e *encoder) {
+		e.attentionSinks(c.region(qt), n, heads, kc, layer, pos0, scale, window, sinks, c.region(out))
 	}, []*tensor{out}, qt)
 	return out
 }
 
 // SlidingAttention runs as Attention while the window holds every position the batch
-// sees; the kernels have no window mask yet, so a pass that needs one fails with an error
-// naming it (gemma3's sliding-window layers past their window on Metal).
+// sees, and past it through attn_sinks without sinks.
 func (c *context) SlidingAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale float32, window int) ml.Tensor {
-	if n := q.Shape()[0]; window < pos0+n {
-		c.fail(fmt.Errorf("metalkit: sliding-window attention (window %d, positions up to %d) is not implemented", window, pos0+n))
+	if window < 1 {
+		panic(fmt.Sprintf("metalkit: sliding attention with window %d", window))
 	}
-	return c.Attention(q, cc, layer, pos0, scale)
+	if window >= pos0+q.Shape()[0] {
+		return c.Attention(q, cc, layer, pos0, scale)
+	}
+	return c.windowAttention(q, cc, layer, pos0, scale, window, Region{})
 }
 
 func (c *context) Reshape(x ml.Tensor, shape ...int) ml.Tensor {

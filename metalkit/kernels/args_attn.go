@@ -67,8 +67,8 @@ type AttnPrefillArgs struct {
 }
 
 type AttnSinksArgs struct {
-	N, Heads, KVHeads, HeadDim, Pos0, BlockSize, Window int32
-	Scale                                               float32
+	N, Heads, KVHeads, HeadDim, Pos0, BlockSize, Window, HasSinks int32
+	Scale                                                         float32
 }
 
 type Conv1DCausalArgs struct {

@@ -111,7 +111,8 @@ struct attn_prefill_args {
 };
 
 // attn_sinks_f32/f16: n query tokens at positions pos0 … pos0+n−1, causal, over the last
-// window positions (0: all), with one sink logit per query head in the softmax.
+// window positions (0: all), with one sink logit per query head in the softmax when
+// has_sinks is 1 (0: plain sliding-window attention; the sinks buffer is not read).
 struct attn_sinks_args {
     int32_t n;
     int32_t heads;
@@ -120,6 +121,7 @@ struct attn_sinks_args {
     int32_t pos0;
     int32_t block_size;
     int32_t window;
+    int32_t has_sinks;
     float scale;
 };
 

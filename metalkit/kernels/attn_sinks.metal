@@ -1,4 +1,5 @@
-// Attention with sinks over a window (metalkit/attention.go): gpt-oss's layers.
+// Attention over a window, with or without sinks (metalkit/attention.go): gpt-oss's layers
+// and gemma3's sliding-window layers.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -6,7 +7,7 @@ using namespace metal;
 
 // One SIMD group per (query token, query head): the positions go by one at a time, the 32
 // lanes share each score's dot product (head_dim/32 features a lane) and keep an online
-// softmax; the sink joins the denominator at the end, as a score that weighs no value.
+// softmax; the sink, if any, joins the denominator at the end, as a score that weighs no value.
 // Simple rather than fast: the first Metal form of SinkAttention, checked on the harness.
 template <typename T>
 static void attn_sinks(constant attn_sinks_args &a, device const float *q, device const T *kc,
@@ -48,10 +49,15 @@ static void attn_sinks(constant attn_sinks_args &a, device const float *q, devic
         }
         mx = nm;
     }
-    const float sink = sinks[h];
-    const float nm = max(mx, sink);
-    const float c = exp(mx - nm);
-    l = l * c + exp(sink - nm);
+    // Without sinks the window is never empty (it holds position pos0+i), so mx is a real
+    // score and no −∞ sink has to stand in for "none".
+    float c = 1.0f;
+    if (a.has_sinks != 0) {
+        const float sink = sinks[h];
+        const float nm = max(mx, sink);
+        c = exp(mx - nm);
+        l = l * c + exp(sink - nm);
+    }
     device float *o = out + (ulong(i) * ulong(a.heads) + ulong(h)) * ulong(hd) + ulong(int(lane) * per);
     for (int j = 0; j < per; j++) {
         o[j] = acc[j] * c / l;
