@@ -189,6 +189,49 @@ func TestBatchedStepParity(t *testing.T) {
 	}
 }
 
+// TestGemma3BatchedPastWindow runs batched steps of tiny-gemma3-F32 (sliding window 32)
+// where sequences prefill and decode past the window beside ones still inside it, on the
+// harness device and on the CPU backend: the logits agree within TestModelParity's
+// tolerance, f32 and f16 KV.
+func TestGemma3BatchedPastWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("whole models on the harness device (-short skips it)")
+	}
+	seqs := [][]int32{make([]int32, 45), make([]int32, 3), make([]int32, 50), make([]int32, 30)}
+	for i, s := range seqs {
+		for j := range s {
+			s[j] = int32((i*131 + j*7919 + 13) % 200)
+		}
+	}
+	tok := func(i, k int) []int32 { return []int32{int32((i*17 + k*29 + 5) % 200)} }
+	steps := []batchStep{
+		{seqs[0][:40], seqs[1], nil, seqs[3]},         // one prefill crosses the window
+		{seqs[0][40:], tok(1, 0), seqs[2], tok(3, 0)}, // a prefill past it, a decode at it
+		{tok(0, 1), tok(1, 1), tok(2, 1), tok(3, 1)},  // decodes past the window and in it
+		{tok(0, 2), tok(1, 2), tok(2, 2), tok(3, 2)},
+	}
+	path := fixtures.Path(t, "models", "tiny-gemma3-F32.gguf")
+	ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	m, err := engine.Load(path, engine.Options{Backend: New(harnesstest.Device(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, kv := range []ml.DType{ml.F32, ml.F16} {
+		want, _ := runSteps(t, ref, kv, 64, steps, nil)
+		got, _ := runSteps(t, m, kv, 64, steps, nil)
+		for s := range steps {
+			if d, at := logitsDiff(want[s], got[s]); d > 2e-3 || math.IsNaN(d) {
+				t.Errorf("KV %s, step %d: logits differ from the CPU's by %.3g at %d", kv, s, d, at)
+			}
+		}
+	}
+}
+
 func total(c map[string]int) (n int) {
 	for _, v := range c {
 		n += v
