@@ -181,16 +181,19 @@ func TestExpertCacheForward(t *testing.T) {
 	}
 }
 
-// TestSlotPolicyTrace measures the eviction policies on a routing trace of the CPU engine:
+// TestSlotPolicyTrace measures the eviction policies on routing traces of the CPU engine:
 // the tiny-qwen3next fixture (REDLITE_TEST_TRACE=mini: the qwen3next-mini synth, 64 experts
-// of Qwen3-Next-80B's size, 10 used, Q8_0; 8 minutes on 2 loaded cores) prefills 64 tokens of
-// docs/architecture.md at once and then 256 one at a time, as decode steps would; the trace
-// is replayed through the cache's bookkeeping with LRU and LFU at an eighth, a quarter and a
-// half of the slices. It logs the misses per decode step (metalkit/README.md quotes them) and
-// checks that a cache of every slice only misses each slice once.
+// of Qwen3-Next-80B's size, 10 used, Q8_0; many minutes on 2 loaded cores). Single: one
+// session prefills 64 tokens of docs/architecture.md at once and then 256 one at a time, as
+// decode steps would. Batched: a scheduler of 4 slots admits 4 prompts of 64 tokens of it
+// (different places) in one step and generates 64 tokens each greedily, every decode step
+// one forward pass of 4 tokens. Each trace is replayed through the cache's bookkeeping with
+// LRU, LFU and the share policy at an eighth, a quarter and a half of the slices. It logs
+// the misses per decode step (metalkit/README.md quotes them) and checks that a cache of
+// every slice only misses each slice once.
 func TestSlotPolicyTrace(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a measurement: about 20 s on the CPU")
+		t.Skip("a measurement: about 30 s on the CPU")
 	}
 	path := fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")
 	if os.Getenv("REDLITE_TEST_TRACE") == "mini" {
@@ -210,8 +213,6 @@ func TestSlotPolicyTrace(t *testing.T) {
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
-	tr, hook := traceRouting(int(k))
-	b.Hook = hook
 	tok, err := m.Tokenizer()
 	if err != nil {
 		t.Fatal(err)
@@ -225,23 +226,68 @@ func TestSlotPolicyTrace(t *testing.T) {
 	if len(ids) < prompt+steps {
 		t.Fatalf("%d tokens of text", len(ids))
 	}
-	s, err := m.NewSession(engine.SessionOptions{Context: prompt + steps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Prefill(gocontext.Background(), ids[:prompt], engine.PrefillOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Prefill(gocontext.Background(), ids[prompt:prompt+steps], engine.PrefillOptions{Chunk: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if len(*tr) != 1+steps {
-		t.Fatalf("%d passes traced, want %d", len(*tr), 1+steps)
-	}
-	total := 3 * int(experts) * len((*tr)[0])
+	t.Logf("%s: %d of %d experts used", filepath.Base(path), k, experts)
+
+	t.Run("single", func(t *testing.T) {
+		tr, hook := traceRouting(int(k))
+		b.Hook = hook
+		defer func() { b.Hook = nil }()
+		s, err := m.NewSession(engine.SessionOptions{Context: prompt + steps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.Prefill(gocontext.Background(), ids[:prompt], engine.PrefillOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Prefill(gocontext.Background(), ids[prompt:prompt+steps], engine.PrefillOptions{Chunk: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if len(*tr) != 1+steps {
+			t.Fatalf("%d passes traced, want %d", len(*tr), 1+steps)
+		}
+		policyTable(t, *tr, int(experts))
+	})
+
+	t.Run("batched", func(t *testing.T) {
+		const seqs, gen = 4, 64
+		tr, hook := traceRouting(int(k))
+		b.Hook = hook
+		defer func() { b.Hook = nil }()
+		sch, err := m.NewScheduler(engine.SchedulerOptions{KV: ml.F32, Slots: seqs, Blocks: 4 * seqs, BlockSize: 64, StepTokens: seqs * prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sch.Close()
+		var prompts [][]int32
+		for i := range seqs {
+			at := i * (len(ids) - prompt) / seqs
+			prompts = append(prompts, ids[at:at+prompt])
+		}
+		if err := sch.GenerateTogether(gocontext.Background(), prompts, prompt+gen, engine.GenerateOptions{MaxTokens: gen, Stream: engine.DiscardText{}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(*tr) < 2 || len((*tr)[0][0]) != seqs*prompt {
+			t.Fatalf("%d passes traced, the first of %d tokens: want the prompts' %d, then steps", len(*tr), len((*tr)[0][0]), seqs*prompt)
+		}
+		for i, pass := range (*tr)[1:] {
+			if len(pass[0]) != seqs {
+				t.Fatalf("decode step %d of %d tokens, want %d", i, len(pass[0]), seqs)
+			}
+		}
+		policyTable(t, *tr, int(experts))
+	})
+}
+
+// policyTable logs the misses per step after the first pass of tr (the prefill) for each
+// policy at 1/8, 1/4, 1/2 and all of the slices, and checks that a cache of every slice
+// misses each slice once.
+func policyTable(t *testing.T, tr routeTrace, experts int) {
+	t.Helper()
+	steps := len(tr) - 1
+	total := 3 * experts * len(tr[0])
 	distinct := map[sliceKey]bool{}
-	for _, pass := range *tr {
+	for _, pass := range tr {
 		for l, toks := range pass {
 			for _, tk := range toks {
 				for _, e := range tk {
@@ -252,15 +298,16 @@ func TestSlotPolicyTrace(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%s: %d slices, %d MoE layers, %d of %d experts used; misses per decode step:", filepath.Base(path), total, len((*tr)[0]), k, experts)
-	t.Logf("| cache | LRU | LFU |")
+	policies := []slotPolicy{policyLRU, policyLFU, policyShare}
+	t.Logf("%d slices, %d MoE layers, %d tokens a step; misses per decode step (%d steps):", total, len(tr[0]), len(tr[1][0]), steps)
+	t.Logf("| cache | %v | %v | %v |", policies[0], policies[1], policies[2])
 	for _, frac := range []int{8, 4, 2, 1} {
 		n := total / frac
 		row := fmt.Sprintf("| %d slots (1/%d) |", n, frac)
-		for _, p := range []slotPolicy{policyLRU, policyLFU} {
-			warm := replay((*tr)[:1], n, p, int(experts))
-			all := replay(*tr, n, p, int(experts))
-			row += fmt.Sprintf(" %.2f |", float64(all.Misses-warm.Misses)/steps)
+		for _, p := range policies {
+			warm := replay(tr[:1], n, p, experts)
+			all := replay(tr, n, p, experts)
+			row += fmt.Sprintf(" %.2f |", float64(all.Misses-warm.Misses)/float64(steps))
 			if frac == 1 && (all.Misses != int64(len(distinct)) || all.Evictions != 0) {
 				t.Errorf("%v with every slice: %+v, want %d misses (each slice once), no evictions", p, all, len(distinct))
 			}

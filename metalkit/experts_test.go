@@ -243,7 +243,7 @@ func BenchmarkExpertSlots(b *testing.B) {
 			steps[i] = append(steps[i], ids)
 		}
 	}
-	for _, p := range []slotPolicy{policyLRU, policyLFU} {
+	for _, p := range []slotPolicy{policyLRU, policyLFU, policyShare} {
 		b.Run(p.String(), func(b *testing.B) {
 			s := newExpertSlots(slots, p, 4<<30)
 			i := 0

@@ -23,13 +23,32 @@ const (
 	// policyLFU evicts the slice used least often since it came in, the least recent among
 	// equals.
 	policyLFU
+	// policyShare is the CPU cache's policy (engine/cpu expertCache) with Metal's must-admit:
+	// each weight seen gets an equal share of the slots; a miss evicts, within its weight's
+	// share when that is full, else from the weight furthest over its share, the slice looked
+	// up least often lately (counts halved every expertAgeLookups lookups per expert seen).
+	// Measured against LRU on single and batched traces (TestSlotPolicyTrace).
+	policyShare
 )
 
+// expertAgeLookups is engine/cpu's: lookups per expert a weight's counts cover.
+const expertAgeLookups = 16
+
 func (p slotPolicy) String() string {
-	if p == policyLFU {
+	switch p {
+	case policyLFU:
 		return "LFU"
+	case policyShare:
+		return "share"
 	}
 	return "LRU"
+}
+
+// weightUse is policyShare's state of one weight.
+type weightUse struct {
+	held    int            // slots holding its slices
+	freq    map[int]uint32 // lookups per expert, aged
+	lookups int
 }
 
 // sliceKey names an expert slice: the weight (its index among the expert weights bound) and
@@ -56,6 +75,11 @@ type expertSlots struct {
 	prev, next []int32
 	head, tail int32
 	stats      ml.ExpertStats
+	use        map[int]*weightUse // by weight, for policyShare
+	// peak is about the most slots an epoch pinned lately (it decays by an eighth a wait):
+	// policyShare shares the other slots among the weights and leaves these to the
+	// transient slices, so that a step's misses beyond the shares do not evict residents.
+	peak int
 }
 
 type slotState struct {
@@ -65,6 +89,9 @@ type slotState struct {
 	pin   int64 // the epoch of the last lookup
 	last  int64 // tick of the last lookup
 	uses  int64 // lookups since the slice came in
+	// transient: under policyShare, a slice the CPU cache would read in place (not
+	// admitted); on Metal it takes a slot, the first to give way.
+	transient bool
 }
 
 func newExpertSlots(n int, policy slotPolicy, capacity int64) *expertSlots {
@@ -73,7 +100,7 @@ func newExpertSlots(n int, policy slotPolicy, capacity int64) *expertSlots {
 	}
 	s := &expertSlots{policy: policy, n: n, at: map[sliceKey]int32{}, slot: make([]slotState, n), epoch: 1,
 		prev: make([]int32, n), next: make([]int32, n), head: -1, tail: -1,
-		stats: ml.ExpertStats{Capacity: capacity}}
+		stats: ml.ExpertStats{Capacity: capacity}, use: map[int]*weightUse{}}
 	for i := n - 1; i >= 0; i-- {
 		s.free = append(s.free, int32(i))
 		s.prev[i], s.next[i] = -1, -1
@@ -107,27 +134,35 @@ func (s *expertSlots) needsWait(w int, experts []int) bool {
 // unpinned slots; the caller makes sure one exists (unpinned() > 0 or k pinned).
 func (s *expertSlots) lookup(k sliceKey, bytes int64) (int32, bool) {
 	s.tick++
+	s.count(k)
 	if i, ok := s.at[k]; ok {
 		s.stats.Hits++
 		s.touch(i)
 		return i, false
 	}
 	s.stats.Misses++
+	transient := s.policy == policyShare && s.transient(k)
 	var i int32
 	if n := len(s.free); n > 0 {
 		i, s.free = s.free[n-1], s.free[:n-1]
 	} else {
-		i = s.victim()
+		i = s.victim(k)
 		if i < 0 {
 			panic("metalkit: expert cache lookup with every slot pinned")
 		}
 		old := &s.slot[i]
 		delete(s.at, old.key)
+		if !old.transient {
+			s.use[old.key.weight].held--
+		}
 		s.stats.Evictions++
 		s.stats.Bytes -= old.bytes
 	}
-	s.slot[i] = slotState{key: k, held: true, bytes: bytes}
+	s.slot[i] = slotState{key: k, held: true, bytes: bytes, transient: transient}
 	s.at[k] = i
+	if !transient {
+		s.use[k.weight].held++
+	}
 	s.stats.Bytes += bytes
 	s.touch(i)
 	return i, true
@@ -161,16 +196,98 @@ func (s *expertSlots) touch(i int32) {
 	s.head = i
 }
 
-// victim is the unpinned held slot the policy evicts, -1 if every slot is pinned. LFU scans
-// every slot (it serves the policy measurement; BenchmarkExpertSlots times both).
-func (s *expertSlots) victim() int32 {
-	if s.policy == policyLRU {
-		for i := s.tail; i >= 0; i = s.prev[i] {
-			if s.slot[i].pin != s.epoch {
-				return i
-			}
+// count records a lookup of k.
+func (s *expertSlots) count(k sliceKey) {
+	u, ok := s.use[k.weight]
+	if !ok {
+		u = &weightUse{freq: map[int]uint32{}}
+		s.use[k.weight] = u
+	}
+	u.freq[k.expert]++
+	if u.lookups++; u.lookups >= expertAgeLookups*len(u.freq) {
+		u.lookups = 0
+		for e := range u.freq {
+			u.freq[e] /= 2
 		}
-		return -1
+	}
+}
+
+// transient decides whether a miss of k comes in as a transient slice, as the CPU cache
+// decides admission: no while its weight holds less than its share; else only if it is
+// looked up more often lately than the weight's coldest resident slice, which is then
+// demoted to transient (the next to give way).
+func (s *expertSlots) transient(k sliceKey) bool {
+	u := s.use[k.weight]
+	if u.held < s.share() {
+		return false
+	}
+	v := s.coldest(k.weight)
+	if v < 0 || u.freq[k.expert] <= u.freq[s.slot[v].key.expert] {
+		return true
+	}
+	s.slot[v].transient = true
+	u.held--
+	return false
+}
+
+// shareVictim is policyShare's victim, -1 if every slot is pinned: the least recently used
+// transient slice, else the coldest resident slice of the weight furthest over its share,
+// else (every weight within its share, or pinned) the least recently used.
+func (s *expertSlots) shareVictim() int32 {
+	best := int32(-1)
+	for i := range s.slot {
+		st := &s.slot[i]
+		if st.held && st.transient && st.pin != s.epoch && (best < 0 || st.last < s.slot[best].last) {
+			best = int32(i)
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	share := s.share()
+	over, most := -1, 0
+	for w, u := range s.use {
+		if u.held > share && (over < 0 || u.held-share > most || u.held-share == most && w < over) && s.coldest(w) >= 0 {
+			over, most = w, u.held-share
+		}
+	}
+	if over >= 0 {
+		return s.coldest(over)
+	}
+	return s.lruVictim()
+}
+
+// coldest is weight w's unpinned resident (not transient) slot looked up least often
+// lately, the least recent among equals; -1 if none.
+func (s *expertSlots) coldest(w int) int32 {
+	best := int32(-1)
+	freq := s.use[w].freq
+	for i := range s.slot {
+		st := &s.slot[i]
+		if !st.held || st.transient || st.key.weight != w || st.pin == s.epoch {
+			continue
+		}
+		if best < 0 {
+			best = int32(i)
+			continue
+		}
+		b := &s.slot[best]
+		if fa, fb := freq[st.key.expert], freq[b.key.expert]; fa < fb || fa == fb && st.last < b.last {
+			best = int32(i)
+		}
+	}
+	return best
+}
+
+// victim is the unpinned held slot the policy evicts for a miss of k, -1 if every slot is
+// pinned. LFU and share scan slots (they serve the policy measurement; BenchmarkExpertSlots
+// times LRU and LFU).
+func (s *expertSlots) victim(k sliceKey) int32 {
+	if s.policy == policyShare {
+		return s.shareVictim()
+	}
+	if s.policy == policyLRU {
+		return s.lruVictim()
 	}
 	best := int32(-1)
 	for i := range s.slot {
@@ -185,6 +302,16 @@ func (s *expertSlots) victim() int32 {
 	return best
 }
 
+// lruVictim is the least recently used unpinned held slot, -1 if none.
+func (s *expertSlots) lruVictim() int32 {
+	for i := s.tail; i >= 0; i = s.prev[i] {
+		if s.slot[i].pin != s.epoch {
+			return i
+		}
+	}
+	return -1
+}
+
 // before reports whether a gives way before b.
 func (s *expertSlots) before(a, b *slotState) bool {
 	if s.policy == policyLFU && a.uses != b.uses {
@@ -193,8 +320,12 @@ func (s *expertSlots) before(a, b *slotState) bool {
 	return a.last < b.last
 }
 
+// share is policyShare's resident slots per weight.
+func (s *expertSlots) share() int { return max(s.n-s.peak, 0) / len(s.use) }
+
 // release unpins every slot: the dispatches that read them have run.
 func (s *expertSlots) release() {
+	s.peak = max(s.pinned, s.peak-s.peak/8)
 	s.epoch++
 	s.pinned = 0
 }
