@@ -154,7 +154,7 @@ func TestExpertCacheForward(t *testing.T) {
 				t.Fatalf("arena of %d slots, want %d", a.slots.n, slots)
 			}
 			st := b.ExpertStats()
-			sim := replay(*tr, int(slots), policyLRU, int(experts))
+			sim := replay(*tr, int(slots), a.policy, int(experts))
 			if st.Hits != sim.Hits || st.Misses != sim.Misses || st.Evictions != sim.Evictions {
 				t.Errorf("counters %+v; replaying the routing gives %+v", st, sim)
 			}

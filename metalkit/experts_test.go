@@ -191,6 +191,38 @@ func TestExpertSlots(t *testing.T) {
 			t.Errorf("LRU kept 1, the least recent")
 		}
 	})
+	t.Run("ShareVersusLRU", func(t *testing.T) {
+		// Two weights of 4 experts each, every step using all of them (8 slices) through 6
+		// slots, a wait between the weights: a global recency order evicts each slice
+		// before the step comes back to it; shares keep some of each weight.
+		hits := map[slotPolicy]int64{}
+		for _, p := range []slotPolicy{policyLRU, policyShare} {
+			s := newExpertSlots(6, p, 600)
+			for step := range 20 {
+				if step == 10 {
+					s.stats.Hits = 0
+				}
+				for w := range 2 {
+					s.release()
+					var used []sliceKey
+					for e := range 4 {
+						k := sliceKey{w, e}
+						s.lookup(k, 100)
+						used = append(used, k)
+						for _, u := range used {
+							if _, ok := s.at[u]; !ok {
+								t.Fatalf("%v: %v evicted while pinned", p, u)
+							}
+						}
+					}
+				}
+			}
+			hits[p] = s.stats.Hits
+		}
+		if hits[policyLRU] != 0 || hits[policyShare] == 0 {
+			t.Errorf("hits in the last 10 steps %v: want none under LRU, some under the shares", hits)
+		}
+	})
 	t.Run("Pinned", func(t *testing.T) {
 		s := newExpertSlots(2, policyLRU, 200)
 		s.lookup(key(1), 100)

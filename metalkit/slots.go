@@ -16,19 +16,21 @@ import (
 type slotPolicy int
 
 const (
-	// policyLRU evicts the slice used least recently. Measured on routing traces of the CPU
-	// engine against policyLFU (TestSlotPolicyTrace, metalkit/README.md "Expert cache"):
-	// the default.
-	policyLRU slotPolicy = iota
+	// policyShare is the CPU cache's policy (engine/cpu expertCache) where every slice used
+	// must take a slot: the slots beyond those a layer's step lately pinned at once are
+	// shared equally among the weights seen, and a weight's share keeps the slices looked up
+	// most often lately (counts halved every expertAgeLookups lookups per expert seen). A
+	// slice the CPU would read in place (its weight's share is full of slices used at least
+	// as often) comes in as transient, and transients give way first, the least recent.
+	// Measured against LRU and LFU on single and batched routing traces
+	// (TestSlotPolicyTrace, metalkit/README.md "Expert cache"): the default.
+	policyShare slotPolicy = iota
+	// policyLRU evicts the slice used least recently: a global recency order, which a
+	// batch thrashes (every layer's slices gone before the next step comes back to them).
+	policyLRU
 	// policyLFU evicts the slice used least often since it came in, the least recent among
 	// equals.
 	policyLFU
-	// policyShare is the CPU cache's policy (engine/cpu expertCache) with Metal's must-admit:
-	// each weight seen gets an equal share of the slots; a miss evicts, within its weight's
-	// share when that is full, else from the weight furthest over its share, the slice looked
-	// up least often lately (counts halved every expertAgeLookups lookups per expert seen).
-	// Measured against LRU on single and batched traces (TestSlotPolicyTrace).
-	policyShare
 )
 
 // expertAgeLookups is engine/cpu's: lookups per expert a weight's counts cover.
@@ -46,7 +48,7 @@ func (p slotPolicy) String() string {
 
 // weightUse is policyShare's state of one weight.
 type weightUse struct {
-	held    int            // slots holding its slices
+	resident []int32        // its slots not transient
 	freq    map[int]uint32 // lookups per expert, aged
 	lookups int
 }
@@ -80,6 +82,8 @@ type expertSlots struct {
 	// policyShare shares the other slots among the weights and leaves these to the
 	// transient slices, so that a step's misses beyond the shares do not evict residents.
 	peak int
+	// transients lists the slots holding transient slices.
+	transients []int32
 }
 
 type slotState struct {
@@ -92,6 +96,7 @@ type slotState struct {
 	// transient: under policyShare, a slice the CPU cache would read in place (not
 	// admitted); on Metal it takes a slot, the first to give way.
 	transient bool
+	pos       int // in its weight's resident list or in transients
 }
 
 func newExpertSlots(n int, policy slotPolicy, capacity int64) *expertSlots {
@@ -152,17 +157,13 @@ func (s *expertSlots) lookup(k sliceKey, bytes int64) (int32, bool) {
 		}
 		old := &s.slot[i]
 		delete(s.at, old.key)
-		if !old.transient {
-			s.use[old.key.weight].held--
-		}
+		s.unlist(i)
 		s.stats.Evictions++
 		s.stats.Bytes -= old.bytes
 	}
 	s.slot[i] = slotState{key: k, held: true, bytes: bytes, transient: transient}
 	s.at[k] = i
-	if !transient {
-		s.use[k.weight].held++
-	}
+	s.list(i)
 	s.stats.Bytes += bytes
 	s.touch(i)
 	return i, true
@@ -218,15 +219,16 @@ func (s *expertSlots) count(k sliceKey) {
 // demoted to transient (the next to give way).
 func (s *expertSlots) transient(k sliceKey) bool {
 	u := s.use[k.weight]
-	if u.held < s.share() {
+	if len(u.resident) < s.share() {
 		return false
 	}
 	v := s.coldest(k.weight)
 	if v < 0 || u.freq[k.expert] <= u.freq[s.slot[v].key.expert] {
 		return true
 	}
+	s.unlist(v)
 	s.slot[v].transient = true
-	u.held--
+	s.list(v)
 	return false
 }
 
@@ -235,10 +237,9 @@ func (s *expertSlots) transient(k sliceKey) bool {
 // else (every weight within its share, or pinned) the least recently used.
 func (s *expertSlots) shareVictim() int32 {
 	best := int32(-1)
-	for i := range s.slot {
-		st := &s.slot[i]
-		if st.held && st.transient && st.pin != s.epoch && (best < 0 || st.last < s.slot[best].last) {
-			best = int32(i)
+	for _, i := range s.transients {
+		if st := &s.slot[i]; st.pin != s.epoch && (best < 0 || st.last < s.slot[best].last) {
+			best = i
 		}
 	}
 	if best >= 0 {
@@ -247,8 +248,8 @@ func (s *expertSlots) shareVictim() int32 {
 	share := s.share()
 	over, most := -1, 0
 	for w, u := range s.use {
-		if u.held > share && (over < 0 || u.held-share > most || u.held-share == most && w < over) && s.coldest(w) >= 0 {
-			over, most = w, u.held-share
+		if d := len(u.resident) - share; d > 0 && (over < 0 || d > most || d == most && w < over) && s.coldest(w) >= 0 {
+			over, most = w, d
 		}
 	}
 	if over >= 0 {
@@ -261,22 +262,47 @@ func (s *expertSlots) shareVictim() int32 {
 // lately, the least recent among equals; -1 if none.
 func (s *expertSlots) coldest(w int) int32 {
 	best := int32(-1)
-	freq := s.use[w].freq
-	for i := range s.slot {
+	u := s.use[w]
+	freq := u.freq
+	for _, i := range u.resident {
 		st := &s.slot[i]
-		if !st.held || st.transient || st.key.weight != w || st.pin == s.epoch {
+		if st.pin == s.epoch {
 			continue
 		}
 		if best < 0 {
-			best = int32(i)
+			best = i
 			continue
 		}
 		b := &s.slot[best]
 		if fa, fb := freq[st.key.expert], freq[b.key.expert]; fa < fb || fa == fb && st.last < b.last {
-			best = int32(i)
+			best = i
 		}
 	}
 	return best
+}
+
+// list adds held slot i to its list: its weight's residents or the transients.
+func (s *expertSlots) list(i int32) {
+	st := &s.slot[i]
+	l := &s.transients
+	if !st.transient {
+		l = &s.use[st.key.weight].resident
+	}
+	st.pos = len(*l)
+	*l = append(*l, i)
+}
+
+// unlist removes held slot i from its list.
+func (s *expertSlots) unlist(i int32) {
+	st := &s.slot[i]
+	l := &s.transients
+	if !st.transient {
+		l = &s.use[st.key.weight].resident
+	}
+	last := (*l)[len(*l)-1]
+	(*l)[st.pos] = last
+	s.slot[last].pos = st.pos
+	*l = (*l)[:len(*l)-1]
 }
 
 // victim is the unpinned held slot the policy evicts for a miss of k, -1 if every slot is
