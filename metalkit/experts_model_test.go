@@ -93,8 +93,8 @@ func replay(tr routeTrace, slots int, policy slotPolicy, experts int) ml.ExpertS
 // than a quarter of the slices, fewer than one prefill chunk routes to, and a single slot —
 // and checks: logits bit-identical to full residency, prefill (the mat-mat kernel, in
 // rounds) and decode (the fused sum); hit, miss and eviction counts equal to replaying the
-// run's routing through the LRU bookkeeping; and every held slot holding its slice's bytes
-// from the file.
+// run's routing through the cache's bookkeeping and policy; and every held slot holding its
+// slice's bytes from the file.
 func TestExpertCacheForward(t *testing.T) {
 	dev := testDevice(t)
 	path := fixtures.Path(t, "models", "tiny-qwen3next-IQ2_XXS.gguf")

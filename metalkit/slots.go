@@ -16,12 +16,12 @@ import (
 type slotPolicy int
 
 const (
-	// policyShare is the CPU cache's policy (engine/cpu expertCache) where every slice used
-	// must take a slot: the slots beyond those a layer's step lately pinned at once are
-	// shared equally among the weights seen, and a weight's share keeps the slices looked up
-	// most often lately (counts halved every expertAgeLookups lookups per expert seen). A
-	// slice the CPU would read in place (its weight's share is full of slices used at least
-	// as often) comes in as transient, and transients give way first, the least recent.
+	// policyShare is the expert caches' policy (engine/ml expertcache.go, the CPU's too)
+	// where every slice used must take a slot: the slots beyond those a layer's step lately
+	// pinned at once are shared equally among the weights seen (a slot per slice, whatever
+	// its bytes), and a weight's share keeps the slices looked up most often lately. A slice
+	// the CPU would read in place (its weight's share is full of slices used at least as
+	// often) comes in as transient, and transients give way first, the least recent.
 	// Measured against LRU and LFU on single and batched routing traces
 	// (TestSlotPolicyTrace, metalkit/README.md "Expert cache"): the default.
 	policyShare slotPolicy = iota
@@ -32,9 +32,6 @@ const (
 	// equals.
 	policyLFU
 )
-
-// expertAgeLookups is engine/cpu's: lookups per expert a weight's counts cover.
-const expertAgeLookups = 16
 
 func (p slotPolicy) String() string {
 	switch p {
@@ -48,9 +45,8 @@ func (p slotPolicy) String() string {
 
 // weightUse is policyShare's state of one weight.
 type weightUse struct {
-	resident []int32        // its slots not transient
-	freq    map[int]uint32 // lookups per expert, aged
-	lookups int
+	resident []int32 // its slots not transient
+	counts   ml.ExpertCounts
 }
 
 // sliceKey names an expert slice: the weight (its index among the expert weights bound) and
@@ -201,16 +197,10 @@ func (s *expertSlots) touch(i int32) {
 func (s *expertSlots) count(k sliceKey) {
 	u, ok := s.use[k.weight]
 	if !ok {
-		u = &weightUse{freq: map[int]uint32{}}
+		u = &weightUse{}
 		s.use[k.weight] = u
 	}
-	u.freq[k.expert]++
-	if u.lookups++; u.lookups >= expertAgeLookups*len(u.freq) {
-		u.lookups = 0
-		for e := range u.freq {
-			u.freq[e] /= 2
-		}
-	}
+	u.counts.Look(k.expert)
 }
 
 // transient decides whether a miss of k comes in as a transient slice, as the CPU cache
@@ -223,7 +213,7 @@ func (s *expertSlots) transient(k sliceKey) bool {
 		return false
 	}
 	v := s.coldest(k.weight)
-	if v < 0 || u.freq[k.expert] <= u.freq[s.slot[v].key.expert] {
+	if v < 0 || !u.counts.Admits(k.expert, s.slot[v].key.expert) {
 		return true
 	}
 	s.unlist(v)
@@ -263,7 +253,6 @@ func (s *expertSlots) shareVictim() int32 {
 func (s *expertSlots) coldest(w int) int32 {
 	best := int32(-1)
 	u := s.use[w]
-	freq := u.freq
 	for _, i := range u.resident {
 		st := &s.slot[i]
 		if st.pin == s.epoch {
@@ -274,7 +263,7 @@ func (s *expertSlots) coldest(w int) int32 {
 			continue
 		}
 		b := &s.slot[best]
-		if fa, fb := freq[st.key.expert], freq[b.key.expert]; fa < fb || fa == fb && st.last < b.last {
+		if fa, fb := u.counts.Of(st.key.expert), u.counts.Of(b.key.expert); fa < fb || fa == fb && st.last < b.last {
 			best = i
 		}
 	}
@@ -347,7 +336,9 @@ func (s *expertSlots) before(a, b *slotState) bool {
 }
 
 // share is policyShare's resident slots per weight.
-func (s *expertSlots) share() int { return max(s.n-s.peak, 0) / len(s.use) }
+func (s *expertSlots) share() int {
+	return int(ml.ExpertShare(int64(max(s.n-s.peak, 0)), 1, int64(len(s.use))))
+}
 
 // release unpins every slot: the dispatches that read them have run.
 func (s *expertSlots) release() {

@@ -240,14 +240,10 @@ func expertView(w *weight, e int, data []byte) *weight {
 // expertCache holds expert slices — one expert's rows of one weight — copied from the
 // weight's bytes. Its zero value keeps every expert resident: slices are read in place.
 //
-// A bounded cache gives each weight a share of the capacity in proportion to its expert
-// bytes, and within a share keeps the slices looked up most often lately (counts halved
-// every expertAgeLookups lookups per expert). A forward pass walks the layers in order, so a
-// cache shared by all of them in least-recently-used order evicts every slice of a layer
-// before the next pass returns to it whenever a pass touches more than the cache holds (four
-// sequences of a batch choose 10 of 64 experts each: about half of every layer), and then
-// nothing ever hits. A slice that is not admitted — its weight's share is full of slices
-// used at least as often — is read in place, as a miss. Slices in use are pinned: a product
+// A bounded cache keeps the policy in engine/ml (expertcache.go), Metal's too: each weight
+// gets a share of the capacity in proportion to its expert bytes, and within a share the
+// slices looked up most often lately stay. A slice that is not admitted — its weight's
+// share is full of slices used at least as often — is read in place, as a miss. Slices in use are pinned: a product
 // never reads a slice that another goroutine evicts, and the cache never exceeds its
 // capacity.
 type expertCache struct {
@@ -260,17 +256,11 @@ type expertCache struct {
 
 // expertSet is one weight's share of the cache.
 type expertSet struct {
-	held    map[int]*expertEntry
-	bytes   int64    // of the slices held
-	total   int64    // of all the weight's experts
-	freq    []uint32 // lookups per expert, halved every expertAgeLookups·experts lookups
-	lookups int
+	held   map[int]*expertEntry
+	bytes  int64 // of the slices held
+	total  int64 // of all the weight's experts
+	counts ml.ExpertCounts
 }
-
-// expertAgeLookups is how many lookups per expert, on average, a weight's counts cover
-// before they are halved: long enough to tell a hot expert from one chosen by chance in a
-// few steps, short enough to follow a document whose topic moves.
-const expertAgeLookups = 16
 
 type expertEntry struct {
 	data []byte
@@ -312,7 +302,7 @@ func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
 		return direct, func() {}
 	}
 	s := c.set(w)
-	s.count(e)
+	s.counts.Look(e)
 	if ent, ok := s.held[e]; ok {
 		c.stats.Hits++
 		ent.pins++
@@ -338,35 +328,24 @@ func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
 func (c *expertCache) set(w *weight) *expertSet {
 	s, ok := c.sets[w]
 	if !ok {
-		s = &expertSet{held: map[int]*expertEntry{}, total: int64(w.expertBytes()) * int64(w.dims[2]), freq: make([]uint32, w.dims[2])}
+		s = &expertSet{held: map[int]*expertEntry{}, total: int64(w.expertBytes()) * int64(w.dims[2]), counts: ml.NewExpertCounts(w.dims[2])}
 		c.sets[w] = s
 		c.total += s.total
 	}
 	return s
 }
 
-// count records a lookup of expert e.
-func (s *expertSet) count(e int) {
-	s.freq[e]++
-	if s.lookups++; s.lookups >= expertAgeLookups*len(s.freq) {
-		s.lookups = 0
-		for i := range s.freq {
-			s.freq[i] /= 2
-		}
-	}
-}
-
 // share is the bytes s may hold: the capacity in proportion to its experts' bytes among the
 // weights seen so far.
 func (c *expertCache) share(s *expertSet) int64 {
-	return int64(float64(c.capacity) * float64(s.total) / float64(c.total))
+	return ml.ExpertShare(c.capacity, s.total, c.total)
 }
 
 // coldest is s's unpinned slice with the fewest recent lookups, -1 if none.
 func (s *expertSet) coldest() int {
 	best := -1
 	for e, ent := range s.held {
-		if ent.pins == 0 && (best < 0 || s.freq[e] < s.freq[best] || s.freq[e] == s.freq[best] && e < best) {
+		if ent.pins == 0 && (best < 0 || s.counts.Of(e) < s.counts.Of(best) || s.counts.Of(e) == s.counts.Of(best) && e < best) {
 			best = e
 		}
 	}
@@ -391,7 +370,7 @@ func (c *expertCache) admit(s *expertSet, e int, size int64) ([]byte, bool) {
 	}
 	for s.bytes+size > c.share(s) {
 		v := s.coldest()
-		if v < 0 || s.freq[e] <= s.freq[v] {
+		if v < 0 || !s.counts.Admits(e, v) {
 			return buf, false
 		}
 		evict(s, v)
