@@ -183,7 +183,7 @@ func TestExpertCacheForward(t *testing.T) {
 
 // TestSlotPolicyTrace measures the eviction policies on routing traces of the CPU engine:
 // the tiny-qwen3next fixture (REDLITE_TEST_TRACE=mini: the qwen3next-mini synth, 64 experts
-// of Qwen3-Next-80B's size, 10 used, Q8_0; many minutes on 2 loaded cores). Single: one
+// of Qwen3-Next-80B's size, 10 used, Q8_0; about 2 minutes on 2 loaded cores). Single: one
 // session prefills 64 tokens of docs/architecture.md at once and then 256 one at a time, as
 // decode steps would. Batched: a scheduler of 4 slots admits 4 prompts of 64 tokens of it
 // (different places) in one step and generates 64 tokens each greedily, every decode step
