@@ -49,6 +49,9 @@ func TestHierarchicalSummary(t *testing.T) {
 	cfg := b.cfg
 	cfg.HierarchyPoll = 20 * time.Millisecond
 	cfg.LogLevel = "info"
+	// f16 KV throughout: the sizes below are counted in f16 positions. With q8_0 on the
+	// table a worker holds about twice as many, and the document no longer makes ten pieces.
+	cfg.KV = "f16"
 	// Two Macs of one memory class (512m), mac-b holding about five times what mac-a does;
 	// mac-b serves every capacity bucket mac-a does, so it runs pieces sized for mac-a too.
 	limits := map[string]int64{"mac-a": hierarchyLimit(t, b, 1500), "mac-b": hierarchyLimit(t, b, 8000)}
