@@ -22,7 +22,7 @@ type kvPool struct {
 	k16, v16          [][]uint16
 	k8, v8            [][]byte
 	// rotK and rotV are the sizes of the Walsh–Hadamard rotations a q8_0 cache stores
-	// keys and values under (0: none); see kvRotations.
+	// keys and values under (0: none); see ml.KVRotations.
 	rotK, rotV int
 	list       *ml.BlockList
 }
@@ -53,7 +53,7 @@ func newKVPool(layers, kvHeads, headDim, blocks, blockSize int, dtype ml.DType) 
 		return nil, fmt.Errorf("cpu: a head of %d features is not a whole number of %v blocks of %d", headDim, dtype, ml.Q8_0Block)
 	}
 	p := &kvPool{dtype: dtype, layers: layers, kvHeads: kvHeads, headDim: headDim, blockSize: blockSize, blocks: blocks}
-	p.rotK, p.rotV = kvRotations(dtype, headDim)
+	p.rotK, p.rotV = ml.KVRotations(dtype, headDim)
 	n := blocks * blockSize * kvHeads * headDim
 	for range layers {
 		switch dtype {
@@ -375,24 +375,6 @@ func roundQ8_0(dst, src []float32) {
 		quant.QuantizeQ8_0Ref(src[i:i+ml.Q8_0Block], blk[:])
 		dequantQ8(dst[i:i+ml.Q8_0Block], blk[:])
 	}
-}
-
-// kvRotations are the Walsh–Hadamard rotation sizes under which a cache of precision dt
-// stores heads of hd features, as llama.cpp (d32676d7, llama-kv-cache.cpp) does for a
-// quantized cache whose heads are a multiple of 64: keys (and the queries that meet them)
-// by the largest power of two from 64 up that divides the head, values by 64, the
-// attention output rotated back by the same 64. A rotation changes no product of a query
-// and a key (it is orthonormal), only what the q8_0 rounding loses: it spreads a row's
-// outliers over the block. 0 means none.
-func kvRotations(dt ml.DType, hd int) (k, v int) {
-	if dt != ml.Q8_0 || hd%64 != 0 {
-		return 0, 0
-	}
-	k = 64
-	for hd%(2*k) == 0 {
-		k *= 2
-	}
-	return k, 64
 }
 
 // hadamardRows applies the orthonormal Walsh–Hadamard transform of size n (a power of two)

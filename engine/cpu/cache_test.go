@@ -60,7 +60,7 @@ func TestPagedAttention(t *testing.T) {
 				case ml.F16:
 					tol = 1e-3 * (1 + float32(math.Abs(float64(k[i]))) + float32(math.Abs(float64(v[i]))))
 				case ml.Q8_0:
-					// The heads of 64 are stored rotated (kvRotations): half a step of the
+					// The heads of 64 are stored rotated (ml.KVRotations): half a step of the
 					// rotated group's scale max|Hx|/127 (plus the float16 rounding of the
 					// scale) on each of 64 values, of which each loaded value sums 1/8.
 					g0 := i / 64 * 64
@@ -131,7 +131,7 @@ func absMax(x []float32) float32 {
 }
 
 // TestHadamardRows: the transform is Sylvester's matrix with entries ±1/√n and undoes
-// itself; kvRotations picks llama.cpp's sizes; a q8_0 pool refuses heads that are not whole blocks.
+// itself; ml.KVRotations picks llama.cpp's sizes; a q8_0 pool refuses heads that are not whole blocks.
 func TestHadamardRows(t *testing.T) {
 	const n = 64
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -169,8 +169,8 @@ func TestHadamardRows(t *testing.T) {
 		dt       ml.DType
 		hd, k, v int
 	}{{ml.Q8_0, 32, 0, 0}, {ml.Q8_0, 64, 64, 64}, {ml.Q8_0, 96, 0, 0}, {ml.Q8_0, 192, 64, 64}, {ml.Q8_0, 256, 256, 64}, {ml.F16, 256, 0, 0}} {
-		if k, v := kvRotations(c.dt, c.hd); k != c.k || v != c.v {
-			t.Errorf("kvRotations(%v, %d) = %d, %d; want %d, %d", c.dt, c.hd, k, v, c.k, c.v)
+		if k, v := ml.KVRotations(c.dt, c.hd); k != c.k || v != c.v {
+			t.Errorf("ml.KVRotations(%v, %d) = %d, %d; want %d, %d", c.dt, c.hd, k, v, c.k, c.v)
 		}
 	}
 }

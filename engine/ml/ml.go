@@ -476,3 +476,21 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// KVRotations are the Walsh–Hadamard rotation sizes under which a cache of precision dt
+// stores heads of hd features, as llama.cpp (d32676d7, llama-kv-cache.cpp) does for a
+// quantized cache whose heads are a multiple of 64: keys (and the queries that meet them)
+// by the largest power of two from 64 up that divides the head, values by 64, the
+// attention output rotated back by the same 64. A rotation changes no product of a query
+// and a key (it is orthonormal), only what the q8_0 rounding loses: it spreads a row's
+// outliers over the block. 0 means none.
+func KVRotations(dt DType, hd int) (k, v int) {
+	if dt != Q8_0 || hd%64 != 0 {
+		return 0, 0
+	}
+	k = 64
+	for hd%(2*k) == 0 {
+		k *= 2
+	}
+	return k, 64
+}
