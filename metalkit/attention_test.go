@@ -201,10 +201,15 @@ func (r *kernelRig) pools(layers, kvHeads, hd, blocks, blockSize int, dt ml.DTyp
 
 func TestKVStoreLoad(t *testing.T) {
 	r := newKernelRig(t)
-	for _, dt := range []ml.DType{ml.F32, ml.F16} {
-		t.Run(dt.String(), func(t *testing.T) {
+	// q8_0 heads of 128 are stored rotated by 128 (keys) and 64 (values), of 32 not at all.
+	for _, c := range []struct {
+		dt ml.DType
+		hd int
+	}{{ml.F32, 32}, {ml.F16, 32}, {ml.Q8_0, 32}, {ml.Q8_0, 128}} {
+		dt, hd := c.dt, c.hd
+		t.Run(fmt.Sprintf("%v/%d", dt, hd), func(t *testing.T) {
 			r.t = t
-			const layers, kvHeads, hd = 2, 2, 32
+			const layers, kvHeads = 2, 2
 			seqs := r.pools(layers, kvHeads, hd, 12, 16, dt, 70, 66)
 			row := kvHeads * hd
 			for si, s := range seqs {

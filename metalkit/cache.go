@@ -58,8 +58,12 @@ func newKVPool(dev device.Device, layers, kvHeads, headDim, blocks, blockSize in
 	if layers < 0 || kvHeads <= 0 || headDim <= 0 || blocks <= 0 || blockSize <= 0 {
 		return nil, fmt.Errorf("metalkit: bad cache shape: %d layers, %d kv heads of %d, %d blocks of %d positions", layers, kvHeads, headDim, blocks, blockSize)
 	}
-	if dt != ml.F32 && dt != ml.F16 {
+	if dt != ml.F32 && dt != ml.F16 && dt != ml.Q8_0 {
 		return nil, fmt.Errorf("metalkit: cache precision %v not supported", dt)
+	}
+	if dt == ml.Q8_0 && (!dt.RowFits(headDim) || headDim > kernels.AttnMaxHeadDim) {
+		// kv_store_q8_0 quantizes a head in thread memory, in whole blocks.
+		return nil, fmt.Errorf("metalkit: a %v cache needs heads of a multiple of %d features up to %d, not %d", dt, ml.Q8_0Block, kernels.AttnMaxHeadDim, headDim)
 	}
 	if headDim%4 != 0 {
 		// The attention kernels load keys as float4/half4.
@@ -336,17 +340,23 @@ func (e *encoder) kvCopy(store bool, c *cache, layer, pos0, n int, k, v Region) 
 		return
 	}
 	const threads = 256
-	groups := [3]int{ml.BlocksFor(n*row, threads), 1, 1}
-	cost := kvCost(store, n, row, c.pool.dtype)
+	p := c.pool
+	items := n * row // a thread per value; per head of a position for q8_0
+	if p.dtype == ml.Q8_0 {
+		items = n * p.kvHeads
+	}
+	groups := [3]int{ml.BlocksFor(items, threads), 1, 1}
+	cost := kvCost(store, n, row, p.dtype)
+	rk, rv := ml.KVRotations(p.dtype, p.headDim)
+	args := kernels.KVStoreArgs{N: int32(n), Row: int32(row), Pos0: int32(pos0), BlockSize: int32(p.blockSize),
+		HeadDim: int32(p.headDim), RotK: int32(rk), RotV: int32(rv), ScaleK: ml.HadamardScale(rk), ScaleV: ml.HadamardScale(rv)}
 	if store {
-		e.dispatch(name+c.pool.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0, cost,
-			kernels.KVStoreArgs{N: int32(n), Row: int32(row), Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize)},
-			k, v, c.layerK(layer), c.layerV(layer), c.tableRegion())
+		e.dispatch(name+p.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0, cost,
+			args, k, v, c.layerK(layer), c.layerV(layer), c.tableRegion())
 		return
 	}
-	e.dispatch(name+c.pool.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0, cost,
-		kernels.KVLoadArgs{N: int32(n), Row: int32(row), Pos0: int32(pos0), BlockSize: int32(c.pool.blockSize)},
-		c.layerK(layer), c.layerV(layer), c.tableRegion(), k, v)
+	e.dispatch(name+p.dtype.String(), nil, groups, [3]int{threads, 1, 1}, 0, cost,
+		kernels.KVLoadArgs(args), c.layerK(layer), c.layerV(layer), c.tableRegion(), k, v)
 }
 
 // kvCost: the keys and values of n positions cross between float32 tensors and the cache.

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
@@ -384,7 +383,7 @@ func hadamardRows(x []float32, n int) {
 	if n == 0 {
 		return
 	}
-	s := float32(1 / math.Sqrt(float64(n)))
+	s := ml.HadamardScale(n)
 	for r := 0; r+n <= len(x); r += n {
 		v := x[r : r+n]
 		for h := 1; h < n; h *= 2 {

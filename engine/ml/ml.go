@@ -13,6 +13,7 @@ package ml
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/redlite/batch/engine/quant"
 )
@@ -493,4 +494,13 @@ func KVRotations(dt DType, hd int) (k, v int) {
 		k *= 2
 	}
 	return k, 64
+}
+
+// HadamardScale is 1/√n in float32, the scale of the orthonormal Walsh–Hadamard transform
+// of size n (0 for none) that a q8_0 cache's rotations apply.
+func HadamardScale(n int) float32 {
+	if n == 0 {
+		return 0
+	}
+	return float32(1 / math.Sqrt(float64(n)))
 }

@@ -35,10 +35,14 @@ const (
 
 type KVStoreArgs struct {
 	N, Row, Pos0, BlockSize int32
+	HeadDim, RotK, RotV     int32
+	ScaleK, ScaleV          float32
 }
 
 type KVLoadArgs struct {
 	N, Row, Pos0, BlockSize int32
+	HeadDim, RotK, RotV     int32
+	ScaleK, ScaleV          float32
 }
 
 type AttnDecodeArgs struct {

@@ -41,11 +41,18 @@
 
 // kv_store_f32/f16 and kv_load_f32/f16: n positions from pos0 of one layer; row is
 // kv_heads·head_dim, the values of one position.
+// kv_store_q8_0 and kv_load_q8_0 also read head_dim and the Walsh–Hadamard rotations of
+// keys and values (ml.KVRotations; 0: none) with their scales 1/√rot.
 struct kv_store_args {
     int32_t n;
     int32_t row;
     int32_t pos0;
     int32_t block_size;
+    int32_t head_dim;
+    int32_t rot_k;
+    int32_t rot_v;
+    float scale_k;
+    float scale_v;
 };
 
 struct kv_load_args {
@@ -53,6 +60,11 @@ struct kv_load_args {
     int32_t row;
     int32_t pos0;
     int32_t block_size;
+    int32_t head_dim;
+    int32_t rot_k;
+    int32_t rot_v;
+    float scale_k;
+    float scale_v;
 };
 
 // attn_decode_f32/f16: one query token at position positions−1. Threadgroup (split, y):

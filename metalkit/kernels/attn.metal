@@ -88,6 +88,128 @@ kernel void kv_load_f16(constant kv_load_args &a [[buffer(0)]],
     kv_load<half>(a, kc, vc, table, k, v, i);
 }
 
+// ---- q8_0 rows ---------------------------------------------------------------------------
+//
+// A q8_0 cache stores each head as ggml's Q8_0 blocks (a half scale, 32 int8) of the head
+// rotated as ml.KVRotations says, as the CPU's cache does (engine/cpu/cache.go): the same
+// operations in the same order, so the blocks are the CPU's bit for bit. One thread per
+// position and KV head; the head goes through thread memory (at most ATTN_MAX_HEAD_DIM).
+
+// hadamard_runs applies the orthonormal Walsh–Hadamard transform of size n (0: none) to
+// each run of n of the len values of x, as the CPU's hadamardRows: butterflies, then s.
+static void hadamard_runs(thread float *x, int len, int n, float s) {
+    if (n == 0) {
+        return;
+    }
+    for (int r = 0; r + n <= len; r += n) {
+        thread float *v = x + r;
+        for (int h = 1; h < n; h *= 2) {
+            for (int i = 0; i < n; i += 2 * h) {
+                for (int j = i; j < i + h; j++) {
+                    const float a = v[j], b = v[j + h];
+                    v[j] = a + b;
+                    v[j + h] = a - b;
+                }
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            v[i] *= s;
+        }
+    }
+}
+
+// q8_0_put quantizes len values of x into blocks at dst, as quant.QuantizeQ8_0Ref.
+static void q8_0_put(thread const float *x, int len, device uchar *dst) {
+    for (int b = 0; b < len / 32; b++) {
+        thread const float *blk = x + 32 * b;
+        device uchar *o = dst + 34 * b;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) {
+            amax = max(amax, fabs(blk[j]));
+        }
+        const float d = amax / 127;
+        const float id = d != 0 ? 1 / d : 0;
+        *(device half *)o = half(d);
+        device int8_t *q = (device int8_t *)(o + 2);
+        for (int j = 0; j < 32; j++) {
+            q[j] = int8_t(round(blk[j] * id));
+        }
+    }
+}
+
+// q8_0_get expands len values of blocks at src into x, as ggml's to_float.
+static void q8_0_get(device const uchar *src, int len, thread float *x) {
+    for (int b = 0; b < len / 32; b++) {
+        device const uchar *o = src + 34 * b;
+        const float d = float(*(device const half *)o);
+        device const int8_t *q = (device const int8_t *)(o + 2);
+        for (int j = 0; j < 32; j++) {
+            x[32 * b + j] = float(q[j]) * d;
+        }
+    }
+}
+
+// The byte offset of head h of position p in a q8_0 layer.
+static inline ulong kv_q8_0_at(int row, int p, int hd, int h) {
+    return (ulong(p) * ulong(row) + ulong(h) * ulong(hd)) / 32 * 34;
+}
+
+kernel void kv_store_q8_0(constant kv_store_args &a [[buffer(0)]],
+                          device const float *k [[buffer(1)]],
+                          device const float *v [[buffer(2)]],
+                          device uchar *kc [[buffer(3)]],
+                          device uchar *vc [[buffer(4)]],
+                          device const int32_t *table [[buffer(5)]],
+                          uint i [[thread_position_in_grid]]) {
+    const int hd = a.head_dim, heads = a.row / hd;
+    if (i >= uint(a.n) * uint(heads)) {
+        return;
+    }
+    const int t = int(i) / heads, h = int(i) % heads;
+    const ulong src = ulong(t) * ulong(a.row) + ulong(h) * ulong(hd);
+    const ulong dst = kv_q8_0_at(a.row, kv_row(table, a.pos0 + t, a.block_size), hd, h);
+    float x[ATTN_MAX_HEAD_DIM];
+    for (int e = 0; e < hd; e++) {
+        x[e] = k[src + e];
+    }
+    hadamard_runs(x, hd, a.rot_k, a.scale_k);
+    q8_0_put(x, hd, kc + dst);
+    for (int e = 0; e < hd; e++) {
+        x[e] = v[src + e];
+    }
+    hadamard_runs(x, hd, a.rot_v, a.scale_v);
+    q8_0_put(x, hd, vc + dst);
+}
+
+// kv_load_q8_0 expands and rotates back (the rotation is its own inverse), as the CPU's
+// LoadKV: a snapshot of a q8_0 cache holds the values it stood for.
+kernel void kv_load_q8_0(constant kv_load_args &a [[buffer(0)]],
+                         device const uchar *kc [[buffer(1)]],
+                         device const uchar *vc [[buffer(2)]],
+                         device const int32_t *table [[buffer(3)]],
+                         device float *k [[buffer(4)]],
+                         device float *v [[buffer(5)]],
+                         uint i [[thread_position_in_grid]]) {
+    const int hd = a.head_dim, heads = a.row / hd;
+    if (i >= uint(a.n) * uint(heads)) {
+        return;
+    }
+    const int t = int(i) / heads, h = int(i) % heads;
+    const ulong dst = ulong(t) * ulong(a.row) + ulong(h) * ulong(hd);
+    const ulong src = kv_q8_0_at(a.row, kv_row(table, a.pos0 + t, a.block_size), hd, h);
+    float x[ATTN_MAX_HEAD_DIM];
+    q8_0_get(kc + src, hd, x);
+    hadamard_runs(x, hd, a.rot_k, a.scale_k);
+    for (int e = 0; e < hd; e++) {
+        k[dst + e] = x[e];
+    }
+    q8_0_get(vc + src, hd, x);
+    hadamard_runs(x, hd, a.rot_v, a.scale_v);
+    for (int e = 0; e < hd; e++) {
+        v[dst + e] = x[e];
+    }
+}
+
 // ---- decode: split-K ---------------------------------------------------------------------
 //
 // One threadgroup per (split of positions, KV head) computes every query head sharing that
