@@ -8,6 +8,7 @@
 using namespace metal;
 
 #include "args_attn.h"
+#include "kv_cache.h"
 
 // T is int32_t for a cache's own table, float for the tables of a batch (a pass input:
 // block numbers as float32 values, exact below 2^24, as the engine holds ids).
@@ -220,9 +221,9 @@ kernel void kv_load_q8_0(constant kv_load_args &a [[buffer(0)]],
 // cache block (the host chooses the split so). With one split the output is normalised
 // here; otherwise each split leaves its max, sum of exponentials and unnormalised
 // accumulator for attn_merge_f32.
-template <typename K4, typename V, typename T>
+template <typename R, typename T>
 static void attn_decode(constant attn_decode_args &a, const int positions, const int nsplit,
-                        device const float4 *q, device const K4 *kc, device const V *vc,
+                        device const float4 *q, device const typename R::elem *kc, device const typename R::elem *vc,
                         device const T *table,
                         device float *pacc, device float *pml, device float *out,
                         threadgroup float4 *sq, threadgroup float *sp, threadgroup float *sred,
@@ -255,9 +256,9 @@ static void attn_decode(constant attn_decode_args &a, const int positions, const
         s[h] = 0.0f;
     }
     if (ok) {
-        device const K4 *k = kc + (ulong(row0 + int(tid)) * ulong(stride) + ulong(g * hd)) / 4;
+        const ulong k = ulong(row0 + int(tid)) * ulong(stride) + ulong(g * hd);
         for (int d = 0; d < hd4; d++) {
-            const float4 kv = float4(k[d]);
+            const float4 kv = R::key4(kc, k + ulong(4 * d));
             for (int h = 0; h < ATTN_MAX_GROUP; h++) {
                 if (h < G) {
                     s[h] += dot(kv, sq[h * hd4 + d]);
@@ -316,9 +317,9 @@ static void attn_decode(constant attn_decode_args &a, const int positions, const
         for (int h = 0; h < ATTN_MAX_GROUP; h++) {
             acc[h] = 0.0f;
         }
-        device const V *vp = vc + ulong(row0) * ulong(stride) + ulong(g * hd + d);
+        const ulong vp = ulong(row0) * ulong(stride) + ulong(g * hd + d);
         for (int j = 0; j < len; j++) {
-            const float x = float(vp[ulong(j) * ulong(stride)]);
+            const float x = R::value(vc, vp + ulong(j) * ulong(stride));
             for (int h = 0; h < ATTN_MAX_GROUP; h++) {
                 if (h < G) {
                     acc[h] += sp[h * ATTN_DECODE_THREADS + j] * x;
@@ -348,7 +349,7 @@ static void attn_decode(constant attn_decode_args &a, const int positions, const
 
 kernel void attn_decode_f32(constant attn_decode_args &a [[buffer(0)]],
                             device const float4 *q [[buffer(1)]],
-                            device const float4 *kc [[buffer(2)]],
+                            device const float *kc [[buffer(2)]],
                             device const float *vc [[buffer(3)]],
                             device const int32_t *table [[buffer(4)]],
                             device float *pacc [[buffer(5)]],
@@ -361,12 +362,12 @@ kernel void attn_decode_f32(constant attn_decode_args &a [[buffer(0)]],
                             uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
-    attn_decode<float4, float, int32_t>(a, a.positions, a.nsplit, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+    attn_decode<kv_f32, int32_t>(a, a.positions, a.nsplit, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
 }
 
 kernel void attn_decode_f16(constant attn_decode_args &a [[buffer(0)]],
                             device const float4 *q [[buffer(1)]],
-                            device const half4 *kc [[buffer(2)]],
+                            device const half *kc [[buffer(2)]],
                             device const half *vc [[buffer(3)]],
                             device const int32_t *table [[buffer(4)]],
                             device float *pacc [[buffer(5)]],
@@ -379,7 +380,7 @@ kernel void attn_decode_f16(constant attn_decode_args &a [[buffer(0)]],
                             uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
-    attn_decode<half4, half, int32_t>(a, a.positions, a.nsplit, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+    attn_decode<kv_f16, int32_t>(a, a.positions, a.nsplit, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
 }
 
 // One threadgroup per query head h: out = Σ_s e^(m_s − M)·acc_s / Σ_s e^(m_s − M)·l_s with M
@@ -439,9 +440,9 @@ static inline int attn_batch_seq(constant attn_decode_batch_args &a, int x) {
     return lo;
 }
 
-template <typename K4, typename V>
+template <typename R>
 static void attn_decode_batch(constant attn_decode_batch_args &a, device const float4 *q,
-                              device const K4 *kc, device const V *vc, device const float *tables,
+                              device const typename R::elem *kc, device const typename R::elem *vc, device const float *tables,
                               device float *pacc, device float *pml, device float *out,
                               threadgroup float4 *sq, threadgroup float *sp, threadgroup float *sred,
                               uint2 tg, uint tid, uint lane, uint sg) {
@@ -449,14 +450,14 @@ static void attn_decode_batch(constant attn_decode_batch_args &a, device const f
     const int positions = a.positions[s];
     const int nsplit = (positions + a.d.split - 1) / a.d.split;
     const ulong part = ulong(a.split0[s]) * ulong(a.d.heads);
-    attn_decode<K4, V, float>(a.d, positions, nsplit, q + a.q_off[s], kc, vc, tables + a.table0[s],
+    attn_decode<R, float>(a.d, positions, nsplit, q + a.q_off[s], kc, vc, tables + a.table0[s],
                               pacc + part * ulong(a.d.head_dim), pml + part * 2, out + a.out_off[s],
                               sq, sp, sred, uint2(tg.x - uint(a.split0[s]), tg.y), tid, lane, sg);
 }
 
 kernel void attn_decode_batch_f32(constant attn_decode_batch_args &a [[buffer(0)]],
                                   device const float4 *q [[buffer(1)]],
-                                  device const float4 *kc [[buffer(2)]],
+                                  device const float *kc [[buffer(2)]],
                                   device const float *vc [[buffer(3)]],
                                   device const float *tables [[buffer(4)]],
                                   device float *pacc [[buffer(5)]],
@@ -469,12 +470,12 @@ kernel void attn_decode_batch_f32(constant attn_decode_batch_args &a [[buffer(0)
                                   uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
-    attn_decode_batch<float4, float>(a, q, kc, vc, tables, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+    attn_decode_batch<kv_f32>(a, q, kc, vc, tables, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
 }
 
 kernel void attn_decode_batch_f16(constant attn_decode_batch_args &a [[buffer(0)]],
                                   device const float4 *q [[buffer(1)]],
-                                  device const half4 *kc [[buffer(2)]],
+                                  device const half *kc [[buffer(2)]],
                                   device const half *vc [[buffer(3)]],
                                   device const float *tables [[buffer(4)]],
                                   device float *pacc [[buffer(5)]],
@@ -487,7 +488,7 @@ kernel void attn_decode_batch_f16(constant attn_decode_batch_args &a [[buffer(0)
                                   uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
-    attn_decode_batch<half4, half>(a, q, kc, vc, tables, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+    attn_decode_batch<kv_f16>(a, q, kc, vc, tables, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
 }
 
 // Threadgroup (h, s): query head h of sequence s, when s has more than one split.

@@ -6,6 +6,7 @@
 using namespace metal;
 
 #include "args_attn.h"
+#include "kv_cache.h"
 
 // One threadgroup per (ATTN_PREFILL_QUERIES query tokens, tg_heads query heads of one KV
 // head), one SIMD group per token computing all tg_heads heads: as in grouped decode, each
@@ -15,9 +16,9 @@ using namespace metal;
 // blocks) and float4 dot products with the queries, staged in threadgroup memory. Values:
 // lane j holds features j, j+32, … of every head's output and adds each position's value
 // row with the weights the position's lane left in threadgroup memory.
-template <typename K4, typename V>
+template <typename R>
 static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
-                         device const K4 *kc, device const V *vc, device const int32_t *table,
+                         device const typename R::elem *kc, device const typename R::elem *vc, device const int32_t *table,
                          device float *out, threadgroup float4 *sq, threadgroup float *sw, threadgroup int *srow,
                          uint2 tg, uint tid, uint lane, uint sg) {
     const int G = a.tg_heads;
@@ -62,9 +63,9 @@ static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
             s[h] = 0.0f;
         }
         if (ok) {
-            device const K4 *k = kc + (ulong(row) * ulong(stride) + ulong(g * hd)) / 4;
+            const ulong k = ulong(row) * ulong(stride) + ulong(g * hd);
             for (int d = 0; d < hd4; d++) {
-                const float4 kv = float4(k[d]);
+                const float4 kv = R::key4(kc, k + ulong(4 * d));
                 for (int h = 0; h < ATTN_MAX_GROUP; h++) {
                     if (h < G) {
                         s[h] += dot(kv, qt[h * hd4 + d]);
@@ -94,10 +95,10 @@ static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
         simdgroup_barrier(mem_flags::mem_threadgroup);
         const int cnt = min(32, end - p0);
         for (int jj = 0; jj < cnt; jj++) {
-            device const V *vr = vc + ulong(trow[jj]) * ulong(stride) + ulong(g * hd);
+            const ulong vr = ulong(trow[jj]) * ulong(stride) + ulong(g * hd);
             for (int j = 0; j < ATTN_MAX_HEAD_DIM / 32; j++) {
                 if (j < nd) {
-                    const float x = float(vr[int(lane) + 32 * j]);
+                    const float x = R::value(vc, vr + ulong(int(lane) + 32 * j));
                     for (int h = 0; h < ATTN_MAX_GROUP; h++) {
                         if (h < G) {
                             o[h][j] += tw[h * 32 + jj] * x;
@@ -122,7 +123,7 @@ static void attn_prefill(constant attn_prefill_args &a, device const float4 *q,
 
 kernel void attn_prefill_f32(constant attn_prefill_args &a [[buffer(0)]],
                              device const float4 *q [[buffer(1)]],
-                             device const float4 *kc [[buffer(2)]],
+                             device const float *kc [[buffer(2)]],
                              device const float *vc [[buffer(3)]],
                              device const int32_t *table [[buffer(4)]],
                              device float *out [[buffer(5)]],
@@ -133,12 +134,12 @@ kernel void attn_prefill_f32(constant attn_prefill_args &a [[buffer(0)]],
                              uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float sw[ATTN_PREFILL_QUERIES * ATTN_MAX_GROUP * 32];
     threadgroup int srow[ATTN_PREFILL_QUERIES * 32];
-    attn_prefill<float4, float>(a, q, kc, vc, table, out, sq, sw, srow, tg, tid, lane, sg);
+    attn_prefill<kv_f32>(a, q, kc, vc, table, out, sq, sw, srow, tg, tid, lane, sg);
 }
 
 kernel void attn_prefill_f16(constant attn_prefill_args &a [[buffer(0)]],
                              device const float4 *q [[buffer(1)]],
-                             device const half4 *kc [[buffer(2)]],
+                             device const half *kc [[buffer(2)]],
                              device const half *vc [[buffer(3)]],
                              device const int32_t *table [[buffer(4)]],
                              device float *out [[buffer(5)]],
@@ -149,5 +150,5 @@ kernel void attn_prefill_f16(constant attn_prefill_args &a [[buffer(0)]],
                              uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float sw[ATTN_PREFILL_QUERIES * ATTN_MAX_GROUP * 32];
     threadgroup int srow[ATTN_PREFILL_QUERIES * 32];
-    attn_prefill<half4, half>(a, q, kc, vc, table, out, sq, sw, srow, tg, tid, lane, sg);
+    attn_prefill<kv_f16>(a, q, kc, vc, table, out, sq, sw, srow, tg, tid, lane, sg);
 }

@@ -4,14 +4,15 @@
 using namespace metal;
 
 #include "args_attn.h"
+#include "kv_cache.h"
 
 // One SIMD group per (query token, query head): the positions go by one at a time, the 32
 // lanes share each score's dot product (head_dim/32 features a lane) and keep an online
 // softmax; the sink, if any, joins the denominator at the end, as a score that weighs no value.
 // Simple rather than fast: the first Metal form of SinkAttention, checked on the harness.
-template <typename T>
-static void attn_sinks(constant attn_sinks_args &a, device const float *q, device const T *kc,
-                       device const T *vc, device const int32_t *table, device const float *sinks,
+template <typename R>
+static void attn_sinks(constant attn_sinks_args &a, device const float *q, device const typename R::elem *kc,
+                       device const typename R::elem *vc, device const int32_t *table, device const float *sinks,
                        device float *out, uint2 tg, uint lane) {
     const int i = int(tg.x);
     const int h = int(tg.y);
@@ -37,7 +38,7 @@ static void attn_sinks(constant attn_sinks_args &a, device const float *q, devic
         const ulong row = ulong(table[p / a.block_size] * a.block_size + p % a.block_size) * ulong(stride) + ulong(g * hd) + ulong(int(lane) * per);
         float s = 0.0f;
         for (int j = 0; j < per; j++) {
-            s += ql[j] * float(kc[row + ulong(j)]);
+            s += ql[j] * R::value(kc, row + ulong(j));
         }
         s = simd_sum(s) * a.scale;
         const float nm = max(mx, s);
@@ -45,7 +46,7 @@ static void attn_sinks(constant attn_sinks_args &a, device const float *q, devic
         const float e = exp(s - nm);
         l = l * c + e;
         for (int j = 0; j < per; j++) {
-            acc[j] = acc[j] * c + e * float(vc[row + ulong(j)]);
+            acc[j] = acc[j] * c + e * R::value(vc, row + ulong(j));
         }
         mx = nm;
     }
@@ -73,7 +74,7 @@ kernel void attn_sinks_f32(constant attn_sinks_args &a [[buffer(0)]],
                            device float *out [[buffer(6)]],
                            uint2 tg [[threadgroup_position_in_grid]],
                            uint lane [[thread_index_in_simdgroup]]) {
-    attn_sinks<float>(a, q, kc, vc, table, sinks, out, tg, lane);
+    attn_sinks<kv_f32>(a, q, kc, vc, table, sinks, out, tg, lane);
 }
 
 kernel void attn_sinks_f16(constant attn_sinks_args &a [[buffer(0)]],
@@ -85,5 +86,5 @@ kernel void attn_sinks_f16(constant attn_sinks_args &a [[buffer(0)]],
                            device float *out [[buffer(6)]],
                            uint2 tg [[threadgroup_position_in_grid]],
                            uint lane [[thread_index_in_simdgroup]]) {
-    attn_sinks<half>(a, q, kc, vc, table, sinks, out, tg, lane);
+    attn_sinks<kv_f16>(a, q, kc, vc, table, sinks, out, tg, lane);
 }
