@@ -197,10 +197,6 @@ func (e *encoder) attentionSinks(q Region, n, heads int, c *cache, layer, pos0 i
 		e.err = fmt.Errorf("metalkit: sink attention of %d tokens of %d heads of %d over a cache of %d kv heads (heads of a multiple of 32 up to %d)", n, heads, hd, kvHeads, kernels.AttnMaxHeadDim)
 		return
 	}
-	if dt != ml.F32 && dt != ml.F16 {
-		e.err = fmt.Errorf("metalkit: sink attention over a %s cache is not implemented", dt)
-		return
-	}
 	if err := regionsHold("sink attention", int64(4*n*heads*hd), q, out); err != nil {
 		e.err = err
 		return

@@ -40,6 +40,10 @@ func (c *context) AttentionRuns(qs []ml.Tensor, cs []ml.Cache, layer int, pos0s 
 		if qts[j].shape[1] != qts[0].shape[1] || qts[j].shape[2] != qts[0].shape[2] {
 			panic(fmt.Sprintf("metalkit: attention of runs of q %v and %v", qts[0].shape, qts[j].shape))
 		}
+		if kcs[j].pool.dtype != kcs[0].pool.dtype {
+			panic(fmt.Sprintf("metalkit: attention of runs over %v and %v caches", kcs[0].pool.dtype, kcs[j].pool.dtype))
+		}
+		qts[j] = c.kvQuery(qts[j], kcs[j])
 		starts[j] = total
 		total += qts[j].shape[0]
 	}
@@ -108,7 +112,7 @@ func (c *context) AttentionRuns(qs []ml.Tensor, cs []ml.Cache, layer int, pos0s 
 			e.attentionDecodeBatch(seqs, heads, layer, scale, c.region(g.tables.t), o)
 		}
 	}, []*tensor{out}, ins...)
-	return out
+	return c.kvOutput(out, kcs[0].pool.dtype, hd)
 }
 
 // checkAttention refuses, where the graph issues it, attention of q at pos0 over a layer of

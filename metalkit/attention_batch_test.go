@@ -35,6 +35,15 @@ func (r *kernelRig) batchDecodeCase(sh attnShape, dt ml.DType, blocks, blockSize
 	qAll := r.upload(qs)
 	single := r.upload(make([]float32, len(seqs)*qn))
 	batched := r.upload(make([]float32, len(seqs)*qn))
+	// Over q8_0 the kernels take the queries rotated and rounded, and leave the output
+	// rotated (kvq8.go): qIn and the raw outputs, then rotated into single and batched.
+	q8 := dt == ml.Q8_0
+	rk, rv := ml.KVRotations(dt, sh.hd)
+	qIn, singleRaw, batchedRaw := qAll, single, batched
+	if q8 {
+		qIn = r.upload(make([]float32, len(qs)))
+		singleRaw, batchedRaw = r.upload(make([]float32, len(seqs)*qn)), r.upload(make([]float32, len(seqs)*qn))
+	}
 	var tables []float32
 	var batch []decodeSeq
 	var encode []func(e *encoder)
@@ -50,7 +59,10 @@ func (r *kernelRig) batchDecodeCase(sh attnShape, dt ml.DType, blocks, blockSize
 		q := qs[qAt(i) : qAt(i)+qn]
 		want[i] = r.compute(ctx, ctx.Attention(ctx.Input(q, 1, sh.heads, sh.hd), s.cpu, 1, pos0, scale))[0]
 		ctx.Close()
-		qr := qAll.Sub(int64(4*qAt(i)), int64(4*qn))
+		qr := qIn.Sub(int64(4*qAt(i)), int64(4*qn))
+		if q8 {
+			encode = append(encode, func(e *encoder) { e.kvRows(qAll.Sub(int64(4*qAt(i)), int64(4*qn)), qr, sh.hd, rk, true) })
+		}
 		batch = append(batch, decodeSeq{c: s.gpu, pos0: pos0, q: qr, outOff: int64(4 * i * qn), table0: len(tables)})
 		for _, p := range s.gpu.pages {
 			tables = append(tables, float32(p))
@@ -62,9 +74,13 @@ func (r *kernelRig) batchDecodeCase(sh attnShape, dt ml.DType, blocks, blockSize
 			f(e)
 		}
 		for i, s := range batch {
-			e.attention(s.q, 1, sh.heads, s.c, 1, s.pos0, scale, single.Sub(int64(4*i*qn), int64(4*qn)))
+			e.attention(s.q, 1, sh.heads, s.c, 1, s.pos0, scale, singleRaw.Sub(int64(4*i*qn), int64(4*qn)))
 		}
-		e.attentionDecodeBatch(batch, sh.heads, 1, scale, tr, batched)
+		e.attentionDecodeBatch(batch, sh.heads, 1, scale, tr, batchedRaw)
+		if q8 {
+			e.kvRows(singleRaw, single, sh.hd, rv, false)
+			e.kvRows(batchedRaw, batched, sh.hd, rv, false)
+		}
 	})
 	got, per := r.read(batched), r.read(single)
 	for i := range seqs {
@@ -95,7 +111,7 @@ func TestAttentionDecodeBatch(t *testing.T) {
 // A head of 1,024 features in a group of 8 takes one head per threadgroup in a batch too.
 func TestAttentionDecodeBatchLargeHeads(t *testing.T) {
 	r := newKernelRig(t)
-	for _, dt := range []ml.DType{ml.F32, ml.F16} {
+	for _, dt := range []ml.DType{ml.F32, ml.F16} { // q8_0 heads are at most kernels.AttnMaxHeadDim
 		t.Run(dt.String(), func(t *testing.T) {
 			r.t = t
 			r.batchDecodeCase(attnShape{8, 1, 1024}, dt, 10, 64, []int{40, 130})
@@ -120,7 +136,7 @@ func TestAttentionDecodeBatchMany(t *testing.T) {
 // beside it under the 32 KiB a threadgroup has.
 func TestAttentionDecodeBatchThreadgroupMemory(t *testing.T) {
 	r := newKernelRig(t)
-	for _, dt := range []ml.DType{ml.F32, ml.F16} {
+	for _, dt := range []ml.DType{ml.F32, ml.F16, ml.Q8_0} {
 		one, err := r.dev.Pipeline("attn_decode_" + dt.String())
 		if err != nil {
 			t.Fatal(err)

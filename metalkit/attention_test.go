@@ -312,15 +312,17 @@ func (r *kernelRig) sinkAttentionCase(sh attnShape, dt ml.DType, blocks, blockSi
 			}
 			want[i] = r.compute(ctx, out)[0]
 			ctx.Close()
-			encode = append(encode, func(e *encoder) {
-				e.attentionSinks(qr, n, sh.heads, s.gpu, 1, pos0, scale, window, sinkR, outs[i])
-			})
+			encode = append(encode, r.kvAttend(dt, sh.hd, qr, outs[i], func(e *encoder, q, out Region) {
+				e.attentionSinks(q, n, sh.heads, s.gpu, 1, pos0, scale, window, sinkR, out)
+			}))
 			continue
 		}
 		out := ctx.Attention(ctx.Input(q, n, sh.heads, sh.hd), s.cpu, 1, pos0, scale)
 		want[i] = r.compute(ctx, out)[0]
 		ctx.Close()
-		encode = append(encode, func(e *encoder) { e.attention(qr, n, sh.heads, s.gpu, 1, pos0, scale, outs[i]) })
+		encode = append(encode, r.kvAttend(dt, sh.hd, qr, outs[i], func(e *encoder, q, out Region) {
+			e.attention(q, n, sh.heads, s.gpu, 1, pos0, scale, out)
+		}))
 	}
 	r.mustRun(func(e *encoder) {
 		for _, f := range encode {
@@ -329,6 +331,21 @@ func (r *kernelRig) sinkAttentionCase(sh attnShape, dt ml.DType, blocks, blockSi
 	})
 	for i := range seqs {
 		r.within(fmt.Sprintf("sequence %d at %d", i, pos0s[i]), r.read(outs[i]), want[i], tol)
+	}
+}
+
+// kvAttend encodes attend from q into out as the graph does over a cache of dt: over q8_0
+// the queries rotated and rounded first, the output rotated back after (kvq8.go).
+func (r *kernelRig) kvAttend(dt ml.DType, hd int, q, out Region, attend func(e *encoder, q, out Region)) func(e *encoder) {
+	if dt != ml.Q8_0 {
+		return func(e *encoder) { attend(e, q, out) }
+	}
+	rk, rv := ml.KVRotations(dt, hd)
+	qq, o := r.upload(make([]float32, q.Len/4)), r.upload(make([]float32, out.Len/4))
+	return func(e *encoder) {
+		e.kvRows(q, qq, hd, rk, true)
+		attend(e, qq, o)
+		e.kvRows(o, out, hd, rv, false)
 	}
 }
 
@@ -347,7 +364,7 @@ func (r *kernelRig) attnVariants(t *testing.T, shapes, perHead []attnShape, f fu
 			shapes = perHead
 		}
 		for _, sh := range shapes {
-			for _, dt := range []ml.DType{ml.F32, ml.F16} {
+			for _, dt := range []ml.DType{ml.F32, ml.F16, ml.Q8_0} {
 				t.Run(fmt.Sprintf("grouped=%v/%v/%v", grouped, sh, dt), func(t *testing.T) {
 					defer func(g bool) { attnGrouped = g }(attnGrouped)
 					attnGrouped = grouped

@@ -215,11 +215,12 @@ func (c *context) windowAttention(q ml.Tensor, cc ml.Cache, layer, pos0 int, sca
 			qt.shape, pos0, layer, window, kc.pool.layers, kc.capacity, kc.pool.kvHeads, kc.pool.headDim))
 	}
 	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
+	qt = c.kvQuery(qt, kc)
 	out := c.out(n, heads*hd)
 	c.record("window attention", false, func(e *encoder) {
 		e.attentionSinks(c.region(qt), n, heads, kc, layer, pos0, scale, window, sinks, c.region(out))
 	}, []*tensor{out}, qt)
-	return out
+	return c.kvOutput(out, kc.pool.dtype, hd)
 }
 
 // SlidingAttention runs as Attention while the window holds every position the batch
@@ -312,11 +313,12 @@ func (c *context) Attention(q ml.Tensor, cc ml.Cache, layer, pos0 int, scale flo
 	qt := q.(*tensor)
 	checkAttention(qt, kc, layer, pos0)
 	n, heads, hd := qt.shape[0], qt.shape[1], qt.shape[2]
+	qt = c.kvQuery(qt, kc)
 	out := c.out(n, heads*hd)
 	c.record("attention", false, func(e *encoder) {
 		e.attention(c.region(qt), n, heads, kc, layer, pos0, scale, c.region(out))
 	}, []*tensor{out}, qt)
-	return out
+	return c.kvOutput(out, kc.pool.dtype, hd)
 }
 
 func (c *context) LoadKV(cc ml.Cache, layer, pos0, n int) (ml.Tensor, ml.Tensor) {

@@ -8,6 +8,7 @@ package kernels
 var attnArgs = map[string]any{
 	"kv_store_args":          KVStoreArgs{},
 	"kv_load_args":           KVLoadArgs{},
+	"kv_rows_args":           KVRowsArgs{},
 	"attn_decode_args":       AttnDecodeArgs{},
 	"attn_merge_args":        AttnMergeArgs{},
 	"attn_decode_batch_args": AttnDecodeBatchArgs{},
@@ -43,6 +44,12 @@ type KVLoadArgs struct {
 	N, Row, Pos0, BlockSize int32
 	HeadDim, RotK, RotV     int32
 	ScaleK, ScaleV          float32
+}
+
+type KVRowsArgs struct {
+	Rows, Len, Rot int32
+	Scale          float32
+	Round          int32
 }
 
 type AttnDecodeArgs struct {

@@ -67,6 +67,16 @@ struct kv_load_args {
     float scale_v;
 };
 
+// kv_q8_0_rows: rows of len values rotated by rot (0: none) with scale 1/√rot, then, when
+// round is 1, rounded through Q8_0 blocks: a q8_0 cache's queries and outputs.
+struct kv_rows_args {
+    int32_t rows;
+    int32_t len;
+    int32_t rot;
+    float scale;
+    int32_t round;
+};
+
 // attn_decode_f32/f16: one query token at position positions−1. Threadgroup (split, y):
 // grouped (tg_heads == group) y is the KV head and the group's query heads are computed
 // together; per query head (tg_heads == 1) y is the query head. A split of split positions

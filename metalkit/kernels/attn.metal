@@ -150,6 +150,24 @@ static void q8_0_get(device const uchar *src, int len, thread float *x) {
     }
 }
 
+// q8_0_round rounds len values of x through Q8_0 blocks (quantized as q8_0_put, then
+// expanded as q8_0_get), as the CPU's roundQ8_0.
+static void q8_0_round(thread float *x, int len) {
+    for (int b = 0; b < len / 32; b++) {
+        thread float *blk = x + 32 * b;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) {
+            amax = max(amax, fabs(blk[j]));
+        }
+        const float d = amax / 127;
+        const float id = d != 0 ? 1 / d : 0;
+        const float dh = float(half(d));
+        for (int j = 0; j < 32; j++) {
+            blk[j] = float(int8_t(round(blk[j] * id))) * dh;
+        }
+    }
+}
+
 // The byte offset of head h of position p in a q8_0 layer.
 static inline ulong kv_q8_0_at(int row, int p, int hd, int h) {
     return (ulong(p) * ulong(row) + ulong(h) * ulong(hd)) / 32 * 34;
@@ -208,6 +226,30 @@ kernel void kv_load_q8_0(constant kv_load_args &a [[buffer(0)]],
     hadamard_runs(x, hd, a.rot_v, a.scale_v);
     for (int e = 0; e < hd; e++) {
         v[dst + e] = x[e];
+    }
+}
+
+// A q8_0 cache's queries (rotated as the keys, then rounded to q8_0: they meet the keys as
+// q8_0 blocks, as in llama.cpp) and its attention output (rotated back from the values'
+// rotation). One thread per row of len values (at most ATTN_MAX_HEAD_DIM).
+kernel void kv_q8_0_rows(constant kv_rows_args &a [[buffer(0)]],
+                         device const float *x [[buffer(1)]],
+                         device float *y [[buffer(2)]],
+                         uint i [[thread_position_in_grid]]) {
+    if (i >= uint(a.rows)) {
+        return;
+    }
+    const ulong o = ulong(i) * ulong(a.len);
+    float r[ATTN_MAX_HEAD_DIM];
+    for (int e = 0; e < a.len; e++) {
+        r[e] = x[o + e];
+    }
+    hadamard_runs(r, a.len, a.rot, a.scale);
+    if (a.round != 0) {
+        q8_0_round(r, a.len);
+    }
+    for (int e = 0; e < a.len; e++) {
+        y[o + e] = r[e];
     }
 }
 
@@ -383,6 +425,24 @@ kernel void attn_decode_f16(constant attn_decode_args &a [[buffer(0)]],
     attn_decode<kv_f16, int32_t>(a, a.positions, a.nsplit, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
 }
 
+kernel void attn_decode_q8_0(constant attn_decode_args &a [[buffer(0)]],
+                             device const float4 *q [[buffer(1)]],
+                             device const uchar *kc [[buffer(2)]],
+                             device const uchar *vc [[buffer(3)]],
+                             device const int32_t *table [[buffer(4)]],
+                             device float *pacc [[buffer(5)]],
+                             device float *pml [[buffer(6)]],
+                             device float *out [[buffer(7)]],
+                             threadgroup float4 *sq [[threadgroup(0)]],
+                             uint2 tg [[threadgroup_position_in_grid]],
+                             uint tid [[thread_index_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]]) {
+     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
+     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
+    attn_decode<kv_q8_0, int32_t>(a, a.positions, a.nsplit, q, kc, vc, table, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+}
+
 // One threadgroup per query head h: out = Σ_s e^(m_s − M)·acc_s / Σ_s e^(m_s − M)·l_s with M
 // the largest split max. Every split saw at least one position, so every m_s is finite.
 static void attn_merge(const int heads, const int head_dim, const int nsplit,
@@ -489,6 +549,24 @@ kernel void attn_decode_batch_f16(constant attn_decode_batch_args &a [[buffer(0)
     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
     attn_decode_batch<kv_f16>(a, q, kc, vc, tables, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
+}
+
+kernel void attn_decode_batch_q8_0(constant attn_decode_batch_args &a [[buffer(0)]],
+                                   device const float4 *q [[buffer(1)]],
+                                   device const uchar *kc [[buffer(2)]],
+                                   device const uchar *vc [[buffer(3)]],
+                                   device const float *tables [[buffer(4)]],
+                                   device float *pacc [[buffer(5)]],
+                                   device float *pml [[buffer(6)]],
+                                   device float *out [[buffer(7)]],
+                                   threadgroup float4 *sq [[threadgroup(0)]],
+                                   uint2 tg [[threadgroup_position_in_grid]],
+                                   uint tid [[thread_index_in_threadgroup]],
+                                   uint lane [[thread_index_in_simdgroup]],
+                                   uint sg [[simdgroup_index_in_threadgroup]]) {
+     threadgroup float sp[ATTN_MAX_GROUP * ATTN_DECODE_THREADS];
+     threadgroup float sred[(ATTN_DECODE_THREADS / 32) * ATTN_MAX_GROUP];
+    attn_decode_batch<kv_q8_0>(a, q, kc, vc, tables, pacc, pml, out, sq, sp, sred, tg, tid, lane, sg);
 }
 
 // Threadgroup (h, s): query head h of sequence s, when s has more than one split.

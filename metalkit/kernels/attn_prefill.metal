@@ -152,3 +152,19 @@ kernel void attn_prefill_f16(constant attn_prefill_args &a [[buffer(0)]],
     threadgroup int srow[ATTN_PREFILL_QUERIES * 32];
     attn_prefill<kv_f16>(a, q, kc, vc, table, out, sq, sw, srow, tg, tid, lane, sg);
 }
+
+kernel void attn_prefill_q8_0(constant attn_prefill_args &a [[buffer(0)]],
+                              device const float4 *q [[buffer(1)]],
+                              device const uchar *kc [[buffer(2)]],
+                              device const uchar *vc [[buffer(3)]],
+                              device const int32_t *table [[buffer(4)]],
+                              device float *out [[buffer(5)]],
+                              threadgroup float4 *sq [[threadgroup(0)]],
+                              uint2 tg [[threadgroup_position_in_grid]],
+                              uint tid [[thread_index_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]]) {
+     threadgroup float sw[ATTN_PREFILL_QUERIES * ATTN_MAX_GROUP * 32];
+     threadgroup int srow[ATTN_PREFILL_QUERIES * 32];
+    attn_prefill<kv_q8_0>(a, q, kc, vc, table, out, sq, sw, srow, tg, tid, lane, sg);
+}

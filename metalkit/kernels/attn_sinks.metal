@@ -88,3 +88,15 @@ kernel void attn_sinks_f16(constant attn_sinks_args &a [[buffer(0)]],
                            uint lane [[thread_index_in_simdgroup]]) {
     attn_sinks<kv_f16>(a, q, kc, vc, table, sinks, out, tg, lane);
 }
+
+kernel void attn_sinks_q8_0(constant attn_sinks_args &a [[buffer(0)]],
+                            device const float *q [[buffer(1)]],
+                            device const uchar *kc [[buffer(2)]],
+                            device const uchar *vc [[buffer(3)]],
+                            device const int32_t *table [[buffer(4)]],
+                            device const float *sinks [[buffer(5)]],
+                            device float *out [[buffer(6)]],
+                            uint2 tg [[threadgroup_position_in_grid]],
+                            uint lane [[thread_index_in_simdgroup]]) {
+    attn_sinks<kv_q8_0>(a, q, kc, vc, table, sinks, out, tg, lane);
+}
