@@ -53,13 +53,9 @@ const (
 	StatusPlaceholder = "placeholder"
 )
 
-// KVs are the cache precisions the calibration's backend holds, best first: the Metal
-// kernels read f32 and f16 caches only.
+// KVs are the cache precisions the calibration's backend holds, best first: every
+// backend holds all of them (the Metal kernels read q8_0 caches too).
 func (c Calibration) KVs() []ml.DType {
-	switch c.Backend {
-	case "metal", "metal-harness":
-		return []ml.DType{ml.F32, ml.F16}
-	}
 	return KVPrecisions
 }
 

@@ -2,15 +2,14 @@ package planner
 
 import (
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/modelinfo"
 )
 
-// TestKVQ8_0 prices the q8_0 cache: 34 bytes per 32 values, chosen after f16 on a backend
-// that holds it, never on Metal.
+// TestKVQ8_0 prices the q8_0 cache: 34 bytes per 32 values, chosen after f16 on the CPU
+// and on Metal.
 func TestKVQ8_0(t *testing.T) {
 	p, b := redLiteProfile(t), budget(redLiteLimit)
 	// Qwen3-Next: 12 layers × 2 KV heads × (256 + 256) values = 12,288 values per position,
@@ -54,14 +53,21 @@ func TestKVQ8_0(t *testing.T) {
 		t.Errorf("a job past f16's largest context got %v at %d bytes per position, want q8_0 at 13056", plan.KV, plan.Breakdown.KVBytesPerPosition)
 	}
 
-	t.Run("NotOnMetal", func(t *testing.T) {
-		_, err := Choose(job, p, RedLiteMetal(), b)
-		var dnf *DoesNotFitError
-		if !errors.As(err, &dnf) || dnf.Nearest.KV != ml.F16 {
-			t.Fatalf("err = %v, want does not fit with f16 nearest", err)
+	t.Run("OnMetal", func(t *testing.T) {
+		// The Metal kernels read q8_0 caches: a job past f16's largest context there gets q8_0.
+		metal := RedLiteMetal()
+		f16m, err := Largest(Policy{KV: ForceKV(ml.F16)}, 1, p, metal, b)
+		if err != nil {
+			t.Fatal(err)
 		}
-		_, err = Choose(Job{PromptTokens: 100, MaxTokens: 100, Policy: Policy{KV: ForceKV(ml.Q8_0)}}, p, RedLiteMetal(), b)
-		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "metal backend holds [f32 f16]") {
+		plan, err := Choose(Job{PromptTokens: f16m.Context + 1000, MaxTokens: 1000}, p, metal, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.KV != ml.Q8_0 || plan.Breakdown.KVBytesPerPosition != 13056 {
+			t.Errorf("Metal: a job past f16's largest context got %v at %d bytes per position, want q8_0 at 13056", plan.KV, plan.Breakdown.KVBytesPerPosition)
+		}
+		if _, err := Choose(Job{PromptTokens: 100, MaxTokens: 100, Policy: Policy{KV: ForceKV(ml.Q8_0)}}, p, metal, b); err != nil {
 			t.Errorf("forced q8_0 on Metal: %v", err)
 		}
 	})
