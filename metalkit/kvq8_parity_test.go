@@ -1,11 +1,13 @@
 package metalkit
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/redlite/batch/engine"
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/model"
 	"github.com/redlite/batch/internal/fixtures"
 	"github.com/redlite/batch/metalkit/harness/harnesstest"
 )
@@ -55,5 +57,62 @@ func TestKVQ8_0Parity(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKVQ8_0Snapshot: a q8_0 cache's snapshot (model.AppendKV, through kv_load_q8_0) is the
+// CPU's byte for byte, and restoring the CPU's snapshot (model.RestoreKV, through
+// kv_store_q8_0) leaves the blocks the CPU's restore leaves.
+func TestKVQ8_0Snapshot(t *testing.T) {
+	r := newKernelRig(t)
+	gpu := New(r.dev)
+	const layers, kvHeads, hd, pos = 2, 2, 128, 37
+	caches := func() (ml.Cache, ml.Cache) {
+		g, err := gpu.NewCache(layers, kvHeads, hd, pos, ml.Q8_0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := r.ref.NewCache(layers, kvHeads, hd, pos, ml.Q8_0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Free(); c.Free() })
+		return g, c
+	}
+	g, c := caches()
+	for l := range layers {
+		k, v := r.floats(pos*kvHeads*hd, 3), r.floats(pos*kvHeads*hd, 3)
+		for _, b := range []struct {
+			be ml.Backend
+			c  ml.Cache
+		}{{gpu, g}, {r.ref, c}} {
+			ctx := b.be.NewContext()
+			ctx.StoreKV(b.c, l, 0, ctx.Input(k, pos, kvHeads, hd), ctx.Input(v, pos, kvHeads, hd))
+			if err := ctx.Compute(); err != nil {
+				t.Fatal(err)
+			}
+			ctx.Close()
+		}
+	}
+	snap := func(be ml.Backend, c ml.Cache) []byte {
+		b, err := model.AppendKV(nil, be, c, layers, pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	want := snap(r.ref, c)
+	if got := snap(gpu, g); !bytes.Equal(got, want) {
+		t.Fatalf("snapshot differs from the CPU's")
+	}
+	g2, c2 := caches()
+	if _, err := model.RestoreKV(want, gpu, g2, layers, pos, kvHeads, hd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := model.RestoreKV(want, r.ref, c2, layers, pos, kvHeads, hd); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snap(gpu, g2), snap(r.ref, c2)) {
+		t.Errorf("restored snapshot differs from the CPU's restore")
 	}
 }
