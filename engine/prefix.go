@@ -84,6 +84,15 @@ type PrefixStats struct {
 	Evictions   int64 // entries dropped from memory (spilled or not)
 }
 
+// hit counts a sequence started from tokens cached positions, read from disk or memory.
+func (s *PrefixStats) hit(tokens int, disk bool) {
+	s.Hits++
+	s.TokensSaved += int64(tokens)
+	if disk {
+		s.DiskHits++
+	}
+}
+
 // prefixEntry is the state after a prefix of whole blocks.
 type prefixEntry struct {
 	hash   PrefixHash
@@ -167,11 +176,7 @@ func (c *prefixCache) admitted() {
 func (c *prefixCache) hit(tokens int, disk bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.stats.Hits++
-	c.stats.TokensSaved += int64(tokens)
-	if disk {
-		c.stats.DiskHits++
-	}
+	c.stats.hit(tokens, disk)
 }
 
 // has reports whether h is held in memory, and touches it.

@@ -106,11 +106,7 @@ func (p *PrefixStore) counted(cached int, disk bool) {
 	defer p.mu.Unlock()
 	p.stats.Lookups++
 	if cached > 0 {
-		p.stats.Hits++
-		p.stats.TokensSaved += int64(cached)
-		if disk {
-			p.stats.DiskHits++
-		}
+		p.stats.hit(cached, disk)
 	}
 }
 
