@@ -21,6 +21,51 @@
 #define Q8K_SIZE 324
 #define Q4R_BLOCK 2368
 
+// q4rSumShuf: VPSHUFB control taking each lane's bytes 0, 1, 2 to 0, 2, 3 and zeroing
+// byte 1: the int32 s becomes the int16 pair (s & 255, s >> 8) for |s| < 2^23.
+DATA q4rSumShuf<>+0(SB)/8, $0x0605800402018000
+DATA q4rSumShuf<>+8(SB)/8, $0x0e0d800c0a098008
+GLOBL q4rSumShuf<>(SB), RODATA|NOPTR, $16
+
+// q4rScaleLo, q4rScaleHi: VPERMB indexes putting row r's scale byte of the chunk's low
+// (bytes 0–15) or high (16–31) sub-block in bytes 0 and 3 of lane r; K1 (0x9…9) zeroes
+// bytes 1 and 2, so the lane is the int16 pair (sc, 256·sc).
+DATA q4rScaleLo<>+0(SB)/4, $0x00000000
+DATA q4rScaleLo<>+4(SB)/4, $0x01000001
+DATA q4rScaleLo<>+8(SB)/4, $0x02000002
+DATA q4rScaleLo<>+12(SB)/4, $0x03000003
+DATA q4rScaleLo<>+16(SB)/4, $0x04000004
+DATA q4rScaleLo<>+20(SB)/4, $0x05000005
+DATA q4rScaleLo<>+24(SB)/4, $0x06000006
+DATA q4rScaleLo<>+28(SB)/4, $0x07000007
+DATA q4rScaleLo<>+32(SB)/4, $0x08000008
+DATA q4rScaleLo<>+36(SB)/4, $0x09000009
+DATA q4rScaleLo<>+40(SB)/4, $0x0a00000a
+DATA q4rScaleLo<>+44(SB)/4, $0x0b00000b
+DATA q4rScaleLo<>+48(SB)/4, $0x0c00000c
+DATA q4rScaleLo<>+52(SB)/4, $0x0d00000d
+DATA q4rScaleLo<>+56(SB)/4, $0x0e00000e
+DATA q4rScaleLo<>+60(SB)/4, $0x0f00000f
+GLOBL q4rScaleLo<>(SB), RODATA|NOPTR, $64
+
+DATA q4rScaleHi<>+0(SB)/4, $0x10000010
+DATA q4rScaleHi<>+4(SB)/4, $0x11000011
+DATA q4rScaleHi<>+8(SB)/4, $0x12000012
+DATA q4rScaleHi<>+12(SB)/4, $0x13000013
+DATA q4rScaleHi<>+16(SB)/4, $0x14000014
+DATA q4rScaleHi<>+20(SB)/4, $0x15000015
+DATA q4rScaleHi<>+24(SB)/4, $0x16000016
+DATA q4rScaleHi<>+28(SB)/4, $0x17000017
+DATA q4rScaleHi<>+32(SB)/4, $0x18000018
+DATA q4rScaleHi<>+36(SB)/4, $0x19000019
+DATA q4rScaleHi<>+40(SB)/4, $0x1a00001a
+DATA q4rScaleHi<>+44(SB)/4, $0x1b00001b
+DATA q4rScaleHi<>+48(SB)/4, $0x1c00001c
+DATA q4rScaleHi<>+52(SB)/4, $0x1d00001d
+DATA q4rScaleHi<>+56(SB)/4, $0x1e00001e
+DATA q4rScaleHi<>+60(SB)/4, $0x1f00001f
+GLOBL q4rScaleHi<>(SB), RODATA|NOPTR, $64
+
 // Q4RQUAD4(J, G): quad G of chunk J for four tokens: Z20 the low nibbles, Z21 the high
 // ones, into Z12–Z15 and Z16–Z19.
 #define Q4RQUAD4(J, G) \
@@ -47,6 +92,19 @@
 	VPXORD  LO, LO, LO; \
 	VPXORD  HI, HI, HI
 
+// Q4RSCALEW(LO, HI, S): Q4RSCALE without VPMULLD, whose two µops on the multiply port cost
+// a quarter of the VPDPBUSDs they follow. A sub-block's sum s (|s| ≤ 32·15·127 < 2^16)
+// becomes the int16 pair (s & 255, s >> 8) by one byte shuffle (Z8: bytes 0, –, 1, 2 of
+// each lane), and VPDPWSSD with the pair (sc, 256·sc) (Z22, Z23, from Q4RSCALES) adds
+// sc·(s & 255) + 256·sc·(s >> 8) = sc·s: the same integer VPMULLD and VPADDD give.
+#define Q4RSCALEW(LO, HI, S) \
+	VPSHUFB  Z8, LO, LO; \
+	VPSHUFB  Z8, HI, HI; \
+	VPDPWSSD Z22, LO, S; \
+	VPDPWSSD Z23, HI, S; \
+	VPXORD   LO, LO, LO; \
+	VPXORD   HI, HI, HI
+
 // Q4RCHUNK4(J): chunk J of the group-block at SI for four tokens into Z4–Z7.
 #define Q4RCHUNK4(J) \
 	Q4RQUAD4(J, 0); \
@@ -57,12 +115,12 @@
 	Q4RQUAD4(J, 5); \
 	Q4RQUAD4(J, 6); \
 	Q4RQUAD4(J, 7); \
-	VPMOVZXBD (64+32*J)(SI), Z22; \
-	VPMOVZXBD (80+32*J)(SI), Z23; \
-	Q4RSCALE(Z12, Z16, Z4); \
-	Q4RSCALE(Z13, Z17, Z5); \
-	Q4RSCALE(Z14, Z18, Z6); \
-	Q4RSCALE(Z15, Z19, Z7)
+	VPERMB.Z (64+32*J)(SI), Z9, K1, Z22; \
+	VPERMB.Z (64+32*J)(SI), Z10, K1, Z23; \
+	Q4RSCALEW(Z12, Z16, Z4); \
+	Q4RSCALEW(Z13, Z17, Z5); \
+	Q4RSCALEW(Z14, Z18, Z6); \
+	Q4RSCALEW(Z15, Z19, Z7)
 
 // Q4RMINS(K, ...): the block's min K as int16 pairs (m, m) in Z22, and M += m·Bsums pair
 // K of each token (into Z12–Z15, which the chunks left cleared).
@@ -114,6 +172,11 @@ TEXT ·dotQ4_KR16Q8K4VNNI(SB), NOSPLIT, $0-48
 	LEAQ         (R14)(R14*2), R11
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z24
+	VBROADCASTI32X4 q4rSumShuf<>(SB), Z8
+	VMOVDQU64    q4rScaleLo<>(SB), Z9
+	VMOVDQU64    q4rScaleHi<>(SB), Z10
+	MOVQ         $0x9999999999999999, AX
+	KMOVQ        AX, K1
 	MOVQ         nblocks+16(FP), R8
 	IMUL3Q       $Q8K_SIZE, R8, R8
 	LEAQ         (R8)(R8*2), R9
