@@ -21,11 +21,12 @@
 #define Q8K_SIZE 324
 #define Q4R_BLOCK 2368
 
-// q4rSumShuf: VPSHUFB control taking each lane's bytes 0, 1, 2 to 0, 2, 3 and zeroing
-// byte 1: the int32 s becomes the int16 pair (s & 255, s >> 8) for |s| < 2^23.
-DATA q4rSumShuf<>+0(SB)/8, $0x0605800402018000
-DATA q4rSumShuf<>+8(SB)/8, $0x0e0d800c0a098008
-GLOBL q4rSumShuf<>(SB), RODATA|NOPTR, $16
+// sumPairShuf: VPSHUFB control taking each lane's bytes 0, 1, 2 to 0, 2, 3 and zeroing
+// byte 1: the int32 s becomes the int16 pair (s & 255, s >> 8) for |s| < 2^23, which
+// VPDPWSSD with (sc, 256·sc) turns into sc·s (the Q6_K kernels use it too).
+DATA ·sumPairShuf+0(SB)/8, $0x0605800402018000
+DATA ·sumPairShuf+8(SB)/8, $0x0e0d800c0a098008
+GLOBL ·sumPairShuf(SB), RODATA|NOPTR, $16
 
 // q4rScaleLo, q4rScaleHi: VPERMB indexes putting row r's scale byte of the chunk's low
 // (bytes 0–15) or high (16–31) sub-block in bytes 0 and 3 of lane r; K1 (0x9…9) zeroes
@@ -172,7 +173,7 @@ TEXT ·dotQ4_KR16Q8K4VNNI(SB), NOSPLIT, $0-48
 	LEAQ         (R14)(R14*2), R11
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z24
-	VBROADCASTI32X4 q4rSumShuf<>(SB), Z8
+	VBROADCASTI32X4 ·sumPairShuf(SB), Z8
 	VMOVDQU64    q4rScaleLo<>(SB), Z9
 	VMOVDQU64    q4rScaleHi<>(SB), Z10
 	MOVQ         $0x9999999999999999, AX

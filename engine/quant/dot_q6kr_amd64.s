@@ -8,7 +8,7 @@
 // its 6-bit values are rebuilt from two nibble planes and a plane of the high bits (the
 // same 210 bytes a row's block takes in the file), once for four tokens. value − 32
 // is taken as Σ q·a − 32·Bsums per sub-block: the sum starts at −32·Bsums (a table of the
-// tokens' sixteen, made once per block), then × the sub-block's scale (VPMULLD). The float
+// tokens' sixteen, made once per block), then × the sub-block's scale (VPDPWSSD, Q6RTOK). The float
 // step is the Go kernel's: sum += (half·D)·float32(sumi).
 //
 // Group-block (3,360 bytes): d[16] f16 at 0, scales[16][16] int8 at 32, then at 288 + 192s
@@ -39,19 +39,28 @@
 	VPTERNLOGD $0xec, Z19, Z17, Z15
 
 // Q6RTOK(M, T, S, ACC, SUM): sub-block S for the token at M (its bias table at T(SP)) into
-// SUM; Z18 holds the sub-block's scales.
+// SUM; Z18 holds the sub-block's scales as Q6RSCALES makes them. The sum s (|s| ≤
+// 16·32·127) is multiplied as in dot_q4kr_amd64.s: the int16 pair (s & 255, s >> 8) by
+// one shuffle (Z24), then VPDPWSSD with (sc, 256·sc), instead of VPMULLD and VPADDD.
 #define Q6RTOK(M, T, S, ACC, SUM) \
 	VPBROADCASTD  (T+4*S)(SP), ACC; \
 	VPDPBUSD.BCST (4+16*S)M, Z12, ACC; \
 	VPDPBUSD.BCST (8+16*S)M, Z13, ACC; \
 	VPDPBUSD.BCST (12+16*S)M, Z14, ACC; \
 	VPDPBUSD.BCST (16+16*S)M, Z15, ACC; \
-	VPMULLD       Z18, ACC, ACC; \
-	VPADDD        ACC, SUM, SUM
+	VPSHUFB       Z24, ACC, ACC; \
+	VPDPWSSD      Z18, ACC, SUM
+
+// Q6RSCALES(S): sub-block S's sixteen int8 scales as int16 pairs (sc, 256·sc) in Z18:
+// the lane's bytes sc, sign, 0, sc (Z25 holds 0x0000ffff in each lane).
+#define Q6RSCALES(S) \
+	VPMOVSXBD  (32+16*S)(SI), Z18; \
+	VPSLLD     $24, Z18, Z26; \
+	VPTERNLOGD $0xea, Z26, Z25, Z18
 
 #define Q6RSUB4(S) \
 	Q6RDECODE(S); \
-	VPMOVSXBD (32+16*S)(SI), Z18; \
+	Q6RSCALES(S); \
 	Q6RTOK((DI), 0, S, Z8, Z4); \
 	Q6RTOK((DI)(R8*1), 64, S, Z9, Z5); \
 	Q6RTOK((DI)(R8*2), 128, S, Z10, Z6); \
@@ -77,7 +86,10 @@
 	VPBROADCASTD AX, Z19; \
 	MOVL         $0x30303030, AX; \
 	VPBROADCASTD AX, Z20; \
-	VPXORD       Z23, Z23, Z23
+	VPXORD       Z23, Z23, Z23; \
+	VBROADCASTI32X4 ·sumPairShuf(SB), Z24; \
+	MOVL         $0xffff, AX; \
+	VPBROADCASTD AX, Z25
 
 // func dotQ6_KR16Q8K4VNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32, ldo int)
 //
@@ -154,7 +166,7 @@ q6r4block:
 	PREFETCHT0 (4160+192*S)(SI); \
 	PREFETCHT0 (4224+192*S)(SI); \
 	Q6RDECODE(S); \
-	VPMOVSXBD (32+16*S)(SI), Z18; \
+	Q6RSCALES(S); \
 	Q6RTOK((DI), 0, S, ACC, Z4)
 
 // func dotQ6_KR16Q8KVNNI(packed *byte, a *Q8K, nblocks, ngroups int, out *float32)
