@@ -28,44 +28,44 @@ DATA ·sumPairShuf+0(SB)/8, $0x0605800402018000
 DATA ·sumPairShuf+8(SB)/8, $0x0e0d800c0a098008
 GLOBL ·sumPairShuf(SB), RODATA|NOPTR, $16
 
-// q4rScaleLo, q4rScaleHi: VPERMB indexes putting row r's scale byte of the chunk's low
+// scalePairLo, scalePairHi: VPERMB indexes putting row r's scale byte of the chunk's low
 // (bytes 0–15) or high (16–31) sub-block in bytes 0 and 3 of lane r; K1 (0x9…9) zeroes
-// bytes 1 and 2, so the lane is the int16 pair (sc, 256·sc).
-DATA q4rScaleLo<>+0(SB)/4, $0x00000000
-DATA q4rScaleLo<>+4(SB)/4, $0x01000001
-DATA q4rScaleLo<>+8(SB)/4, $0x02000002
-DATA q4rScaleLo<>+12(SB)/4, $0x03000003
-DATA q4rScaleLo<>+16(SB)/4, $0x04000004
-DATA q4rScaleLo<>+20(SB)/4, $0x05000005
-DATA q4rScaleLo<>+24(SB)/4, $0x06000006
-DATA q4rScaleLo<>+28(SB)/4, $0x07000007
-DATA q4rScaleLo<>+32(SB)/4, $0x08000008
-DATA q4rScaleLo<>+36(SB)/4, $0x09000009
-DATA q4rScaleLo<>+40(SB)/4, $0x0a00000a
-DATA q4rScaleLo<>+44(SB)/4, $0x0b00000b
-DATA q4rScaleLo<>+48(SB)/4, $0x0c00000c
-DATA q4rScaleLo<>+52(SB)/4, $0x0d00000d
-DATA q4rScaleLo<>+56(SB)/4, $0x0e00000e
-DATA q4rScaleLo<>+60(SB)/4, $0x0f00000f
-GLOBL q4rScaleLo<>(SB), RODATA|NOPTR, $64
+// bytes 1 and 2, so the lane is the int16 pair (sc, 256·sc) (the Q5_K kernel uses them too).
+DATA ·scalePairLo+0(SB)/4, $0x00000000
+DATA ·scalePairLo+4(SB)/4, $0x01000001
+DATA ·scalePairLo+8(SB)/4, $0x02000002
+DATA ·scalePairLo+12(SB)/4, $0x03000003
+DATA ·scalePairLo+16(SB)/4, $0x04000004
+DATA ·scalePairLo+20(SB)/4, $0x05000005
+DATA ·scalePairLo+24(SB)/4, $0x06000006
+DATA ·scalePairLo+28(SB)/4, $0x07000007
+DATA ·scalePairLo+32(SB)/4, $0x08000008
+DATA ·scalePairLo+36(SB)/4, $0x09000009
+DATA ·scalePairLo+40(SB)/4, $0x0a00000a
+DATA ·scalePairLo+44(SB)/4, $0x0b00000b
+DATA ·scalePairLo+48(SB)/4, $0x0c00000c
+DATA ·scalePairLo+52(SB)/4, $0x0d00000d
+DATA ·scalePairLo+56(SB)/4, $0x0e00000e
+DATA ·scalePairLo+60(SB)/4, $0x0f00000f
+GLOBL ·scalePairLo(SB), RODATA|NOPTR, $64
 
-DATA q4rScaleHi<>+0(SB)/4, $0x10000010
-DATA q4rScaleHi<>+4(SB)/4, $0x11000011
-DATA q4rScaleHi<>+8(SB)/4, $0x12000012
-DATA q4rScaleHi<>+12(SB)/4, $0x13000013
-DATA q4rScaleHi<>+16(SB)/4, $0x14000014
-DATA q4rScaleHi<>+20(SB)/4, $0x15000015
-DATA q4rScaleHi<>+24(SB)/4, $0x16000016
-DATA q4rScaleHi<>+28(SB)/4, $0x17000017
-DATA q4rScaleHi<>+32(SB)/4, $0x18000018
-DATA q4rScaleHi<>+36(SB)/4, $0x19000019
-DATA q4rScaleHi<>+40(SB)/4, $0x1a00001a
-DATA q4rScaleHi<>+44(SB)/4, $0x1b00001b
-DATA q4rScaleHi<>+48(SB)/4, $0x1c00001c
-DATA q4rScaleHi<>+52(SB)/4, $0x1d00001d
-DATA q4rScaleHi<>+56(SB)/4, $0x1e00001e
-DATA q4rScaleHi<>+60(SB)/4, $0x1f00001f
-GLOBL q4rScaleHi<>(SB), RODATA|NOPTR, $64
+DATA ·scalePairHi+0(SB)/4, $0x10000010
+DATA ·scalePairHi+4(SB)/4, $0x11000011
+DATA ·scalePairHi+8(SB)/4, $0x12000012
+DATA ·scalePairHi+12(SB)/4, $0x13000013
+DATA ·scalePairHi+16(SB)/4, $0x14000014
+DATA ·scalePairHi+20(SB)/4, $0x15000015
+DATA ·scalePairHi+24(SB)/4, $0x16000016
+DATA ·scalePairHi+28(SB)/4, $0x17000017
+DATA ·scalePairHi+32(SB)/4, $0x18000018
+DATA ·scalePairHi+36(SB)/4, $0x19000019
+DATA ·scalePairHi+40(SB)/4, $0x1a00001a
+DATA ·scalePairHi+44(SB)/4, $0x1b00001b
+DATA ·scalePairHi+48(SB)/4, $0x1c00001c
+DATA ·scalePairHi+52(SB)/4, $0x1d00001d
+DATA ·scalePairHi+56(SB)/4, $0x1e00001e
+DATA ·scalePairHi+60(SB)/4, $0x1f00001f
+GLOBL ·scalePairHi(SB), RODATA|NOPTR, $64
 
 // Q4RQUAD4(J, G): quad G of chunk J for four tokens: Z20 the low nibbles, Z21 the high
 // ones, into Z12–Z15 and Z16–Z19.
@@ -174,8 +174,8 @@ TEXT ·dotQ4_KR16Q8K4VNNI(SB), NOSPLIT, $0-48
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z24
 	VBROADCASTI32X4 ·sumPairShuf(SB), Z8
-	VMOVDQU64    q4rScaleLo<>(SB), Z9
-	VMOVDQU64    q4rScaleHi<>(SB), Z10
+	VMOVDQU64    ·scalePairLo(SB), Z9
+	VMOVDQU64    ·scalePairHi(SB), Z10
 	MOVQ         $0x9999999999999999, AX
 	KMOVQ        AX, K1
 	MOVQ         nblocks+16(FP), R8

@@ -58,6 +58,17 @@
 	VPXORD  LO, LO, LO; \
 	VPXORD  HI, HI, HI
 
+// Q5RSCALEW(LO, HI, S): Q5RSCALE by a shuffle and VPDPWSSD, as Q4RSCALEW in
+// dot_q4kr_amd64.s (|s| ≤ 32·31·127 < 2^23); Z8 the shuffle, Z22 and Z23 the pairs
+// (sc, 256·sc), made once a chunk with Z8 and Z9 free between the quads.
+#define Q5RSCALEW(LO, HI, S) \
+	VPSHUFB  Z8, LO, LO; \
+	VPSHUFB  Z8, HI, HI; \
+	VPDPWSSD Z22, LO, S; \
+	VPDPWSSD Z23, HI, S; \
+	VPXORD   LO, LO, LO; \
+	VPXORD   HI, HI, HI
+
 // Q5RCHUNK4(J): chunk J of the group-block at SI for four tokens into Z4–Z7.
 #define Q5RCHUNK4(J) \
 	Q5RHI(J); \
@@ -69,12 +80,15 @@
 	Q5RQUAD4(J, 5); \
 	Q5RQUAD4(J, 6); \
 	Q5RQUAD4(J, 7); \
-	VPMOVZXBD (64+32*J)(SI), Z22; \
-	VPMOVZXBD (80+32*J)(SI), Z23; \
-	Q5RSCALE(Z12, Z16, Z4); \
-	Q5RSCALE(Z13, Z17, Z5); \
-	Q5RSCALE(Z14, Z18, Z6); \
-	Q5RSCALE(Z15, Z19, Z7)
+	VMOVDQU64 ·scalePairLo(SB), Z9; \
+	VPERMB.Z  (64+32*J)(SI), Z9, K1, Z22; \
+	VMOVDQU64 ·scalePairHi(SB), Z9; \
+	VPERMB.Z  (64+32*J)(SI), Z9, K1, Z23; \
+	VBROADCASTI32X4 ·sumPairShuf(SB), Z8; \
+	Q5RSCALEW(Z12, Z16, Z4); \
+	Q5RSCALEW(Z13, Z17, Z5); \
+	Q5RSCALEW(Z14, Z18, Z6); \
+	Q5RSCALEW(Z15, Z19, Z7)
 
 // Q5RMINW(K): the block's min K as int16 pairs (m, m) in Z22.
 #define Q5RMINW(K) \
@@ -128,6 +142,8 @@ TEXT ·dotQ5_KR16Q8K4VNNI(SB), NOSPLIT, $0-48
 	SHLQ      $2, R14
 	LEAQ      (R14)(R14*2), R11
 	Q5RMASKS
+	MOVQ      $0x9999999999999999, AX
+	KMOVQ     AX, K1
 	MOVQ      nblocks+16(FP), R8
 	IMUL3Q    $Q8K_SIZE, R8, R8
 	LEAQ      (R8)(R8*2), R9
