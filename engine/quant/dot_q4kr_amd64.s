@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "kquant_amd64.h"
 
 // Q4_K × Q8K over the repacked layout (repack.go): sixteen rows interleaved, so that each
 // 32-bit lane of a ZMM register belongs to one row and nothing is summed across lanes.
@@ -93,19 +94,6 @@ GLOBL ·scalePairHi(SB), RODATA|NOPTR, $64
 	VPXORD  LO, LO, LO; \
 	VPXORD  HI, HI, HI
 
-// Q4RSCALEW(LO, HI, S): Q4RSCALE without VPMULLD, whose two µops on the multiply port cost
-// a quarter of the VPDPBUSDs they follow. A sub-block's sum s (|s| ≤ 32·15·127 < 2^16)
-// becomes the int16 pair (s & 255, s >> 8) by one byte shuffle (Z8: bytes 0, –, 1, 2 of
-// each lane), and VPDPWSSD with the pair (sc, 256·sc) (Z22, Z23, from Q4RSCALES) adds
-// sc·(s & 255) + 256·sc·(s >> 8) = sc·s: the same integer VPMULLD and VPADDD give.
-#define Q4RSCALEW(LO, HI, S) \
-	VPSHUFB  Z8, LO, LO; \
-	VPSHUFB  Z8, HI, HI; \
-	VPDPWSSD Z22, LO, S; \
-	VPDPWSSD Z23, HI, S; \
-	VPXORD   LO, LO, LO; \
-	VPXORD   HI, HI, HI
-
 // Q4RCHUNK4(J): chunk J of the group-block at SI for four tokens into Z4–Z7.
 #define Q4RCHUNK4(J) \
 	Q4RQUAD4(J, 0); \
@@ -118,10 +106,10 @@ GLOBL ·scalePairHi(SB), RODATA|NOPTR, $64
 	Q4RQUAD4(J, 7); \
 	VPERMB.Z (64+32*J)(SI), Z9, K1, Z22; \
 	VPERMB.Z (64+32*J)(SI), Z10, K1, Z23; \
-	Q4RSCALEW(Z12, Z16, Z4); \
-	Q4RSCALEW(Z13, Z17, Z5); \
-	Q4RSCALEW(Z14, Z18, Z6); \
-	Q4RSCALEW(Z15, Z19, Z7)
+	KRSCALEW(Z12, Z16, Z4); \
+	KRSCALEW(Z13, Z17, Z5); \
+	KRSCALEW(Z14, Z18, Z6); \
+	KRSCALEW(Z15, Z19, Z7)
 
 // Q4RMINS(K, ...): the block's min K as int16 pairs (m, m) in Z22, and M += m·Bsums pair
 // K of each token (into Z12–Z15, which the chunks left cleared).

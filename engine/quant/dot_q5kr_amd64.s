@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "kquant_amd64.h"
 
 // Q5_K × Q8K over the repacked layout (repack.go), the kernels of dot_q4kr_amd64.s with a
 // fifth bit: each chunk keeps, beside its nibbles, two 64-byte planes of high bits, one for
@@ -58,17 +59,8 @@
 	VPXORD  LO, LO, LO; \
 	VPXORD  HI, HI, HI
 
-// Q5RSCALEW(LO, HI, S): Q5RSCALE by a shuffle and VPDPWSSD, as Q4RSCALEW in
-// dot_q4kr_amd64.s (|s| ≤ 32·31·127 < 2^23); Z8 the shuffle, Z22 and Z23 the pairs
-// (sc, 256·sc), made once a chunk with Z8 and Z9 free between the quads.
-#define Q5RSCALEW(LO, HI, S) \
-	VPSHUFB  Z8, LO, LO; \
-	VPSHUFB  Z8, HI, HI; \
-	VPDPWSSD Z22, LO, S; \
-	VPDPWSSD Z23, HI, S; \
-	VPXORD   LO, LO, LO; \
-	VPXORD   HI, HI, HI
-
+// Q5RCHUNK4 scales as Q4RCHUNK4 (KRSCALEW), with Z8 and Z9, free between the quads, for
+// the shuffle and the indexes.
 // Q5RCHUNK4(J): chunk J of the group-block at SI for four tokens into Z4–Z7.
 #define Q5RCHUNK4(J) \
 	Q5RHI(J); \
@@ -85,10 +77,10 @@
 	VMOVDQU64 ·scalePairHi(SB), Z9; \
 	VPERMB.Z  (64+32*J)(SI), Z9, K1, Z23; \
 	VBROADCASTI32X4 ·sumPairShuf(SB), Z8; \
-	Q5RSCALEW(Z12, Z16, Z4); \
-	Q5RSCALEW(Z13, Z17, Z5); \
-	Q5RSCALEW(Z14, Z18, Z6); \
-	Q5RSCALEW(Z15, Z19, Z7)
+	KRSCALEW(Z12, Z16, Z4); \
+	KRSCALEW(Z13, Z17, Z5); \
+	KRSCALEW(Z14, Z18, Z6); \
+	KRSCALEW(Z15, Z19, Z7)
 
 // Q5RMINW(K): the block's min K as int16 pairs (m, m) in Z22.
 #define Q5RMINW(K) \

@@ -1,4 +1,5 @@
-// Macros shared by the K-quant assembly kernels (dot_amd64.s, dequant_amd64.s).
+// Macros shared by the K-quant assembly kernels (dot_amd64.s, dequant_amd64.s, and the
+// repacked ones, dot_q4kr_amd64.s and dot_q5kr_amd64.s).
 
 // KSCALES unpacks the Q4_K/Q5_K scale bytes u0,u1,u2 at 4(SI) into eight 6-bit scales and
 // eight 6-bit mins (scales 0..3 = u0&0x3f, 4..7 = u2&0x0f | (u0>>6)<<4; mins 0..3 = u1&0x3f,
@@ -41,3 +42,18 @@
 	VMULPS       Y7, Y5, Y5; \
 	VMOVUPS      Y4, 16(SP); \
 	VMOVUPS      Y5, 48(SP)
+
+// KRSCALEW(LO, HI, S): S += LO·sc_lo + HI·sc_hi for two sub-blocks' int32 sums in LO and
+// HI, which are cleared for the next chunk, without VPMULLD, whose two µops on the
+// multiply port cost a quarter of the VPDPBUSDs before it. A sum s (|s| < 2^23) becomes the
+// int16 pair (s & 255, s >> 8) by one byte shuffle (Z8: sumPairShuf), and VPDPWSSD with
+// the pair (sc, 256·sc) (Z22, Z23: VPERMB of the scale bytes by scalePairLo and
+// scalePairHi under the mask 0x9…9) adds sc·(s & 255) + 256·sc·(s >> 8) = sc·s: the same
+// integer VPMULLD and VPADDD give.
+#define KRSCALEW(LO, HI, S) \
+	VPSHUFB  Z8, LO, LO; \
+	VPSHUFB  Z8, HI, HI; \
+	VPDPWSSD Z22, LO, S; \
+	VPDPWSSD Z23, HI, S; \
+	VPXORD   LO, LO, LO; \
+	VPXORD   HI, HI, HI
