@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/quant"
 )
 
@@ -136,13 +137,12 @@ func BenchmarkMatMul(b *testing.B) {
 		for _, threads := range []int{1, 2} {
 			be := New(threads)
 			w := randomWeight(b, be, rng, typ, rows, cols)
-			c := be.NewContext().(*context)
 			for _, n := range []int{1, 2, 8, 64, 512} {
 				x := randomTensor(rng, n, cols)
 				b.Run(fmt.Sprintf("%v/t=%d/n=%d", typ, threads, n), func(b *testing.B) {
 					b.SetBytes(int64(len(w.data)))
 					for b.Loop() {
-						c.MatMul(w, x)
+						computeMatMul(b, be, w, x)
 					}
 					b.ReportMetric(float64(2*rows*cols*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 				})
@@ -231,14 +231,24 @@ func BenchmarkGEMV(b *testing.B) {
 		for _, threads := range []int{1, 2} {
 			be := New(threads)
 			w := randomBlocks(b, be, rng, typ, rows, cols)
-			c := be.NewContext().(*context)
 			x := randomTensor(rng, 1, cols)
 			b.Run(fmt.Sprintf("%v/t=%d", typ, threads), func(b *testing.B) {
 				b.SetBytes(int64(len(w.data)))
 				for b.Loop() {
-					c.MatMul(w, x)
+					computeMatMul(b, be, w, x)
 				}
 			})
 		}
+	}
+}
+
+// computeMatMul runs one product in a context of its own: a context records operations and
+// runs them at Compute, so recording alone would time nothing.
+func computeMatMul(b *testing.B, be *Backend, w ml.Weight, x ml.Tensor) {
+	c := be.NewContext()
+	defer c.Close()
+	c.MatMul(w, x)
+	if err := c.Compute(); err != nil {
+		b.Fatal(err)
 	}
 }
