@@ -2,6 +2,8 @@ package quant
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -9,10 +11,21 @@ import (
 // dot products: any length must give an error or a result, never a panic.
 func FuzzDequantize(f *testing.F) {
 	types := supportedTypes()
+	// ggml's names keep the K of the K-quants upper-case (q4_K.raw.bin): match by lower case.
+	raws, _ := filepath.Glob("testdata/ggml/*.raw.bin")
+	byName := map[string]string{}
+	for _, r := range raws {
+		byName[strings.ToLower(filepath.Base(r))] = r
+	}
+	seeded := 0
 	for i, typ := range types {
-		if raw, err := os.ReadFile("testdata/ggml/" + typ.String() + ".raw.bin"); err == nil {
+		if raw, err := os.ReadFile(byName[strings.ToLower(typ.String())+".raw.bin"]); err == nil {
 			f.Add(uint8(i), uint16(0), raw[:min(len(raw), 2*typ.TypeSize())])
+			seeded++
 		}
+	}
+	if seeded < len(raws)/2 {
+		f.Fatalf("only %d of %d types found their ggml blocks in testdata/ggml", seeded, len(types))
 	}
 	f.Add(uint8(0), uint16(3), []byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, which uint8, n uint16, data []byte) {
