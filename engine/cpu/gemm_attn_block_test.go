@@ -121,9 +121,31 @@ func BenchmarkAttentionLong(b *testing.B) {
 	be := New(0)
 	kc := longCache(b, rng, be, ml.F16, 1, kvHeads, hd, total)
 	q := hostTensor(randomTensor(rng, n, heads*hd).data, n, heads, hd)
-	c := be.NewContext()
 	for b.Loop() {
-		c.Attention(q, kc, 0, total-n, 0.088)
+		computeAttention(b, be, q, kc, 0, total-n)
+	}
+}
+
+// BenchmarkDecodeAttention times one token's attention at depth 4,096 in Qwen3-0.6B's
+// shape (16 heads over 8 kv heads of 128), layer after layer of a 28-layer cache, so that
+// the keys and values come from memory as in a decode step (llama-bench's tg @ d4096).
+func BenchmarkDecodeAttention(b *testing.B) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	const heads, kvHeads, hd, layers, depth = 16, 8, 128, 28, 4096
+	for _, dt := range []ml.DType{ml.F16, ml.F32, ml.Q8_0} {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%v/t=%d", dt, threads), func(b *testing.B) {
+				be := New(threads)
+				kc := longCache(b, rng, be, dt, layers, kvHeads, hd, depth+1)
+				q := hostTensor(randomTensor(rng, 1, heads*hd).data, 1, heads, hd)
+				b.SetBytes(kc.Bytes() / layers)
+				layer := 0
+				for b.Loop() {
+					computeAttention(b, be, q, kc, layer, depth)
+					layer = (layer + 1) % layers
+				}
+			})
+		}
 	}
 }
 

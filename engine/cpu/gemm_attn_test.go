@@ -94,10 +94,14 @@ func BenchmarkAttention(b *testing.B) {
 	kc := cc.(*cache)
 	kc.store(0, 0, randomTensor(rng, n, kvHeads*hd).data, randomTensor(rng, n, kvHeads*hd).data)
 	q := hostTensor(randomTensor(rng, n, heads*hd).data, n, heads, hd)
-	c := be.NewContext()
 	for b.Loop() {
-		c.Attention(q, kc, 0, 0, 0.088)
+		computeAttention(b, be, q, kc, 0, 0)
 	}
+}
+
+// computeAttention runs one attention of q at pos0 over layer of kc.
+func computeAttention(b *testing.B, be *Backend, q ml.Tensor, kc *cache, layer, pos0 int) {
+	compute(b, be, func(c ml.Context) { c.Attention(q, kc, layer, pos0, 0.088) })
 }
 
 // TestDecodeAttention checks the few-token attention, whose jobs are shares of a kv head's

@@ -242,12 +242,40 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 }
 
-// computeMatMul runs one product in a context of its own: a context records operations and
-// runs them at Compute, so recording alone would time nothing.
+// BenchmarkMemoryRead is the ceiling of BenchmarkGEMV and of every decode step: 1 GiB of
+// float32 read once by the pool's threads (each value dotted with itself, one FMA per
+// eight values), bytes per second from memory. A decode whose weight bytes × tokens/s come
+// near it cannot be made faster by its kernels, only by reading fewer bytes.
+func BenchmarkMemoryRead(b *testing.B) {
+	data := make([]float32, 1<<28)
+	for i := range data {
+		data[i] = 1
+	}
+	for _, threads := range []int{1, 2} {
+		p := newPool(threads)
+		b.Run(fmt.Sprintf("t=%d", threads), func(b *testing.B) {
+			b.SetBytes(int64(len(data) * 4))
+			const chunk = 1 << 16
+			for b.Loop() {
+				p.parallel(len(data)/chunk, 16, func(lo, hi int) {
+					quant.Dot(data[lo*chunk:hi*chunk], data[lo*chunk:hi*chunk])
+				})
+			}
+		})
+	}
+}
+
+// computeMatMul runs one product in a context of its own.
 func computeMatMul(b *testing.B, be *Backend, w ml.Weight, x ml.Tensor) {
+	compute(b, be, func(c ml.Context) { c.MatMul(w, x) })
+}
+
+// compute records operations in a context of its own and runs them: a context runs what
+// it records at Compute, so recording alone would time nothing.
+func compute(b *testing.B, be *Backend, record func(ml.Context)) {
 	c := be.NewContext()
 	defer c.Close()
-	c.MatMul(w, x)
+	record(c)
 	if err := c.Compute(); err != nil {
 		b.Fatal(err)
 	}
