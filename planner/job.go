@@ -59,7 +59,7 @@ const (
 )
 
 // KVPrecisions are the KV cache precisions the planner chooses from, best first.
-var KVPrecisions = []ml.DType{ml.F32, ml.F16, ml.Q8_0}
+var KVPrecisions = ml.KVTypes
 
 // KVs are the precisions the policy lets the planner choose from: the forced one, or all.
 func (p Policy) KVs() []ml.DType {

@@ -29,6 +29,9 @@ const (
 	Q8_0
 )
 
+// KVTypes are the precisions a KV cache can be stored in, finest first.
+var KVTypes = []DType{F32, F16, Q8_0}
+
 func (d DType) String() string {
 	switch d {
 	case F32:
