@@ -10,36 +10,67 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/redlite/batch/engine/gguf"
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/internal/fixtures"
 )
 
-// prefixFixtures are the fixture models of every architecture.
-var prefixFixtures = []string{"tiny-qwen3-F32", "tiny-qwen3next-F16", "tiny-qwen3moe-F32", "tiny-llama-F32"}
-
-// batchTolerance is TestBatchParity's bound for a KV precision.
-func batchTolerance(kv ml.DType) float64 {
-	if kv == ml.F16 {
-		return 0.005
+// slidingWindow is the sliding-window layers' window of m's file, 0 without one.
+func slidingWindow(t *testing.T, m *Model) int {
+	t.Helper()
+	w, err := m.File.IntOr(m.Config().Arch+".attention.sliding_window", 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return 1e-4
+	return int(w)
+}
+
+// onePerArch is the first fixture model (in fixtures.Models' order: the F16 or F32 file
+// where there is one) of each architecture. The prefix tests whose subject is the cache's
+// bookkeeping run on these; TestPrefixParity, whose subject is the arithmetic, on every file.
+func onePerArch(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	seen := map[string]bool{}
+	for _, name := range fixtures.Models(t) {
+		f, err := gguf.Open(fixtures.Path(t, "models", name+".gguf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		arch, err := f.Architecture()
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !seen[arch] {
+			seen[arch] = true
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // TestPrefixParity reads a prompt's first blocks in one sequence, shares them as the prefix
 // cache does (KV blocks by reference, the recurrent state copied), and starts a second
 // sequence from them: every logit of the second prompt's rest must be within the batch
-// parity tolerance of the same prompt prefilled from nothing, on every fixture model, f32
-// and f16 KV. The first sequence goes on past the shared blocks unchanged.
+// parity tolerance of the same prompt prefilled from nothing, on every fixture model
+// (fixtures.Models: a new one is covered when it is added), f32, f16 and q8_0 KV. The first
+// sequence goes on past the shared blocks unchanged. The shared prefix is longer than any
+// model's sliding window, so the restored blocks hold positions the window has left.
 func TestPrefixParity(t *testing.T) {
 	const bs, shared = 16, 48
-	for _, name := range prefixFixtures {
+	for _, name := range fixtures.Models(t) {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name+".gguf")
+			if w := slidingWindow(t, m); w >= shared {
+				t.Fatalf("sliding window %d: a shared prefix of %d tokens does not reach past it", w, shared)
+			}
 			vocab := m.Config().Vocab
 			rng := rand.New(rand.NewPCG(3, 4))
 			a := randomTokens(rng, 100, vocab)
 			b := append(slices.Clone(a[:shared]), randomTokens(rng, 40, vocab)...)
-			for _, kv := range []ml.DType{ml.F32, ml.F16} {
+			for _, kv := range ml.KVTypes {
 				pool, err := m.Graph.NewKVPool(m.Backend, 20, bs, kv)
 				if err != nil {
 					t.Fatal(err)
@@ -77,9 +108,23 @@ func TestPrefixParity(t *testing.T) {
 				if pool.FreeBlocks() != pool.Blocks() {
 					t.Errorf("%d of %d blocks free after every holder let go", pool.FreeBlocks(), pool.Blocks())
 				}
-				pool.Free()
 
-				tol := batchTolerance(kv)
+				// The same two passes over a state of its own: the restored blocks and
+				// recurrent state are the very values this one computes, so every logit is
+				// the same bit for bit.
+				fresh, err := m.Graph.NewPooledState(m.Backend, pool, len(b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				forward(t, m, fresh, b[:shared], 0)
+				own := forward(t, m, fresh, b[shared:], shared)
+				fresh.Free()
+				pool.Free()
+				if d := compare(got, own, vocab); d.max != 0 {
+					t.Errorf("%v KV: restored prefix vs the same passes from nothing: %v, want equal", kv, d)
+				}
+
+				tol := batchTolerance(name, kv)
 				want := allLogits(t, m, b, 0, kv)[shared*vocab:]
 				if d := compare(got, want, vocab); d.max > tol || d.argmax != 1 {
 					t.Errorf("%v KV: restored prefix vs full prefill: %v, want max ≤ %g", kv, d, tol)
@@ -134,7 +179,7 @@ func greedyAlone(t *testing.T, m *Model, prompts [][]int32, maxTokens int, kv ml
 // says how much was reused, and every block not held by the cache is back in the pool.
 func TestSchedulerPrefixCache(t *testing.T) {
 	const bs, doc, maxTokens = 16, 70, 10
-	for _, name := range prefixFixtures {
+	for _, name := range onePerArch(t) {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name+".gguf")
 			tok, err := m.Tokenizer()
@@ -149,7 +194,7 @@ func TestSchedulerPrefixCache(t *testing.T) {
 				prompts = append(prompts, append(slices.Clone(document), randomTokens(rng, 3+4*i, vocab)...))
 			}
 			prompts = append(prompts, slices.Clone(prompts[1])) // the same prompt again
-			for _, kv := range []ml.DType{ml.F32, ml.F16} {
+			for _, kv := range ml.KVTypes {
 				alone := greedyAlone(t, m, prompts, maxTokens, kv)
 				sch, err := m.NewScheduler(SchedulerOptions{KV: kv, Slots: 2, Blocks: 24, BlockSize: bs, StepTokens: 40,
 					Prefix: &PrefixCacheOptions{MaxBytes: 64 << 20}})
@@ -165,7 +210,7 @@ func TestSchedulerPrefixCache(t *testing.T) {
 						t.Errorf("%v KV prompt %d: greedy %v with the cache, %v alone", kv, i, g.Tokens, alone[i].Tokens)
 					}
 					for j := range min(len(g.Logprobs), len(alone[i].Logprobs)) {
-						if d := math.Abs(float64(g.Logprobs[j].Logprob - alone[i].Logprobs[j].Logprob)); d > 2*batchTolerance(kv) {
+						if d := math.Abs(float64(g.Logprobs[j].Logprob - alone[i].Logprobs[j].Logprob)); d > 2*batchTolerance(name, kv) {
 							t.Errorf("%v KV prompt %d token %d: logprob %g with the cache, %g alone", kv, i, j, g.Logprobs[j].Logprob, alone[i].Logprobs[j].Logprob)
 						}
 					}
@@ -284,55 +329,59 @@ func TestPrefixCacheBounded(t *testing.T) {
 
 // TestPrefixDiskHit fills the directory from one scheduler and starts a second on it: its
 // first prompt starts from the snapshot on disk, with the same greedy output; a damaged
-// file is a miss, not an error.
+// file is a miss, not an error. On a model of each architecture, with each KV precision.
 func TestPrefixDiskHit(t *testing.T) {
 	const bs = 16
-	for _, name := range []string{"tiny-qwen3-F32", "tiny-qwen3next-F16"} {
+	for _, name := range onePerArch(t) {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name+".gguf")
 			tok, err := m.Tokenizer()
 			if err != nil {
 				t.Fatal(err)
 			}
-			rng := rand.New(rand.NewPCG(1, 2))
-			p := randomTokens(rng, 50, m.Config().Vocab)
-			alone := greedyAlone(t, m, [][]int32{p}, 5, ml.F16)[0]
-			dir := t.TempDir()
-			o := SchedulerOptions{KV: ml.F16, Slots: 1, Blocks: 8, BlockSize: bs, Prefix: &PrefixCacheOptions{MaxBytes: 64 << 20, Dir: dir, MaxDiskBytes: 64 << 20}}
-			run := func() Generation {
-				sch, err := m.NewScheduler(o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer sch.Close()
-				g, err := sch.Generate(context.Background(), p, 0, GenerateOptions{MaxTokens: 5, Stream: tok.NewStreamDecoder()})
-				if err != nil {
-					t.Fatal(err)
-				}
-				// Fill the pool with another prompt: the cached blocks are evicted, the
-				// longest prefix spilled.
-				if _, err := sch.Generate(context.Background(), randomTokens(rng, 8*bs-5, m.Config().Vocab), 8*bs, GenerateOptions{MaxTokens: 1, Stream: tok.NewStreamDecoder()}); err != nil {
-					t.Fatal(err)
-				}
-				return g
-			}
-			if g := run(); g.CachedTokens != 0 || !slices.Equal(g.Tokens, alone.Tokens) {
-				t.Fatalf("first run: %d cached, %v; want 0, %v", g.CachedTokens, g.Tokens, alone.Tokens)
-			}
-			if g := run(); g.CachedTokens != 48 || !slices.Equal(g.Tokens, alone.Tokens) {
-				t.Errorf("from disk: %d cached, %v; want 48, %v", g.CachedTokens, g.Tokens, alone.Tokens)
-			}
-			files, _ := filepath.Glob(filepath.Join(dir, "*"+prefixFileExt))
-			if len(files) == 0 {
-				t.Fatal("nothing on disk")
-			}
-			for _, f := range files {
-				if err := os.WriteFile(f, []byte("RLPFX001 damaged"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if g := run(); g.CachedTokens != 0 || !slices.Equal(g.Tokens, alone.Tokens) {
-				t.Errorf("damaged files: %d cached, %v; want 0, %v", g.CachedTokens, g.Tokens, alone.Tokens)
+			for _, kv := range ml.KVTypes {
+				t.Run(kv.String(), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(1, 2))
+					p := randomTokens(rng, 50, m.Config().Vocab)
+					alone := greedyAlone(t, m, [][]int32{p}, 5, kv)[0]
+					dir := t.TempDir()
+					o := SchedulerOptions{KV: kv, Slots: 1, Blocks: 8, BlockSize: bs, Prefix: &PrefixCacheOptions{MaxBytes: 64 << 20, Dir: dir, MaxDiskBytes: 64 << 20}}
+					run := func() Generation {
+						sch, err := m.NewScheduler(o)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer sch.Close()
+						g, err := sch.Generate(context.Background(), p, 0, GenerateOptions{MaxTokens: 5, Stream: tok.NewStreamDecoder()})
+						if err != nil {
+							t.Fatal(err)
+						}
+						// Fill the pool with another prompt: the cached blocks are evicted, the
+						// longest prefix spilled.
+						if _, err := sch.Generate(context.Background(), randomTokens(rng, 8*bs-5, m.Config().Vocab), 8*bs, GenerateOptions{MaxTokens: 1, Stream: tok.NewStreamDecoder()}); err != nil {
+							t.Fatal(err)
+						}
+						return g
+					}
+					if g := run(); g.CachedTokens != 0 || !slices.Equal(g.Tokens, alone.Tokens) {
+						t.Fatalf("first run: %d cached, %v; want 0, %v", g.CachedTokens, g.Tokens, alone.Tokens)
+					}
+					if g := run(); g.CachedTokens != 48 || !slices.Equal(g.Tokens, alone.Tokens) {
+						t.Errorf("from disk: %d cached, %v; want 48, %v", g.CachedTokens, g.Tokens, alone.Tokens)
+					}
+					files, _ := filepath.Glob(filepath.Join(dir, "*"+prefixFileExt))
+					if len(files) == 0 {
+						t.Fatal("nothing on disk")
+					}
+					for _, f := range files {
+						if err := os.WriteFile(f, []byte("RLPFX001 damaged"), 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if g := run(); g.CachedTokens != 0 || !slices.Equal(g.Tokens, alone.Tokens) {
+						t.Errorf("damaged files: %d cached, %v; want 0, %v", g.CachedTokens, g.Tokens, alone.Tokens)
+					}
+				})
 			}
 		})
 	}
@@ -358,7 +407,7 @@ func FuzzPrefixFile(f *testing.F) {
 // store on that directory (a restarted worker) starts from the files.
 func TestSessionPrefixStore(t *testing.T) {
 	const bs, doc, maxTokens = 16, 70, 8
-	files, kvs := prefixFixtures, []ml.DType{ml.F32, ml.F16}
+	files, kvs := onePerArch(t), ml.KVTypes
 	if testing.Short() {
 		files, kvs = []string{"tiny-qwen3-F32", "tiny-qwen3next-F16"}, []ml.DType{ml.F16}
 	}
