@@ -12,6 +12,7 @@ import (
 
 	"github.com/redlite/batch/engine/ml"
 	"github.com/redlite/batch/engine/model"
+	"github.com/redlite/batch/internal/fixtures"
 )
 
 // batchSeq is one sequence of TestBatchParity: its tokens, the step it starts at and the
@@ -29,26 +30,6 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 		ids[i] = int32(rng.IntN(vocab - 3)) // the tiny vocabulary's last ids are control tokens
 	}
 	return ids
-}
-
-// batchTolerance is how far a batched, chunked or prefix-restored run of a sequence of the
-// fixture model name may be from the sequence prefilled alone, for a KV precision: the one
-// bound of TestBatchParity and the prefix tests.
-func batchTolerance(name string, kv ml.DType) float64 {
-	switch {
-	case kv == ml.F16:
-		return 0.005
-	case kv == ml.Q8_0:
-		// A key or value whose q8_0 rounding flips on the last bit of a projection
-		// (batched products sum in another order) moves what follows (TestKVQ8_0Parity).
-		return 0.01
-	case strings.HasPrefix(name, "tiny-gemma3"):
-		// The float16 GELU turns last-bit differences of the gate (batched products sum
-		// in another order) into float16 steps: llama.cpp's own token-by-token run is
-		// 5.4e-4 from its whole batch (TestGemma3Parity).
-		return 1e-3
-	}
-	return 1e-4
 }
 
 // TestBatchParity runs sequences of different lengths together, started at staggered steps
@@ -85,7 +66,7 @@ func TestBatchParity(t *testing.T) {
 			}
 			for _, kv := range ml.KVTypes {
 				got := runBatched(t, m, seqs, kv)
-				tol := batchTolerance(name, kv)
+				tol := fixtures.BatchTolerance(name, kv)
 				for _, q := range seqs {
 					alone := allLogits(t, m, q.tokens, 0, kv)
 					d := compare(got[q.name], alone, vocab)

@@ -124,7 +124,7 @@ func TestPrefixParity(t *testing.T) {
 					t.Errorf("%v KV: restored prefix vs the same passes from nothing: %v, want equal", kv, d)
 				}
 
-				tol := batchTolerance(name, kv)
+				tol := fixtures.BatchTolerance(name, kv)
 				want := allLogits(t, m, b, 0, kv)[shared*vocab:]
 				if d := compare(got, want, vocab); d.max > tol || d.argmax != 1 {
 					t.Errorf("%v KV: restored prefix vs full prefill: %v, want max ≤ %g", kv, d, tol)
@@ -210,7 +210,7 @@ func TestSchedulerPrefixCache(t *testing.T) {
 						t.Errorf("%v KV prompt %d: greedy %v with the cache, %v alone", kv, i, g.Tokens, alone[i].Tokens)
 					}
 					for j := range min(len(g.Logprobs), len(alone[i].Logprobs)) {
-						if d := math.Abs(float64(g.Logprobs[j].Logprob - alone[i].Logprobs[j].Logprob)); d > 2*batchTolerance(name, kv) {
+						if d := math.Abs(float64(g.Logprobs[j].Logprob - alone[i].Logprobs[j].Logprob)); d > 2*fixtures.BatchTolerance(name, kv) {
 							t.Errorf("%v KV prompt %d token %d: logprob %g with the cache, %g alone", kv, i, j, g.Logprobs[j].Logprob, alone[i].Logprobs[j].Logprob)
 						}
 					}
