@@ -38,8 +38,7 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int32 {
 // sequence run alone, and seq8 and seq64 within them of llama.cpp's exact references, for
 // every fixture model and both KV precisions.
 func TestBatchParity(t *testing.T) {
-	files := append([]string{"tiny-qwen3-F32", "tiny-qwen3-Q8_0", "tiny-qwen3-Q4_K_M", "tiny-qwen3moe-F32", "tiny-llama-F32",
-		"tiny-gemma3-F32", "tiny-qwen35-F32", "tiny-qwen35moe-F32", "tiny-qwen3moe-MXFP4", "tiny-gpt-oss-F32"}, qwen3nextFiles...)
+	files := fixtures.Models(t)
 	if testing.Short() {
 		files = []string{"tiny-qwen3-Q8_0", "tiny-qwen3moe-F32", "tiny-llama-F32", "tiny-gemma3-F32", "tiny-qwen3next-Q8_0", "tiny-qwen35moe-F32", "tiny-gpt-oss-F32"}
 	}
