@@ -242,6 +242,12 @@ func (c *Client) Enqueue(ctx context.Context, p Payload, opts ...EnqueueOption) 
 		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), err)
 	}
 	queue := route.Queue
+	if q, err := c.affinityQueue(ctx, route); err != nil {
+		return Job{}, fmt.Errorf("enqueue %s: %w", p.TaskType(), err)
+	} else if q != "" {
+		queue = q
+		_ = c.rdb.HIncrBy(ctx, AffinityKey, "routed", 1).Err() // best effort: a count for dashboards
+	}
 	aopts := []asynq.Option{asynq.Queue(queue), asynq.MaxRetry(cfg.maxRetry), asynq.Retention(cfg.retention)}
 	if o.Deadline != nil {
 		if !o.Deadline.After(time.Now()) {

@@ -63,6 +63,11 @@ type Capability struct {
 	Largest []LargestPrompt `json:"largest"`
 	Tokens  TokenStats      `json:"tokens"`
 	Queues  map[string]int  `json:"queues"`
+	// Prefixes are keys (PrefixKeys, RecordedPrefixes) of the prompts of the jobs the worker
+	// ran lately, most recent first, at most MaxPublishedPrefixes, published while its prefix
+	// cache is on: clients route jobs that share them to its own queue (AffinityQueue). They
+	// say what it read, not what its cache still holds.
+	Prefixes []string `json:"prefixes,omitempty"`
 	// Draining is set while the worker shuts down: it takes no new job and is not routed to.
 	Draining bool      `json:"draining"`
 	Started  time.Time `json:"started"`
@@ -206,13 +211,15 @@ func BucketQueue(base, modelKey string, bucket int) string {
 // BucketName is a bucket's part of its queue names: ctx<tokens>.
 func BucketName(bucket int) string { return bucketPrefix + strconv.Itoa(bucket) }
 
-// RoutedQueue is a queue name taken apart: base@model (Bucket 0) or base@model@ctx<bucket>.
-// A third part that is no bucket (the memory classes, "512m", of clients before buckets)
-// leaves Bucket 0 with Routed true.
+// RoutedQueue is a queue name taken apart: base@model (Bucket 0), base@model@ctx<bucket>, or
+// a worker's own queue, base@model@worker-<name> (Affinity set, AffinityQueue). A third part
+// that is neither (the memory classes, "512m", of clients before buckets) leaves Bucket 0
+// with Routed true.
 type RoutedQueue struct {
 	Base, ModelKey string
 	Bucket         int
-	Routed         bool // a third part: a queue workers serve by capacity
+	Affinity       string // the worker's part (AffinityName) of its own queue
+	Routed         bool   // a third part: a queue workers serve by capacity, or one worker's own
 }
 
 // ParseQueue takes a queue name apart; ok is false for a plain priority queue.
@@ -227,6 +234,8 @@ func ParseQueue(queue string) (q RoutedQueue, ok bool) {
 		digits, isBucket := strings.CutPrefix(parts[2], bucketPrefix)
 		if n, err := strconv.Atoi(digits); isBucket && err == nil && n > 0 && BucketName(n) == parts[2] {
 			q.Bucket = n
+		} else if isAffinityName(parts[2]) {
+			q.Affinity = parts[2]
 		}
 	}
 	return q, true
@@ -422,6 +431,10 @@ type Route struct {
 	Queue  string
 	Bucket int // the context its queue's workers hold; 0 when not routed to a bucket
 	Routed bool
+	// Affinity lists the workers that hold the job and published a prefix of its prompt,
+	// the longest first: the client sends it to the first whose own queue is not backed up
+	// (Client.Enqueue), else to Queue.
+	Affinity []Affinity
 }
 
 // Routable reports whether routing may send jobs to the worker: it is not shutting down, and
@@ -590,7 +603,15 @@ func RouteJob(caps []Capability, p Payload, anyway bool) (Route, error) {
 	estimate := func(c Capability) int { e, _ := EstimatePrompt(p, c.Tokens); return e + maxTokens }
 	least := func(c Capability) int { _, l := EstimatePrompt(p, c.Tokens); return l + maxTokens }
 	if b, ok := HoldersBucket(mine, estimate); ok {
-		return to(b, true), nil
+		r := to(b, true)
+		holders := make([]Capability, 0, len(mine))
+		for _, c := range mine {
+			if estimate(c) <= c.MaxContext {
+				holders = append(holders, c)
+			}
+		}
+		r.Affinity = affinities(holders, p, base, key)
+		return r, nil
 	}
 	largest := LargestWorker(mine)
 	if _, ok := HoldersBucket(mine, least); ok {
