@@ -49,13 +49,23 @@ func batchPolicy(policy planner.Policy, pool *planner.Pool) planner.Policy {
 	return policy
 }
 
+// prefixCacheOn reports whether a worker with pool (nil: one job at a time) has a prefix
+// cache: a batching worker unless REDLITE_PREFIX_CACHE_MIB is 0, a worker of one job at a time
+// only with REDLITE_PREFIX_CACHE_DIR.
+func prefixCacheOn(cfg Config, pool *planner.Pool) bool {
+	if pool != nil {
+		return cfg.PrefixCacheMiB > 0
+	}
+	return cfg.PrefixCacheMiB > 0 && cfg.PrefixCacheDir != ""
+}
+
 // startPrefixStore makes the sessions' prefix cache of a worker running one job at a time.
 // Its snapshots hold a whole state (KV entries too, 268 MiB for Qwen3-Next after 4,096
 // tokens), so they live in REDLITE_PREFIX_CACHE_DIR only: a job's plan already takes the
 // device's memory, and nothing in memory has to be planned beside it. Without the
 // directory, such a worker has no prefix cache.
 func (w *worker) startPrefixStore() error {
-	if w.cfg.PrefixCacheMiB == 0 || w.cfg.PrefixCacheDir == "" {
+	if !prefixCacheOn(w.cfg, w.pool) {
 		return nil
 	}
 	o := engine.PrefixCacheOptions{Dir: w.cfg.PrefixCacheDir, MaxDiskBytes: w.cfg.PrefixCacheDiskMiB << 20}
@@ -91,7 +101,7 @@ func (w *worker) startBatching() error {
 			w.m.prefix.observe(sched.PrefixStats(), pool.Breakdown.KVBytesPerPosition*int64(pool.BlockSize))
 		},
 	}
-	if w.cfg.PrefixCacheMiB > 0 {
+	if prefixCacheOn(w.cfg, w.pool) {
 		// The planner planned the pool around this bound (planner.Policy.PrefixCacheMiB).
 		o.Prefix = &engine.PrefixCacheOptions{MaxBytes: w.cfg.PrefixCacheMiB << 20, Dir: w.cfg.PrefixCacheDir, MaxDiskBytes: w.cfg.PrefixCacheDiskMiB << 20}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -123,7 +124,10 @@ type capabilities struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	doc  jobs.Capability
-	stop chan struct{}
+	// prefixes are published with the document (affinity.go); nil when the worker publishes
+	// none.
+	prefixes *prefixLRU
+	stop     chan struct{}
 	done chan struct{}
 }
 
@@ -140,6 +144,9 @@ func (c *capabilities) publish() error {
 	c.doc.Updated = time.Now().UTC()
 	doc := c.doc
 	c.mu.Unlock()
+	if c.prefixes != nil {
+		doc.Prefixes = c.prefixes.keys()
+	}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return err
@@ -162,11 +169,16 @@ func (c *capabilities) start() {
 		defer close(c.done)
 		tick := time.NewTicker(c.ttl / 6)
 		defer tick.Stop()
+		var changed chan struct{} // nil, never ready, without prefixes
+		if c.prefixes != nil {
+			changed = c.prefixes.changed
+		}
 		for {
 			select {
 			case <-c.stop:
 				return
 			case <-tick.C:
+			case <-changed: // a job's prefix is new: clients may route the next ones here
 			}
 			if err := c.publish(); err != nil {
 				c.log.Debug("publish the worker's capabilities", "err", err)
@@ -196,19 +208,26 @@ func (c *capabilities) terminate() {
 }
 
 // startCapabilities describes the worker, derives the routed queues it serves from
-// REDLITE_QUEUES and the longest job it holds (jobs.WorkerQueues) and starts publishing; it
+// REDLITE_QUEUES and the longest job it holds (jobs.WorkerQueues), and its own queues when it
+// publishes prefixes (affinity.go), and starts publishing; it
 // runs before the asynq server starts, so that the queues are in its configuration.
 func (d *Daemon) startCapabilities(name string, lm *loadedModel, budget planner.Budget, cal planner.Calibration, policy planner.Policy, pool *planner.Pool) error {
 	doc, err := capabilityOf(name, lm, budget, cal, policy, d.cfg.Concurrency, pool)
 	if err != nil {
 		return err
 	}
-	d.cfg.Queues = jobs.WorkerQueues(d.cfg.Queues, doc.ModelKey, doc.MaxContext)
+	base := d.cfg.Queues
+	d.cfg.Queues = jobs.WorkerQueues(base, doc.ModelKey, doc.MaxContext)
+	if d.cfg.PrefixAffinity && prefixCacheOn(d.cfg, pool) {
+		d.prefixes = newPrefixLRU(jobs.MaxPublishedPrefixes)
+		maps.Copy(d.cfg.Queues, jobs.AffinityQueues(base, doc.ModelKey, name))
+	}
 	doc.Queues = d.cfg.Queues
 	d.m.maxContext.WithLabelValues(doc.Model).Set(float64(doc.MaxContext))
 	if d.cp, err = newCapabilities(d.rdb, doc, d.cfg.CapabilityTTL, d.log); err != nil {
 		return err
 	}
+	d.cp.prefixes = d.prefixes
 	d.cp.start()
 	d.log.Info("capabilities published", "max_context", doc.MaxContext, "model_key", doc.ModelKey, "queues", len(doc.Queues))
 	return nil

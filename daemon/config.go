@@ -82,6 +82,9 @@ type Config struct {
 	// PrefixCacheDiskMiB of them; a restarted worker reads them again. Empty: none on disk.
 	PrefixCacheDir     string `env:"REDLITE_PREFIX_CACHE_DIR"`
 	PrefixCacheDiskMiB int64  `env:"REDLITE_PREFIX_CACHE_DISK_MIB" envDefault:"4096"`
+	// PrefixAffinity publishes, while the prefix cache is on, keys of the prompts the worker
+	// ran, and serves its own queues, to which clients route jobs sharing them (affinity.go).
+	PrefixAffinity bool `env:"REDLITE_PREFIX_AFFINITY" envDefault:"true"`
 
 	// HTTPAddr serves /healthz, /readyz and /metrics; "off" disables it.
 	HTTPAddr string `env:"REDLITE_HTTP_ADDR" envDefault:":9464"`

@@ -89,6 +89,9 @@ type Daemon struct {
 	hooks *webhookSender   // webhook deliveries (webhook.go)
 	of    *orphanFinder    // jobs of dead workers (orphans.go)
 	sw    *strandedSweeper // jobs in queues no live worker serves (stranded.go)
+	// prefixes are the prompt prefixes the worker publishes (affinity.go); nil when it
+	// publishes none.
+	prefixes *prefixLRU
 	// restoreHeapLimit undoes limitHeap at shutdown (tests run several daemons in one
 	// process).
 	restoreHeapLimit func()
@@ -141,6 +144,10 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err := reg.Register(newRefusedCollector(rdb)); err != nil {
 		d.closeClients()
 		return nil, fmt.Errorf("register refused-jobs metrics: %w", err)
+	}
+	if err := reg.Register(newAffinityCollector(rdb)); err != nil {
+		d.closeClients()
+		return nil, fmt.Errorf("register affinity metrics: %w", err)
 	}
 	if cfg.HTTPAddr != "off" {
 		if d.http, err = newHTTPServer(cfg.HTTPAddr, log, client, reg); err != nil {
@@ -260,7 +267,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.hooks.start()
 	d.w = newWorker(&worker{hb: d.hb, hooks: d.hooks, cfg: d.cfg, log: d.log, m: d.m, lm: lm, client: d.client, insp: d.insp, name: name,
-		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs, orphaned: d.orphaned}, d.rdb)
+		budget: budget, cal: cal, policy: policy, pool: pool, observer: d.obs, orphaned: d.orphaned, affinity: d.prefixes}, d.rdb)
 	// Before the asynq server starts, the only time the finder can prove a predecessor with
 	// our own PID (a container's PID 1) dead: its jobs go to retry (orphans.go).
 	if d.of, err = newOrphanFinder(d.rdb, d.client, d.insp, d.cfg.Queues, d.log); err != nil {
@@ -378,6 +385,9 @@ func (d *Daemon) shutdown() {
 	if d.w != nil {
 		d.log.Info("shutting down: no new jobs; waiting for running jobs", "timeout", d.cfg.ShutdownTimeout)
 		d.w.terminate()
+		if d.prefixes != nil {
+			d.handOver() // after the worker: nothing more is taken from its own queues
+		}
 	}
 	if d.hb != nil {
 		d.hb.terminate() // after the worker: its name stays listed while it drains

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -38,4 +39,29 @@ func (c *refusedCollector) Collect(ch chan<- prometheus.Metric) {
 		n, _ := strconv.ParseFloat(counts[reason], 64)
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, n, reason)
 	}
+}
+
+// affinityCollector exports the fleet-wide count of jobs clients routed by prefix affinity
+// (jobs.AffinityKey), as refusedCollector does its count.
+type affinityCollector struct {
+	rdb  redis.UniversalClient
+	desc *prometheus.Desc
+}
+
+func newAffinityCollector(rdb redis.UniversalClient) *affinityCollector {
+	return &affinityCollector{rdb: rdb, desc: prometheus.NewDesc("redlite_jobs_routed_by_affinity_total",
+		"Jobs any client of the fleet sent to the own queue of a worker that ran a prompt they start with (read from Redis; the same on every worker).", nil, nil)}
+}
+
+func (c *affinityCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *affinityCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := c.rdb.HGet(ctx, jobs.AffinityKey, "routed").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return // no value rather than a wrong one
+	}
+	n, _ := strconv.ParseFloat(s, 64)
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, n)
 }

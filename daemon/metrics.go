@@ -49,6 +49,7 @@ type metrics struct {
 	textEntries    prometheus.Counter
 	expertLookups  *prometheus.CounterVec
 	rerouted       *prometheus.CounterVec
+	affinityJobs   prometheus.Counter
 	maxContext     *prometheus.GaugeVec
 	// Continuous batching (REDLITE_CONCURRENCY > 1).
 	batchSize     prometheus.Histogram
@@ -128,8 +129,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "redlite_expert_cache_lookups_total", Help: "Routed-expert slices looked up in the bounded expert cache, by result (hit, miss); all hits when every expert is resident.",
 		}, []string{"result"}),
 		rerouted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redlite_jobs_rerouted_total", Help: "Jobs this worker moved to the queue of workers that can run them, by reason: does_not_fit and model (it took them and could not run them), stranded (they waited in a queue no live worker serves).",
+			Name: "redlite_jobs_rerouted_total", Help: "Jobs this worker moved to the queue of workers that can run them, by reason: does_not_fit and model (it took them and could not run them), stranded (they waited in a queue no live worker serves), handed_over (they waited in its own queue when it shut down).",
 		}, []string{"reason"}),
+		affinityJobs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "redlite_affinity_jobs_total", Help: "Job attempts this worker took from its own queue, where clients routed them because it ran a prompt they start with (prefix affinity).",
+		}),
 		maxContext: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redlite_worker_max_context_tokens", Help: "The longest job (prompt + max_tokens per slot) this worker's planner takes, with its model: its top capacity bucket.",
 		}, []string{"model"}),
@@ -149,7 +153,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12), // 1 ms … 70 min
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.maxContext, m.rerouted, m.batchSize, m.stepSeconds, m.kvBlocks, m.admissionWait, m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
+	for _, c := range []prometheus.Collector{m.maxContext, m.rerouted, m.affinityJobs, m.batchSize, m.stepSeconds, m.kvBlocks, m.admissionWait, m.jobs, m.duration, m.queueWait, m.promptTokens, m.genTokens,
 		m.prefillRate, m.decodeRate, m.phase, m.modelLoad, m.modelInfo, m.buildInfo, m.plans, m.plannedBytes,
 		m.limitBytes, m.planNeedBytes, m.webhooks, m.progressWrites, m.textWrites, m.textEntries, m.expertLookups} {
 		if err := reg.Register(c); err != nil {
@@ -168,6 +172,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.rerouted.WithLabelValues("does_not_fit")
 	m.rerouted.WithLabelValues("model")
+	m.rerouted.WithLabelValues(outcomeHandedOver)
 	m.expertLookups.WithLabelValues("hit")
 	m.expertLookups.WithLabelValues("miss")
 	for _, p := range []jobs.Phase{jobs.PhaseTokenizing, jobs.PhasePlanning, jobs.PhasePrefill, jobs.PhaseDecode} {

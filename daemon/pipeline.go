@@ -131,6 +131,9 @@ func (r *run) admit(ctx context.Context, p jobs.Payload) (_ context.Context, can
 	if !r.w.lm.serves(opts.Model) {
 		return ctx, cancel, true, r.rerouteModel(ctx, p) // reroute.go
 	}
+	if r.w.ownQueue(r.queue) {
+		r.w.m.affinityJobs.Inc()
+	}
 	// asynq enforces the task message's timeout and deadline; a raw client may have put
 	// them only in the payload, so they are applied here too.
 	var cancels []context.CancelFunc
@@ -324,7 +327,11 @@ func (r *run) generate(ctx context.Context, p jobs.Payload, sampling jobs.Sampli
 		w.m.queueWait.WithLabelValues(typ).Observe(wait.Seconds())
 	}
 	r.prog.terminate()
-	return r.complete(ctx, res, p.Options().WebhookURL)
+	if err := r.complete(ctx, res, p.Options().WebhookURL); err != nil {
+		return err
+	}
+	w.recordPrefix(p)
+	return nil
 }
 
 // complete writes a finished job's result and queues its webhook. A result that cannot be

@@ -126,6 +126,25 @@ func (s *strandedSweeper) sweep(ctx context.Context) (moved, archived int) {
 
 var errArchived = errors.New("archived")
 
+// routeAgain routes a job that waits in routed queue rq among the live workers caps, as a
+// client does at submit (to a bucket, never to a worker's own queue): a job that names no
+// model was routed to rq's model, whose workers come first if any is live.
+func routeAgain(caps []jobs.Capability, rq jobs.RoutedQueue, p jobs.Payload) (jobs.Route, error) {
+	fleet := caps
+	if p.Options().Model == "" {
+		var same []jobs.Capability
+		for _, c := range caps {
+			if c.Routable() && c.ModelKey == rq.ModelKey {
+				same = append(same, c)
+			}
+		}
+		if len(same) > 0 {
+			fleet = same
+		}
+	}
+	return jobs.RouteJob(fleet, p, false)
+}
+
 // place routes one stranded job among the live workers and moves it there, or archives it
 // with the reason when none can take it (errArchived).
 func (s *strandedSweeper) place(ctx context.Context, caps []jobs.Capability, rq jobs.RoutedQueue, j jobs.WaitingJob) error {
@@ -136,21 +155,8 @@ func (s *strandedSweeper) place(ctx context.Context, caps []jobs.Capability, rq 
 	prefix := fmt.Sprintf("stranded for %v in queue %s, which no live worker serves", wait, j.Queue)
 	p, err := jobs.Decode(j.Type, j.Payload)
 	if err == nil {
-		fleet := caps
-		if p.Options().Model == "" {
-			// Routed to this model without naming it: its workers first, if any is live.
-			var same []jobs.Capability
-			for _, c := range caps {
-				if c.Routable() && c.ModelKey == rq.ModelKey {
-					same = append(same, c)
-				}
-			}
-			if len(same) > 0 {
-				fleet = same
-			}
-		}
 		var route jobs.Route
-		if route, err = jobs.RouteJob(fleet, p, false); err == nil {
+		if route, err = routeAgain(caps, rq, p); err == nil {
 			if route.Queue == j.Queue {
 				return fmt.Errorf("routed back to its own queue")
 			}

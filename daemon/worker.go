@@ -40,6 +40,9 @@ type worker struct {
 	// prefixes is the sessions' prefix cache when REDLITE_CONCURRENCY is 1 and
 	// REDLITE_PREFIX_CACHE_MIB > 0 (batch.go); nil otherwise.
 	prefixes *engine.PrefixStore
+	// affinity records the prompts of the jobs it completes, for its capability document
+	// (affinity.go); nil when it publishes none.
+	affinity *prefixLRU
 	// progs holds the compiled response formats (format.go).
 	progs programs
 
