@@ -119,16 +119,16 @@ func (lm *loadedModel) tokenStats() jobs.TokenStats {
 
 // capabilities publishes the document until terminate.
 type capabilities struct {
-	rdb  redis.UniversalClient
-	ttl  time.Duration
-	log  *slog.Logger
-	mu   sync.Mutex
-	doc  jobs.Capability
+	rdb redis.UniversalClient
+	ttl time.Duration
+	log *slog.Logger
+	mu  sync.Mutex
+	doc jobs.Capability
 	// prefixes are published with the document (affinity.go); nil when the worker publishes
 	// none.
 	prefixes *prefixLRU
 	stop     chan struct{}
-	done chan struct{}
+	done     chan struct{}
 }
 
 func newCapabilities(rdb redis.UniversalClient, doc jobs.Capability, ttl time.Duration, log *slog.Logger) (*capabilities, error) {

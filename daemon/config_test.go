@@ -52,8 +52,14 @@ func TestConfigFromEnv(t *testing.T) {
 		if p, _ := cfg.policy(); p.PrefixCacheMiB != 256 {
 			t.Errorf("the pool's policy plans a %d MiB prefix cache, want 256", p.PrefixCacheMiB)
 		}
-		if d := DefaultConfig(); d.PrefixCacheMiB != 512 || d.PrefixCacheDir != "" || d.PrefixCacheDiskMiB != 4096 {
-			t.Errorf("defaults %d MiB, dir %q, disk %d MiB", d.PrefixCacheMiB, d.PrefixCacheDir, d.PrefixCacheDiskMiB)
+		if d := DefaultConfig(); d.PrefixCacheMiB != 512 || d.PrefixCacheDir != "" || d.PrefixCacheDiskMiB != 4096 || !d.PrefixAffinity {
+			t.Errorf("defaults %d MiB, dir %q, disk %d MiB, affinity %v", d.PrefixCacheMiB, d.PrefixCacheDir, d.PrefixCacheDiskMiB, d.PrefixAffinity)
+		}
+		if cfg, err := ConfigFromEnv([]string{"REDLITE_PREFIX_AFFINITY=false"}); err != nil || cfg.PrefixAffinity {
+			t.Errorf("REDLITE_PREFIX_AFFINITY=false: %v %v", cfg.PrefixAffinity, err)
+		}
+		if _, err := ConfigFromEnv([]string{"REDLITE_PREFIX_AFFINITY=sometimes"}); err == nil || !strings.Contains(err.Error(), "REDLITE_PREFIX_AFFINITY") {
+			t.Errorf("REDLITE_PREFIX_AFFINITY=sometimes: %v, want an error naming the variable", err)
 		}
 		for _, env := range [][]string{{"REDLITE_PREFIX_CACHE_DIR=/tmp/p", "REDLITE_PREFIX_CACHE_DISK_MIB=0"}, {"REDLITE_PREFIX_CACHE_DIR=/tmp/p", "REDLITE_PREFIX_CACHE_MIB=0"}} {
 			if _, err := ConfigFromEnv(env); err == nil || !strings.Contains(err.Error(), "REDLITE_PREFIX_CACHE_") {
