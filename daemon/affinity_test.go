@@ -126,7 +126,8 @@ func TestFleetAffinity(t *testing.T) {
 
 	t.Run("GoneWorkersQueueSwept", func(t *testing.T) {
 		ghost := jobs.AffinityQueue(jobs.QueueDefault, cp.ModelKey, "ghost")
-		rawEnqueue(t, b, ghost, "ghost-job", ask(doc, "Who delivers?", ""))
+		// Another document: whoever runs it must not come to hold the first one's prefix.
+		rawEnqueue(t, b, ghost, "ghost-job", ask(strings.Repeat("Ghosts haunt the old mill by the river every autumn. ", 60), "Who haunts it?", ""))
 		res, err := waitResult(t, b.client, "ghost-job", nil)
 		if err != nil {
 			t.Fatal(err)

@@ -53,9 +53,12 @@ type worker struct {
 	cancelBase context.CancelCauseFunc
 	running    sync.WaitGroup // handlers still executing
 	// active maps the jobs whose handlers run to their queues, so that those asynq gives
-	// back at shutdown are known (terminate).
+	// back at shutdown are known (terminate). Once stopping is set, entries stay when their
+	// handlers return: asynq cancels the handlers of the jobs it gives back, which may return
+	// before its Shutdown does.
 	activeMu sync.Mutex
 	active   map[string]string
+	stopping bool
 	// archiving counts the goroutines archiving jobs past their deadline (expire.go); they
 	// stop when stopArchiving closes.
 	archiving     sync.WaitGroup
@@ -106,6 +109,9 @@ func (w *worker) start() error {
 // asynq could still count the attempt as failed; the engine stops within a chunk or token,
 // and terminate returns when every handler has, so the model can be closed.
 func (w *worker) terminate() {
+	w.activeMu.Lock()
+	w.stopping = true
+	w.activeMu.Unlock()
 	w.srv.Shutdown()
 	w.restartWaits()
 	w.cancelBase(errShuttingDown)
@@ -125,16 +131,19 @@ func (w *worker) track(queue, id string) (untrack func()) {
 	w.activeMu.Unlock()
 	return func() {
 		w.activeMu.Lock()
-		delete(w.active, id)
+		if !w.stopping {
+			delete(w.active, id)
+		}
 		w.activeMu.Unlock()
 	}
 }
 
-// restartWaits records, for the jobs whose handlers still run once asynq has stopped (it has
-// given them back to their queues), that they wait from now: a job waiting longer than
-// REDLITE_CAPABILITY_TTL in a queue no live worker serves is moved or archived by the other
-// workers (stranded.go), and a worker that restarts within the TTL finds its jobs still
-// there.
+// restartWaits records, for the jobs whose handlers ran when the worker began to stop (asynq
+// has given back those it did not finish, without the pending_since it dropped when it took
+// them; a finished job is not pending and is left alone), that they wait from now: a job
+// waiting longer than REDLITE_CAPABILITY_TTL in a queue no live worker serves is moved or
+// archived by the other workers (stranded.go), and a worker that restarts within the TTL
+// finds its jobs still there.
 func (w *worker) restartWaits() {
 	w.activeMu.Lock()
 	given := maps.Clone(w.active)
