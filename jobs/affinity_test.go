@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redlite/batch/internal/redistest"
 )
 
 // document is text of n bytes that differs from stride to stride.
@@ -248,4 +250,44 @@ func FuzzPrefixKeys(f *testing.F) {
 			t.Fatal("a prompt and its extension do not share their keys")
 		}
 	})
+}
+
+// BenchmarkEnqueueAffinity is BenchmarkEnqueueRouted with every worker publishing a full set
+// of prefix keys (MaxPublishedPrefixes) and the job a 16 KiB document that one of them read:
+// what affinity adds to an enqueue (the job's keys, the match, one LLEN per candidate).
+func BenchmarkEnqueueAffinity(b *testing.B) {
+	doc := document(16 << 10)
+	for _, workers := range []int{8, 64} {
+		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) {
+			srv := redistest.Start(b)
+			c, err := NewClient(srv.URL(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			for i := range workers {
+				cp := benchCapability(i)
+				for q, w := range AffinityQueues(QueueWeights(), cp.ModelKey, cp.Worker) {
+					cp.Queues[q] = w
+				}
+				for j := 0; len(cp.Prefixes) < MaxPublishedPrefixes; j++ {
+					cp.Prefixes = append(cp.Prefixes, RecordedPrefixes(PrefixKeys(askAbout(strconv.Itoa(i)+"."+strconv.Itoa(j)+document(4096), "?"), cp.ModelKey))...)
+				}
+				if i == 0 {
+					cp.Prefixes = append(RecordedPrefixes(PrefixKeys(askAbout(doc, "When?"), cp.ModelKey)), cp.Prefixes[:MaxPublishedPrefixes-12]...)
+				}
+				data, _ := json.Marshal(cp)
+				c.rdb.Set(ctx, CapabilityKey(cp.ID), data, time.Hour)
+				c.rdb.ZAdd(ctx, CapabilitiesIndex, redisZ(time.Now().Add(time.Hour), cp.ID))
+			}
+			p := askAbout(doc, "How many?")
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := c.Enqueue(ctx, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
