@@ -24,7 +24,7 @@ func TestCPUFeatureCaps(t *testing.T) {
 	for _, c := range []string{"avx2", "avx512"} {
 		t.Run(c, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.count=1", "-test.v",
-				"-test.run=^(TestKernelSetCapped|TestDotQ8KAsm|TestDotRows4Q8K|TestDotRows|TestKernelsAsmVsGo|TestVNNIKernels)$")
+				"-test.run=^(TestKernelSetCapped|TestDotQ8KAsm|TestDotRows4Q8K|TestDotRows|TestKernelsAsmVsGo|TestVNNIKernels|TestDotRowsQ8_0|TestDotRowsQ8_0Asm|TestQuantizeQ8_0Ref)$")
 			cmd.Env = append(os.Environ(), "REDLITE_CPU_FEATURES="+c)
 			out, err := cmd.CombinedOutput()
 			if err != nil {

@@ -28,3 +28,11 @@ func dotRepacked(Type, []byte, int, int, []Q8K, int, []float32, int) {
 }
 
 func int8Kernel(Type) string { return "go" }
+
+func dotRowsQ8_0Fast([]byte, []byte, []float32) bool { return false }
+
+// int8Q8_0Faster: the pure-Go integer kernel has not been measured against the NEON exact
+// one, so Q8_0 stays exact here.
+func int8Q8_0Faster() bool { return false }
+
+func quantizeQ8_0Fast([]float32, []byte) bool { return false }

@@ -1,0 +1,29 @@
+//go:build amd64 && !purego
+
+package quant
+
+//go:noescape
+func dotQ8_0Q8_0RowsAVX2(rows, a *byte, nblocks, nrows int, out *float32)
+
+func dotRowsQ8_0Fast(rows, a []byte, out []float32) bool {
+	if !useAsm {
+		return false
+	}
+	dotQ8_0Q8_0RowsAVX2(&rows[0], &a[0], len(a)/34, len(out), &out[0])
+	return true
+}
+
+// int8Q8_0Faster: on the AVX2-only EPYC the integer kernel beats dotQ8_0AVX2 (engine/README.md's
+// table); AVX-512 machines keep their AVX-512 exact kernel, as it was not measured there.
+func int8Q8_0Faster() bool { return useAsm && !useAVX512 }
+
+//go:noescape
+func quantizeQ8_0AVX2(x *float32, dst *byte, nblocks int)
+
+func quantizeQ8_0Fast(x []float32, dst []byte) bool {
+	if !useAsm || len(x) < 32 {
+		return false
+	}
+	quantizeQ8_0AVX2(&x[0], &dst[0], len(x)/32)
+	return true
+}
