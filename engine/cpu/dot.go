@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/redlite/batch/engine/quant"
 )
@@ -62,6 +63,19 @@ func (b *Backend) int8(t quant.Type) bool {
 	return quant.Int8Faster(t)
 }
 
+// int8Q8_0 reports whether products with Q8_0 weights take activations quantized to Q8_0
+// (quant.DotRowsQ8_0) where they would take the exact dot paths. They never replace the
+// GEMM of larger batches, so a token's numbers stay those it gets alone wherever they did.
+func (b *Backend) int8Q8_0() bool {
+	switch b.Dot() {
+	case DotExact:
+		return false
+	case DotInt8:
+		return true
+	}
+	return quant.Int8Q8_0Faster()
+}
+
 // fusedMaxTokens is the batch size up to which each row is dotted straight from its
 // quantized bytes, a tile of rows with every token in turn (see matmul); beyond it expanding
 // rows to float32 once and running the GEMM is cheaper, below it the GEMM would fill few of
@@ -88,6 +102,29 @@ func (c *context) quantizeActs(x []float32, n, cols int) (acts []quant.Q8K, rele
 		quant.QuantizeQ8K(x[lo*quant.QK_K:hi*quant.QK_K], acts[lo:hi])
 	})
 	return acts, func() { c.b.pool.scratch.put(buf) }
+}
+
+// quantizeActsQ8_0 quantizes n tokens of cols activations to Q8_0 blocks, once per product:
+// token i's blocks are acts[i·cols/32·34 …]. release returns the scratch.
+func (c *context) quantizeActsQ8_0(x []float32, n, cols int) (acts []byte, release func()) {
+	const bs, ts = 32, 34
+	nb := n * cols / bs
+	buf := c.b.pool.scratch.get((nb*ts + 3) / 4)
+	acts = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), nb*ts)
+	c.b.pool.parallel(nb, 64, func(lo, hi int) {
+		quant.QuantizeQ8_0Ref(x[lo*bs:hi*bs], acts[lo*ts:hi*ts])
+	})
+	return acts, func() { c.b.pool.scratch.put(buf) }
+}
+
+// dotTileQ8_0 is dotTile for Q8_0 rows with activations quantized to Q8_0: acts holds n
+// tokens of equal length.
+func dotTileQ8_0(rows, acts []byte, n int, out []float32, ldo int) {
+	ab := len(acts) / n
+	nr := len(rows) / ab
+	for i := 0; i < n; i++ {
+		quant.DotRowsQ8_0(rows, acts[i*ab:(i+1)*ab], out[i*ldo:i*ldo+nr])
+	}
 }
 
 // dotTileQ8K is dotTile with 8-bit activations: acts holds n tokens of nb blocks each; four

@@ -85,3 +85,61 @@ func TestParseDot(t *testing.T) {
 		t.Error("ParseDot(fp8): no error")
 	}
 }
+
+// TestMatMulInt8Q8_0 checks Q8_0's 8-bit path: below the GEMM's batch sizes each token's
+// numbers are the kernel's on that token quantized alone, close to the exact path's but not
+// equal; from the GEMM's batch sizes on the path is the exact one.
+func TestMatMulInt8Q8_0(t *testing.T) {
+	const rows, cols = 168, 512
+	rng := rand.New(rand.NewPCG(7, 9))
+	b := New(2)
+	wf := make([]float32, rows*cols)
+	for i := range wf {
+		wf[i] = float32(rng.NormFloat64())
+	}
+	data := make([]byte, quant.Q8_0.RowBytes(rows*cols))
+	if err := quant.Quantize(quant.Q8_0, wf, data); err != nil {
+		t.Fatal(err)
+	}
+	w, err := weightOf(b, "w", quant.Q8_0, []int{cols, rows}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gemmFrom := b.fusedMaxTokens(quant.Q8_0) + 1
+	for _, n := range []int{1, 3, 8, gemmFrom} {
+		x := randomTensor(rng, n, cols)
+		b.SetDot(DotInt8)
+		c := b.NewContext()
+		got := values(t, c, c.MatMul(w, x))
+		b.SetDot(DotExact)
+		c = b.NewContext()
+		exact := values(t, c, c.MatMul(w, x))
+		if n >= gemmFrom {
+			if !equal32(got, exact) {
+				t.Errorf("n %d: the 8-bit path differs from the exact one where the GEMM takes both", n)
+			}
+			continue
+		}
+		acts := make([]byte, quant.Q8_0.RowBytes(cols))
+		want := make([]float32, rows)
+		for i := 0; i < n; i++ {
+			quant.QuantizeQ8_0Ref(x.data[i*cols:(i+1)*cols], acts)
+			quant.DotRowsQ8_0(data, acts, want)
+			if !equal32(got[i*rows:(i+1)*rows], want) {
+				t.Fatalf("n %d token %d: int8 MatMul differs from the kernel on the token alone", n, i)
+			}
+			var dd, ee float64
+			for r := 0; r < rows; r++ {
+				e := float64(exact[i*rows+r])
+				dd += (float64(want[r]) - e) * (float64(want[r]) - e)
+				ee += e * e
+			}
+			if math.Sqrt(dd/ee) > 0.02 {
+				t.Errorf("n %d token %d: int8 %.3g relative RMS from exact", n, i, math.Sqrt(dd/ee))
+			}
+			if dd == 0 {
+				t.Errorf("n %d token %d: exact and int8 paths gave the same numbers", n, i)
+			}
+		}
+	}
+}

@@ -83,6 +83,22 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 				}
 			}
 		})
+	case w.typ == quant.Q8_0 && c.b.int8Q8_0():
+		// Q8_0 with activations quantized to Q8_0, for the batch sizes below the GEMM's:
+		// as below, one kernel call per range of rows for one token, tiles for a few. Each
+		// row's number is the same whatever rows it is computed with.
+		acts, release := c.quantizeActsQ8_0(x, n, cols)
+		defer release()
+		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
+			if n == 1 {
+				quant.DotRowsQ8_0(w.data[(r0+lo)*w.rowB:(r0+hi)*w.rowB], acts, out[lo:hi])
+				return
+			}
+			for t0 := lo; t0 < hi; t0 += dotTileRows {
+				t1 := min(t0+dotTileRows, hi)
+				dotTileQ8_0(w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts, n, out[t0:], rows)
+			}
+		})
 	case c.b.int8(w.typ) && cols%quant.QK_K == 0:
 		// 8-bit activations: x is quantized once for every row; then as below, one kernel
 		// call per range of rows for one token, tiles of rows for a few.

@@ -211,6 +211,16 @@ func (c *context) expertTiles(w *weight, xt *tensor, shared bool, k int, start, 
 				dotTileQ8K(w.typ, data[j.e][j.t0*w.rowB:j.t1*w.rowB], acts[p0*nb:(p0+np)*nb], nb, np, ys[p0*rows+j.t0:], rows)
 			}
 		})
+	} else if w.typ == quant.Q8_0 && c.b.int8Q8_0() {
+		acts, release := c.quantizeActsQ8_0(xs, len(order), cols)
+		defer release()
+		ab := cols / 32 * 34
+		c.b.pool.parallel(len(jobs), 4, func(lo, hi int) {
+			for _, j := range jobs[lo:hi] {
+				p0, np := start[j.e], start[j.e+1]-start[j.e]
+				dotTileQ8_0(data[j.e][j.t0*w.rowB:j.t1*w.rowB], acts[p0*ab:(p0+np)*ab], np, ys[p0*rows+j.t0:], rows)
+			}
+		})
 	} else {
 		c.b.pool.parallel(len(jobs), 4, func(lo, hi int) {
 			for _, j := range jobs[lo:hi] {
