@@ -104,6 +104,12 @@ func (c *context) quantizeActs(x []float32, n, cols int) (acts []quant.Q8K, rele
 	return acts, func() { c.b.pool.scratch.put(buf) }
 }
 
+// q8_0SerialBlocks is the most blocks quantizeActsQ8_0 quantizes on the calling goroutine:
+// one token of up to 8,192 values, a few µs with the AVX2 quantizer
+// (BenchmarkDotRowsQ8_0/QuantizeQ8_0Ref: 2 µs for 64 blocks on the loaded EPYC), less
+// than waking the pool for a parallel pass, which decode pays once per product.
+const q8_0SerialBlocks = 256
+
 // quantizeActsQ8_0 quantizes n tokens of cols activations to Q8_0 blocks, once per product:
 // token i's blocks are acts[i·cols/32·34 …]. release returns the scratch.
 func (c *context) quantizeActsQ8_0(x []float32, n, cols int) (acts []byte, release func()) {
@@ -111,10 +117,15 @@ func (c *context) quantizeActsQ8_0(x []float32, n, cols int) (acts []byte, relea
 	nb := n * cols / bs
 	buf := c.b.pool.scratch.get((nb*ts + 3) / 4)
 	acts = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), nb*ts)
+	release = func() { c.b.pool.scratch.put(buf) }
+	if nb <= q8_0SerialBlocks {
+		quant.QuantizeQ8_0Ref(x[:nb*bs], acts)
+		return acts, release
+	}
 	c.b.pool.parallel(nb, 64, func(lo, hi int) {
 		quant.QuantizeQ8_0Ref(x[lo*bs:hi*bs], acts[lo*ts:hi*ts])
 	})
-	return acts, func() { c.b.pool.scratch.put(buf) }
+	return acts, release
 }
 
 // dotTileQ8_0 is dotTile for Q8_0 rows with activations quantized to Q8_0: acts holds n

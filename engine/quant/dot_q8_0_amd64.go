@@ -27,3 +27,10 @@ func quantizeQ8_0Fast(x []float32, dst []byte) bool {
 	quantizeQ8_0AVX2(&x[0], &dst[0], len(x)/32)
 	return true
 }
+
+func int8Q8_0Kernel() string {
+	if useAsm {
+		return "avx2"
+	}
+	return "go"
+}

@@ -129,13 +129,14 @@ func TestDotRowsQ8_0(t *testing.T) {
 }
 
 // BenchmarkDotRowsQ8_0 compares the exact Q8_0 path with the 8-bit one, the quantization of
-// x included, over 2048 columns: 128 rows stay in L2, 512 rows (1.1 MB) do not.
+// x included, over 2048 columns: 128 rows stay in L2, 512 rows (1.1 MB) do not, 16384 rows
+// (36 MB) come from memory, as a whole model's do in decode.
 func BenchmarkDotRowsQ8_0(b *testing.B) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const n = 2048
 	x := randomVec(n, rng)
 	a := make([]byte, Q8_0.RowBytes(n))
-	for _, rows := range []int{128, 512} {
+	for _, rows := range []int{128, 512, 16384} {
 		var data []byte
 		for range rows {
 			data = append(data, randomRow(Q8_0, n, rng)...)

@@ -193,6 +193,9 @@ func KernelSet() string { return kernelSet() }
 // Int8Kernel names the 8-bit kernels of t on this machine ("" if t has none): for the
 // output of `redlite info` and `redlite bench`.
 func Int8Kernel(t Type) string {
+	if t == Q8_0 {
+		return int8Q8_0Kernel()
+	}
 	if !Int8Dot(t) {
 		return ""
 	}

@@ -36,3 +36,5 @@ func dotRowsQ8_0Fast([]byte, []byte, []float32) bool { return false }
 func int8Q8_0Faster() bool { return false }
 
 func quantizeQ8_0Fast([]float32, []byte) bool { return false }
+
+func int8Q8_0Kernel() string { return "go" }
