@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/redlite/batch/engine/ml"
+	"github.com/redlite/batch/engine/quant"
 )
 
 // TestInt8Parity runs every fixture model on the CPU backend's 8-bit activation path
@@ -36,7 +37,7 @@ func TestInt8Parity(t *testing.T) {
 			vocab := m.Config().Vocab
 			int8Types := false
 			for _, ti := range m.File.Tensors {
-				if ti.Type.BlockSize() == 256 {
+				if ti.Type.BlockSize() == 256 || ti.Type == quant.Q8_0 {
 					int8Types = true
 				}
 			}
