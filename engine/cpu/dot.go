@@ -14,13 +14,14 @@ type Dot int
 
 const (
 	// DotAuto uses 8-bit activations for the types where that is faster on this machine
-	// (quant.Int8Faster) and the exact path for the rest. It is the default.
+	// (quant.Int8Faster, quant.Int8Q8_0Faster) and the exact path for the rest. It is the
+	// default.
 	DotAuto Dot = iota
 	// DotExact multiplies float32 activations with the weights as stored: the reference,
 	// bit-stable across batch sizes and the one the parity tests hold tightest.
 	DotExact
-	// DotInt8 quantizes activations to 8 bits (ggml's Q8_K) for every type that has an
-	// 8-bit kernel, as llama.cpp's CPU backend does, faster or not.
+	// DotInt8 quantizes activations to 8 bits (ggml's Q8_K; Q8_0 for Q8_0 weights) for
+	// every type that has an 8-bit kernel, as llama.cpp's CPU backend does, faster or not.
 	DotInt8
 )
 
