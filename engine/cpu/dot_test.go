@@ -59,18 +59,7 @@ func TestMatMulInt8(t *testing.T) {
 			if !equal32(got[i*rows:(i+1)*rows], want) {
 				t.Fatalf("n %d token %d: int8 MatMul differs from the kernel on the quantized token", n, i)
 			}
-			var dd, ee float64
-			for r := 0; r < rows; r++ {
-				e := float64(exact[i*rows+r])
-				dd += (float64(want[r]) - e) * (float64(want[r]) - e)
-				ee += e * e
-			}
-			if math.Sqrt(dd/ee) > 0.02 {
-				t.Errorf("n %d token %d: int8 %.3g relative RMS from exact", n, i, math.Sqrt(dd/ee))
-			}
-			if dd == 0 {
-				t.Errorf("n %d token %d: exact and int8 paths gave the same numbers", n, i)
-			}
+			checkNearExact(t, n, i, want, exact[i*rows:(i+1)*rows])
 		}
 	}
 }
@@ -128,18 +117,25 @@ func TestMatMulInt8Q8_0(t *testing.T) {
 			if !equal32(got[i*rows:(i+1)*rows], want) {
 				t.Fatalf("n %d token %d: int8 MatMul differs from the kernel on the token alone", n, i)
 			}
-			var dd, ee float64
-			for r := 0; r < rows; r++ {
-				e := float64(exact[i*rows+r])
-				dd += (float64(want[r]) - e) * (float64(want[r]) - e)
-				ee += e * e
-			}
-			if math.Sqrt(dd/ee) > 0.02 {
-				t.Errorf("n %d token %d: int8 %.3g relative RMS from exact", n, i, math.Sqrt(dd/ee))
-			}
-			if dd == 0 {
-				t.Errorf("n %d token %d: exact and int8 paths gave the same numbers", n, i)
-			}
+			checkNearExact(t, n, i, want, exact[i*rows:(i+1)*rows])
 		}
+	}
+}
+
+// checkNearExact fails unless token i's int8 products want are within 2 % relative RMS of
+// the exact path's, and not the same numbers (which would mean int8 did not run).
+func checkNearExact(t *testing.T, n, i int, want, exact []float32) {
+	t.Helper()
+	var dd, ee float64
+	for r, w := range want {
+		e := float64(exact[r])
+		dd += (float64(w) - e) * (float64(w) - e)
+		ee += e * e
+	}
+	if math.Sqrt(dd/ee) > 0.02 {
+		t.Errorf("n %d token %d: int8 %.3g relative RMS from exact", n, i, math.Sqrt(dd/ee))
+	}
+	if dd == 0 {
+		t.Errorf("n %d token %d: exact and int8 paths gave the same numbers", n, i)
 	}
 }
