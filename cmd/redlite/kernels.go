@@ -23,7 +23,7 @@ func cpuKernels(b ml.Backend, f *gguf.File) string {
 	var types []quant.Type
 	var repacked int
 	for _, t := range f.Tensors {
-		if len(t.Dims) >= 2 && (quant.Int8Faster(t.Type) || t.Type == quant.Q8_0 && quant.Int8Q8_0Faster()) && !slices.Contains(types, t.Type) {
+		if len(t.Dims) >= 2 && quant.Int8Faster(t.Type) && !slices.Contains(types, t.Type) {
 			types = append(types, t.Type)
 		}
 		dims := make([]int, len(t.Dims))

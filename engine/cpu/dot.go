@@ -14,7 +14,7 @@ type Dot int
 
 const (
 	// DotAuto uses 8-bit activations for the types where that is faster on this machine
-	// (quant.Int8Faster, quant.Int8Q8_0Faster) and the exact path for the rest. It is the
+	// (quant.Int8Faster; never Q8_0, see int8Q8_0) and the exact path for the rest. It is the
 	// default.
 	DotAuto Dot = iota
 	// DotExact multiplies float32 activations with the weights as stored: the reference,
@@ -65,17 +65,13 @@ func (b *Backend) int8(t quant.Type) bool {
 }
 
 // int8Q8_0 reports whether products with Q8_0 weights take activations quantized to Q8_0
-// (quant.DotRowsQ8_0) where they would take the exact dot paths. They never replace the
-// GEMM of larger batches, so a token's numbers stay those it gets alone wherever they did.
-func (b *Backend) int8Q8_0() bool {
-	switch b.Dot() {
-	case DotExact:
-		return false
-	case DotInt8:
-		return true
-	}
-	return quant.Int8Q8_0Faster()
-}
+// (quant.DotRowsQ8_0) where they would take the exact dot paths: with DotInt8 only. They
+// never replace the float32 GEMM of batches over fusedMaxTokens, and Q8_0 has no integer
+// GEMM, so under int8 a token's logits move by up to 0.06 nats with the size of the step
+// it is computed in (a prompt's last token read in a prefill chunk against the same token
+// decoded: cmd/redlite's TestGenerateLogprobsMatchLogits). The exact path's GEMV and GEMM
+// agree to float rounding, so DotAuto keeps it, whatever the integer kernel gains.
+func (b *Backend) int8Q8_0() bool { return b.Dot() == DotInt8 }
 
 // fusedMaxTokens is the batch size up to which each row is dotted straight from its
 // quantized bytes, a tile of rows with every token in turn (see matmul); beyond it expanding

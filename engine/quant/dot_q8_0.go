@@ -30,10 +30,6 @@ func DotRowsQ8_0(rows, a []byte, out []float32) {
 	dotRowsQ8_0Go(rows, a, out)
 }
 
-// Int8Q8_0Faster reports whether DotRowsQ8_0 beats the exact Q8_0 kernels on this machine
-// (BenchmarkDotRowsQ8_0, quantization of x included; engine/README.md's table).
-func Int8Q8_0Faster() bool { return int8Q8_0Faster() }
-
 // dotRowsQ8_0Go is the reference of the vector kernels' arithmetic, which they match bit
 // for bit: eight float lanes per row, lane l taking bytes 4l…4l+3 of every block; a block
 // adds to each lane its exact integer sum of four products times the block's scale

@@ -13,10 +13,6 @@ func dotRowsQ8_0Fast(rows, a []byte, out []float32) bool {
 	return true
 }
 
-// int8Q8_0Faster: on the AVX2-only EPYC the integer kernel beats dotQ8_0AVX2 (engine/README.md's
-// table); AVX-512 machines keep their AVX-512 exact kernel, as it was not measured there.
-func int8Q8_0Faster() bool { return useAsm && !useAVX512 }
-
 //go:noescape
 func quantizeQ8_0AVX2(x *float32, dst *byte, nblocks int)
 

@@ -31,10 +31,6 @@ func int8Kernel(Type) string { return "go" }
 
 func dotRowsQ8_0Fast([]byte, []byte, []float32) bool { return false }
 
-// int8Q8_0Faster: the pure-Go integer kernel has not been measured against the NEON exact
-// one, so Q8_0 stays exact here.
-func int8Q8_0Faster() bool { return false }
-
 func quantizeQ8_0Fast([]float32, []byte) bool { return false }
 
 func int8Q8_0Kernel() string { return "go" }
