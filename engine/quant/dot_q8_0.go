@@ -55,3 +55,28 @@ func dotRowsQ8_0Go(rows, a []byte, out []float32) {
 		out[r] = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
 	}
 }
+
+// DotRows4Q8_0 is DotRowsQ8_0 for four tokens at once, each row read once for the four: a
+// holds the four tokens' activations one after another (len(a)/4 bytes each), and token i's
+// result for row r goes to out[i·ldo + r]. Every number is bit for bit the one
+// DotRowsQ8_0 gives the token alone, so a prompt chunk and a decode step agree.
+func DotRows4Q8_0(rows, a []byte, out []float32, ldo int) {
+	const bs = 34
+	ab := len(a) / 4
+	if len(a)%4 != 0 || ab%bs != 0 || ab == 0 || len(rows)%ab != 0 {
+		panic(fmt.Sprintf("quant: DotRows4Q8_0: %d bytes of rows, %d of activations", len(rows), len(a)))
+	}
+	nr := len(rows) / ab
+	if nr == 0 {
+		return
+	}
+	if ldo < nr || len(out) < 3*ldo+nr {
+		panic(fmt.Sprintf("quant: DotRows4Q8_0: %d outputs at stride %d for %d rows", len(out), ldo, nr))
+	}
+	if dotRows4Q8_0Fast(rows, a, out, ldo) {
+		return
+	}
+	for i := range 4 {
+		dotRowsQ8_0Go(rows, a[i*ab:(i+1)*ab], out[i*ldo:i*ldo+nr])
+	}
+}

@@ -74,6 +74,93 @@ store:
 	VZEROUPPER
 	RET
 
+// Q8TOKEN adds block OFF of the row, whose scale is in Y6, bytes in Y7 and magnitudes in Y8,
+// against the block OFF of the activations at P, to ACC, as Q8BLOCK does. Y4, Y9, Y10 are
+// scratch.
+#define Q8TOKEN(OFF, P, ACC) \
+	VPBROADCASTW OFF(P), X4; \
+	VCVTPH2PS    X4, Y4; \
+	VMULPS       Y4, Y6, Y4; \
+	VMOVDQU      (OFF+2)(P), Y9; \
+	VPSIGNB      Y7, Y9, Y9; \
+	VPMADDUBSW   Y9, Y8, Y10; \
+	VPMADDWD     Y15, Y10, Y10; \
+	VCVTDQ2PS    Y10, Y10; \
+	VMULPS       Y4, Y10, Y10; \
+	VADDPS       Y10, ACC, ACC
+
+// Q8BLOCK4 adds block OFF of the row at SI to Y0…Y3, against the four tokens' blocks at DI,
+// R10, R11 and R12.
+#define Q8BLOCK4(OFF) \
+	VPBROADCASTW OFF(SI), X6; \
+	VCVTPH2PS    X6, Y6; \
+	VMOVDQU      (OFF+2)(SI), Y7; \
+	VPSIGNB      Y7, Y7, Y8; \
+	Q8TOKEN(OFF, DI, Y0); \
+	Q8TOKEN(OFF, R10, Y1); \
+	Q8TOKEN(OFF, R11, Y2); \
+	Q8TOKEN(OFF, R12, Y3)
+
+// Q8FOLD stores ACC's lanes folded as ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)) at DST.
+#define Q8FOLD(ACC, XACC, DST) \
+	VEXTRACTF128 $1, ACC, X6; \
+	VADDPS       X6, XACC, XACC; \
+	VHADDPS      XACC, XACC, XACC; \
+	VHADDPS      XACC, XACC, XACC; \
+	VMOVSS       XACC, DST
+
+// func dotQ8_0Q8_0Rows4AVX2(rows, a *byte, nblocks, nrows int, out *float32, ldo int)
+//
+// Four tokens at once (DotRows4Q8_0): each row block is loaded and its magnitudes taken
+// once for the four, and every token's lanes see exactly Q8BLOCK's operations.
+TEXT ·dotQ8_0Q8_0Rows4AVX2(SB), NOSPLIT, $0-48
+	MOVQ         rows+0(FP), SI
+	MOVQ         nblocks+16(FP), R9
+	IMULQ        $34, R9
+	MOVQ         nrows+24(FP), DX
+	MOVQ         out+32(FP), R8
+	MOVQ         ldo+40(FP), R13
+	SHLQ         $2, R13
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+
+row4:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   a+8(FP), DI
+	LEAQ   (DI)(R9*1), R10
+	LEAQ   (R10)(R9*1), R11
+	LEAQ   (R11)(R9*1), R12
+	MOVQ   nblocks+16(FP), CX
+
+block4:
+	PREFETCHT0 512(SI)
+	Q8BLOCK4(0)
+	ADDQ       $34, SI
+	ADDQ       $34, DI
+	ADDQ       $34, R10
+	ADDQ       $34, R11
+	ADDQ       $34, R12
+	DECQ       CX
+	JNZ        block4
+
+	MOVQ R8, AX
+	Q8FOLD(Y0, X0, (AX))
+	ADDQ R13, AX
+	Q8FOLD(Y1, X1, (AX))
+	ADDQ R13, AX
+	Q8FOLD(Y2, X2, (AX))
+	ADDQ R13, AX
+	Q8FOLD(Y3, X3, (AX))
+	ADDQ $4, R8
+	DECQ DX
+	JNZ  row4
+	VZEROUPPER
+	RET
+
 // The dword order that undoes VPACKSSDW/VPACKSSWB's interleaving of 128-bit lanes.
 DATA q8_0Perm<>+0(SB)/4, $0
 DATA q8_0Perm<>+4(SB)/4, $4

@@ -128,6 +128,118 @@ func TestDotRowsQ8_0(t *testing.T) {
 	})
 }
 
+// checkRows4Q8_0 runs a four-token kernel on every case, the case's activations as the
+// first token and three random ones after them, and reports the first number that is not
+// dotRowsQ8_0Go's for that token alone, bit for bit.
+func checkRows4Q8_0(kernel func(rows, a []byte, out []float32, ldo int), cs []q8_0Case, rng *rand.Rand) error {
+	for _, c := range cs {
+		rb := len(c.a)
+		a := append([]byte(nil), c.a...)
+		for range 3 {
+			t := make([]byte, rb)
+			QuantizeQ8_0Ref(randomVec(rb/34*32, rng), t)
+			a = append(a, t...)
+		}
+		ldo := c.nrows + 3
+		got := make([]float32, 3*ldo+c.nrows)
+		kernel(c.rows, a, got, ldo)
+		want := make([]float32, c.nrows)
+		for i := range 4 {
+			dotRowsQ8_0Go(c.rows, a[i*rb:(i+1)*rb], want)
+			for r := range want {
+				if g := got[i*ldo+r]; math.Float32bits(g) != math.Float32bits(want[r]) {
+					return fmt.Errorf("%d rows of %d blocks: token %d, row %d: %g, want %g", c.nrows, rb/34, i, r, g, want[r])
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TestDotRows4Q8_0 checks the machine's four-token kernel (under each REDLITE_CPU_FEATURES
+// cap by TestCPUFeatureCaps) bit for bit against the one-token reference.
+func TestDotRows4Q8_0(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 10))
+	cs := q8_0Cases(rng)
+	if err := checkRows4Q8_0(DotRows4Q8_0, cs, rng); err != nil {
+		t.Errorf("kernel %s: %v", KernelSet(), err)
+	}
+	t.Run("Broken", func(t *testing.T) {
+		// A kernel that gives the last token the third one's numbers must be caught.
+		broken := func(rows, a []byte, out []float32, ldo int) {
+			DotRows4Q8_0(rows, a, out, ldo)
+			copy(out[3*ldo:], out[2*ldo:2*ldo+len(rows)/(len(a)/4)])
+		}
+		if err := checkRows4Q8_0(broken, cs, rng); err == nil {
+			t.Error("a kernel that repeats a token passed")
+		}
+	})
+}
+
+// checkRepackedQ8_0 runs DotRepackedQ8_0 on every case for one to five tokens (the case's
+// activations and random ones), over all rows and from the second group on, with corrupt
+// applied to the repacked bytes, and reports the first number that is not dotRowsQ8_0Go's
+// for that token alone, bit for bit, or an output written outside the rows.
+func checkRepackedQ8_0(cs []q8_0Case, rng *rand.Rand, corrupt func([]byte)) error {
+	for _, c := range cs {
+		rb := len(c.a)
+		cols := rb / 34 * 32
+		packed := Repack(Q8_0, c.rows, c.nrows, cols)
+		corrupt(packed)
+		a := append([]byte(nil), c.a...)
+		for n := 1; n <= 5; n++ {
+			if n > 1 {
+				t := make([]byte, rb)
+				QuantizeQ8_0Ref(randomVec(cols, rng), t)
+				a = append(a, t...)
+			}
+			for r0 := 0; r0 < c.nrows; r0 += RepackRows {
+				nr := c.nrows - r0
+				ldo := nr + 2
+				out := make([]float32, (n-1)*ldo+nr+1)
+				for i := range out {
+					out[i] = -7
+				}
+				DotRepackedQ8_0(packed, cols, r0, c.nrows, a, out, ldo)
+				want := make([]float32, nr)
+				for i := range n {
+					dotRowsQ8_0Go(c.rows[r0*rb:], a[i*rb:(i+1)*rb], want)
+					for r := range nr {
+						if g := out[i*ldo+r]; math.Float32bits(g) != math.Float32bits(want[r]) {
+							return fmt.Errorf("%d rows of %d blocks from row %d, %d tokens: token %d, row %d: %g, want %g", c.nrows, rb/34, r0, n, i, r0+r, g, want[r])
+						}
+					}
+					for r := nr; r < ldo && i*ldo+r < len(out); r++ {
+						if out[i*ldo+r] != -7 {
+							return fmt.Errorf("%d rows, %d tokens: token %d wrote past its rows", c.nrows, n, i)
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TestRepackedQ8_0 checks the repacked Q8_0 kernels, where the machine has them, bit for
+// bit against the one-token Go reference, and that a flipped bit of the repacked rows is
+// caught.
+func TestRepackedQ8_0(t *testing.T) {
+	if !Int8Repacked(Q8_0) {
+		t.Skipf("kernel set %s has no repacked Q8_0 kernels", KernelSet())
+	}
+	rng := rand.New(rand.NewPCG(31, 11))
+	cs := q8_0Cases(rng)
+	if err := checkRepackedQ8_0(cs, rng, func([]byte) {}); err != nil {
+		t.Error(err)
+	}
+	t.Run("Broken", func(t *testing.T) {
+		if err := checkRepackedQ8_0(cs, rng, func(p []byte) { p[len(p)/2] ^= 0x10 }); err == nil {
+			t.Error("a flipped bit of the repacked rows passed")
+		}
+	})
+}
+
 // BenchmarkDotRowsQ8_0 compares the exact Q8_0 path with the 8-bit one, the quantization of
 // x included, over 2048 columns: 128 rows stay in L2, 512 rows (1.1 MB) do not, 16384 rows
 // (36 MB) come from memory, as a whole model's do in decode.
@@ -216,6 +328,58 @@ func TestQuantizeQ8_0Ref(t *testing.T) {
 	for b := range nb {
 		if g, w := got[34*b:34*b+34], want[34*b:34*b+34]; string(g) != string(w) {
 			t.Errorf("kernel %s, block %d: %x, want %x", KernelSet(), b, g, w)
+		}
+	}
+}
+
+// BenchmarkRepackedQ8_0 compares, over 2,048 columns, the exact Q8_0 row kernel, the 8-bit
+// row kernel and the repacked one for one token and eight (the quantization of x included
+// in the 8-bit ones): 128 rows stay in L2, 16,384 (36 MB) come from memory, as decode's do.
+func BenchmarkRepackedQ8_0(b *testing.B) {
+	if !Int8Repacked(Q8_0) {
+		b.Skipf("kernel set %s has no repacked Q8_0 kernels", KernelSet())
+	}
+	rng := rand.New(rand.NewPCG(5, 7))
+	const n = 2048
+	ab := Q8_0.RowBytes(n)
+	x := randomVec(8*n, rng)
+	a := make([]byte, 8*ab)
+	for _, rows := range []int{128, 16384} {
+		var data []byte
+		for range rows {
+			data = append(data, randomRow(Q8_0, n, rng)...)
+		}
+		packed := Repack(Q8_0, data, rows, n)
+		out := make([]float32, 8*rows)
+		for _, tok := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%d/%d/exact", rows, tok), func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				for b.Loop() {
+					for i := range tok {
+						DotRows(Q8_0, data, x[i*n:(i+1)*n], out[i*rows:(i+1)*rows])
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("%d/%d/rows", rows, tok), func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				for b.Loop() {
+					QuantizeQ8_0Ref(x[:tok*n], a[:tok*ab])
+					i := 0
+					for ; i+4 <= tok; i += 4 {
+						DotRows4Q8_0(data, a[i*ab:(i+4)*ab], out[i*rows:], rows)
+					}
+					for ; i < tok; i++ {
+						DotRowsQ8_0(data, a[i*ab:(i+1)*ab], out[i*rows:(i+1)*rows])
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("%d/%d/repacked", rows, tok), func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				for b.Loop() {
+					QuantizeQ8_0Ref(x[:tok*n], a[:tok*ab])
+					DotRepackedQ8_0(packed, n, 0, rows, a[:tok*ab], out, rows)
+				}
+			})
 		}
 	}
 }

@@ -182,9 +182,9 @@ func DotRows4Q8K(t Type, rows []byte, a []Q8K, out []float32, ldo int) {
 }
 
 // Int8Repacked reports whether t has kernels over a repacked layout on this machine
-// (Repack, DotRepackedQ8K): then every product of t's repacked matrices, of one token or
-// many, should take them.
-func Int8Repacked(t Type) bool { return Int8Dot(t) && int8Repacked(t) }
+// (Repack; DotRepackedQ8K, or DotRepackedQ8_0 for Q8_0): then every product of t's
+// repacked matrices, of one token or many, should take them.
+func Int8Repacked(t Type) bool { return (t == Q8_0 || Int8Dot(t)) && int8Repacked(t) }
 
 // KernelSet names the vector kernels this machine runs: on amd64 "avx512vnni", "avx512",
 // "avx2" or "go"; on arm64 "neon+sdot", "neon" or "go".

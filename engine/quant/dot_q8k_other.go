@@ -27,9 +27,15 @@ func dotRepacked(Type, []byte, int, int, []Q8K, int, []float32, int) {
 	panic("quant: no repacked 8-bit kernel")
 }
 
+func dotRepackedQ8_0([]byte, int, int, []byte, int, []float32, int) {
+	panic("quant: no repacked 8-bit kernel")
+}
+
 func int8Kernel(Type) string { return "go" }
 
 func dotRowsQ8_0Fast([]byte, []byte, []float32) bool { return false }
+
+func dotRows4Q8_0Fast([]byte, []byte, []float32, int) bool { return false }
 
 func quantizeQ8_0Fast([]float32, []byte) bool { return false }
 

@@ -98,3 +98,40 @@ func int8Kernel(t Type) string {
 	}
 	return "go"
 }
+
+//go:noescape
+func dotQ8_0R16Q8_0x2VNNI(packed, a *byte, nblocks, ngroups int, out *float32, ldo int)
+
+//go:noescape
+func dotQ8_0R16Q8_0VNNI(packed, a *byte, nblocks, ngroups int, out *float32)
+
+// dotRepackedQ8_0 is dotRepacked for Q8_0 with activations quantized to Q8_0 (34 bytes a
+// block): two tokens at a time, then one.
+func dotRepackedQ8_0(packed []byte, nb, nr int, a []byte, n int, out []float32, ldo int) {
+	full := nr / RepackRows
+	gb := nb * q8_0r16Block
+	ab := nb * 34
+	tail := nr - full*RepackRows
+	i := 0
+	for ; i+2 <= n; i += 2 {
+		if full > 0 {
+			dotQ8_0R16Q8_0x2VNNI(&packed[0], &a[i*ab], nb, full, &out[i*ldo], ldo)
+		}
+		if tail > 0 {
+			var tile [2 * RepackRows]float32
+			dotQ8_0R16Q8_0x2VNNI(&packed[full*gb], &a[i*ab], nb, 1, &tile[0], RepackRows)
+			copy(out[i*ldo+full*RepackRows:i*ldo+nr], tile[:])
+			copy(out[(i+1)*ldo+full*RepackRows:(i+1)*ldo+nr], tile[RepackRows:])
+		}
+	}
+	if i < n {
+		if full > 0 {
+			dotQ8_0R16Q8_0VNNI(&packed[0], &a[i*ab], nb, full, &out[i*ldo])
+		}
+		if tail > 0 {
+			var tile [RepackRows]float32
+			dotQ8_0R16Q8_0VNNI(&packed[full*gb], &a[i*ab], nb, 1, &tile[0])
+			copy(out[i*ldo+full*RepackRows:i*ldo+nr], tile[:])
+		}
+	}
+}
