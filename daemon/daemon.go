@@ -305,7 +305,9 @@ func (d *Daemon) limitHeap(b planner.Budget, lm *loadedModel) {
 	if b.Source == planner.SourceMetal || os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	heap := b.UsableMiB()*planner.MiB - lm.m.File.Size() + lm.m.HostWeightBytes()
+	// The margin grew by the backend's copies of the weights (withHostWeights); those on
+	// the heap come back to it, those mapped beside it do not.
+	heap := b.UsableMiB()*planner.MiB - lm.m.File.Size() + lm.m.HostWeightBytes() - lm.m.MappedWeightBytes()
 	if heap <= 0 {
 		return
 	}

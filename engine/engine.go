@@ -102,6 +102,16 @@ func (m *Model) HostWeightBytes() int64 {
 	return 0
 }
 
+// MappedWeightBytes is the part of HostWeightBytes the backend holds outside the Go heap
+// (the CPU backend's large repacked layouts, in mappings of their own), which the Go
+// memory limit does not count.
+func (m *Model) MappedWeightBytes() int64 {
+	if b, ok := m.Backend.(interface{ MappedWeightBytes() int64 }); ok {
+		return b.MappedWeightBytes()
+	}
+	return 0
+}
+
 // Tokenizer builds (once) the tokenizer from the file's tokenizer.ggml.* metadata.
 func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) {
 	m.tokOnce.Do(func() {

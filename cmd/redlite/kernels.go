@@ -12,8 +12,8 @@ import (
 )
 
 // cpuKernels describes what the CPU backend runs here for a model's quantized matrices:
-// the vector kernel set of this CPU, and for each type that takes the 8-bit path by
-// default its kernels ("avx512vnni (8-bit: Q4_K avx512vnni, rows repacked by 16; Q6_K avx2,
+// the vector kernel set of this CPU, and for each type that takes the 8-bit path on the
+// backend's dot path its kernels ("avx512vnni (8-bit: Q4_K avx512vnni, rows repacked by 16; Q6_K avx2,
 // four tokens)"), and the memory the repacked layouts take. Empty for other backends.
 func cpuKernels(b ml.Backend, f *gguf.File) string {
 	cb, ok := b.(*cpu.Backend)
@@ -23,7 +23,7 @@ func cpuKernels(b ml.Backend, f *gguf.File) string {
 	var types []quant.Type
 	var repacked int
 	for _, t := range f.Tensors {
-		if len(t.Dims) >= 2 && quant.Int8Faster(t.Type) && !slices.Contains(types, t.Type) {
+		if len(t.Dims) >= 2 && cb.Int8(t.Type) && !slices.Contains(types, t.Type) {
 			types = append(types, t.Type)
 		}
 		dims := make([]int, len(t.Dims))

@@ -26,8 +26,12 @@ type Backend struct {
 	// dot is the Dot path of quantized products (dot.go); atomic so that SetDot may be
 	// called while another goroutine's pass reads it.
 	dot atomic.Int32
-	// hostWeights counts the heap bytes bound weights hold beside the mapping.
-	hostWeights atomic.Int64
+	// hostWeights counts the bytes bound weights hold beside the mapping, mappedWeights
+	// those of them outside the Go heap (hostBytes).
+	hostWeights, mappedWeights atomic.Int64
+	// repackLimit bounds hostWeights: a weight whose layout would take it further reads
+	// the rows as stored.
+	repackLimit atomic.Int64
 }
 
 // HostWeightBytes is the heap the bound weights hold beside the mapped file: the repacked
@@ -36,20 +40,64 @@ type Backend struct {
 // so the daemon keeps this out of the budget.
 func (b *Backend) HostWeightBytes() int64 { return b.hostWeights.Load() }
 
-// RepackedBytes is what binding a weight of typ and dims (GGUF order) repacks for the 8-bit
-// kernels on this machine: a matrix too large to expand to float32, on the 8-bit path, of
-// a type whose kernels here read repacked rows; 0 otherwise.
-func (b *Backend) RepackedBytes(typ quant.Type, dims []int) int {
-	if len(dims) != 2 || dims[0]*dims[1] <= smallVector || b.Dot() == DotExact || !b.int8(typ) || !quant.Int8Repacked(typ) {
-		return 0
+// MappedWeightBytes is the part of HostWeightBytes outside the Go heap, which the Go
+// memory limit does not count.
+func (b *Backend) MappedWeightBytes() int64 { return b.mappedWeights.Load() }
+
+// defaultRepackLimit is a quarter of the machine's memory (4 GiB where it is unknown): the
+// repacked layouts are anonymous memory beside the file's page cache, so a model near the
+// machine's size must not get a copy of itself (a 35B-A3B Q8_0 is 37 GB).
+func defaultRepackLimit() int64 {
+	if m := physicalMemory(); m > 0 {
+		return m / 4
 	}
-	return quant.RepackedBytes(typ, dims[1], dims[0])
+	return 4 << 30
+}
+
+// SetRepackLimit bounds the repacked layouts that later bound weights may take (bytes ≥ 0;
+// 0: none): a weight whose layout would exceed it reads its rows as stored, with kernels
+// that give Q8_0 the same numbers and the K-quants the same to rounding.
+func (b *Backend) SetRepackLimit(bytes int64) { b.repackLimit.Store(max(bytes, 0)) }
+
+// RepackedBytes is what binding a weight of typ and dims (GGUF order) repacks for the
+// 8-bit kernels on this machine: a matrix too large to expand to float32, on the 8-bit
+// path, of a type whose kernels here read repacked rows; and the experts of a Q8_0 weight
+// (3-D, whole groups of rows each) while every expert is resident: a bounded expert cache
+// holds its slices repacked instead (expertCache.get). 0 otherwise.
+func (b *Backend) RepackedBytes(typ quant.Type, dims []int) int {
+	switch {
+	case len(dims) == 2 && dims[0]*dims[1] > smallVector && b.repacks(typ):
+		return quant.RepackedBytes(typ, dims[1], dims[0])
+	case b.repacksExperts(typ, dims) && b.experts.unbounded():
+		return quant.RepackedBytes(typ, dims[1]*dims[2], dims[0])
+	}
+	return 0
+}
+
+// repacksExperts reports whether the experts of a 3-D weight of typ and dims take the
+// repacked kernels: Q8_0 only, whose repacked and row kernels agree bit for bit, so that
+// an expert read in place (a miss of a bounded cache) gives the numbers a repacked one
+// would; each expert's rows whole groups.
+func (b *Backend) repacksExperts(typ quant.Type, dims []int) bool {
+	return len(dims) == 3 && typ == quant.Q8_0 && dims[1]%quant.RepackRows == 0 && b.repacks(typ)
+}
+
+// repacks reports whether products with weights of type t take the repacked kernels.
+func (b *Backend) repacks(t quant.Type) bool {
+	if t == quant.Q8_0 {
+		return b.int8Q8_0() && quant.Int8Repacked(t)
+	}
+	return b.int8(t) && quant.Int8Repacked(t)
 }
 
 // New returns a CPU backend using threads goroutines (0: GOMAXPROCS).
 func New(threads int) *Backend {
 	b := &Backend{pool: newPool(threads)}
 	b.pool.scratch.meter = &b.arena
+	b.experts.hostWeights = &b.hostWeights
+	b.experts.mappedWeights = &b.mappedWeights
+	b.experts.repacks = b.repacksExperts
+	b.repackLimit.Store(defaultRepackLimit())
 	return b
 }
 
@@ -73,7 +121,8 @@ type weight struct {
 	// packed is the matrix in quant's repacked layout (quant.Repack), made at load where
 	// this machine has kernels for it: every 8-bit product with the weight, of one token
 	// or many, then runs on it. The GGUF's bytes stay for the other paths.
-	packed []byte
+	packed       []byte
+	packedMapped bool // packed is outside the Go heap (hostBytes)
 }
 
 func (w *weight) Name() string     { return w.name }
@@ -119,8 +168,20 @@ func (b *Backend) Weight(m ml.Mapping, name string, typ quant.Type, dims []int, 
 	if err != nil {
 		return nil, err
 	}
-	if b.RepackedBytes(typ, dims) > 0 {
-		w.packed = quant.Repack(typ, w.data, w.rows, w.cols)
+	if n := int64(b.RepackedBytes(typ, dims)); n > 0 && b.hostWeights.Load()+n <= b.repackLimit.Load() {
+		// An expert's rows are whole groups, so expert e's repacked slice is bytes
+		// [e, e+1) × its size of the whole weight's layout.
+		buf, mapped := hostBytes(w, int(n))
+		w.packed = quant.RepackInto(typ, buf, w.data, w.rows, w.cols)
+		if mapped {
+			w.packedMapped = true
+			b.mappedWeights.Add(n)
+		}
+		if len(dims) == 3 {
+			b.experts.mu.Lock()
+			b.experts.repacked = append(b.experts.repacked, w)
+			b.experts.mu.Unlock()
+		}
 	}
 	b.hostWeights.Add(int64(len(w.packed)))
 	return w, nil

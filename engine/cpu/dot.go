@@ -53,7 +53,17 @@ func (b *Backend) SetDot(d Dot) { b.dot.Store(int32(d)) }
 // Dot is the dot path in use.
 func (b *Backend) Dot() Dot { return Dot(b.dot.Load()) }
 
-// int8 reports whether products with weights of type t take 8-bit activations.
+// Int8 reports whether products with weights of type t take 8-bit activations on the
+// dot path in use (Q8_0's included).
+func (b *Backend) Int8(t quant.Type) bool {
+	if t == quant.Q8_0 {
+		return b.int8Q8_0()
+	}
+	return b.int8(t)
+}
+
+// int8 reports whether products with weights of type t take 8-bit activations (ggml's
+// Q8_K; Q8_0 has its own, int8Q8_0).
 func (b *Backend) int8(t quant.Type) bool {
 	switch b.Dot() {
 	case DotExact:
@@ -65,13 +75,24 @@ func (b *Backend) int8(t quant.Type) bool {
 }
 
 // int8Q8_0 reports whether products with Q8_0 weights take activations quantized to Q8_0
-// (quant.DotRowsQ8_0) where they would take the exact dot paths: with DotInt8 only. They
-// never replace the float32 GEMM of batches over fusedMaxTokens, and Q8_0 has no integer
-// GEMM, so under int8 a token's logits move by up to 0.06 nats with the size of the step
-// it is computed in (a prompt's last token read in a prefill chunk against the same token
-// decoded: cmd/redlite's TestGenerateLogprobsMatchLogits). The exact path's GEMV and GEMM
-// agree to float rounding, so DotAuto keeps it, whatever the integer kernel gains.
-func (b *Backend) int8Q8_0() bool { return b.Dot() == DotInt8 }
+// (quant.DotRowsQ8_0 and its four-token and repacked forms, bit for bit alike) at every
+// batch size, in place of the exact dots and the float32 GEMM: under DotInt8, and under
+// DotAuto where the machine has the repacked kernels, which match the GEMM on prefill and
+// beat the exact dots on decode. The row-major AVX2 kernels beat the exact dots on decode
+// too, but lose to the GEMM on prefill, which long documents are made of, so DotAuto
+// leaves them out. A token gets the same numbers in a prompt chunk and in a decode step
+// only because the path never changes with the batch size (cmd/redlite's
+// TestGenerateLogprobsMatchLogits): integer dots for decode beside the float GEMM for
+// prefill moved a token's logits by up to 0.06 nats.
+func (b *Backend) int8Q8_0() bool {
+	switch b.Dot() {
+	case DotExact:
+		return false
+	case DotInt8:
+		return true
+	}
+	return quant.Int8Repacked(quant.Q8_0)
+}
 
 // fusedMaxTokens is the batch size up to which each row is dotted straight from its
 // quantized bytes, a tile of rows with every token in turn (see matmul); beyond it expanding
@@ -130,7 +151,11 @@ func (c *context) quantizeActsQ8_0(x []float32, n, cols int) (acts []byte, relea
 func dotTileQ8_0(rows, acts []byte, n int, out []float32, ldo int) {
 	ab := len(acts) / n
 	nr := len(rows) / ab
-	for i := 0; i < n; i++ {
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		quant.DotRows4Q8_0(rows, acts[i*ab:(i+4)*ab], out[i*ldo:], ldo)
+	}
+	for ; i < n; i++ {
 		quant.DotRowsQ8_0(rows, acts[i*ab:(i+1)*ab], out[i*ldo:i*ldo+nr])
 	}
 }

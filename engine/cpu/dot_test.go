@@ -75,9 +75,10 @@ func TestParseDot(t *testing.T) {
 	}
 }
 
-// TestMatMulInt8Q8_0 checks Q8_0's 8-bit path: below the GEMM's batch sizes each token's
-// numbers are the kernel's on that token quantized alone, close to the exact path's but not
-// equal; from the GEMM's batch sizes on the path is the exact one.
+// TestMatMulInt8Q8_0 checks Q8_0's 8-bit path at every batch size, the GEMM's included:
+// each token's numbers are exactly the kernel's on that token quantized alone (repacked
+// at load where the machine has the kernels, four tokens per call, or one), close to the
+// exact path's but not equal.
 func TestMatMulInt8Q8_0(t *testing.T) {
 	const rows, cols = 168, 512
 	rng := rand.New(rand.NewPCG(7, 9))
@@ -94,8 +95,11 @@ func TestMatMulInt8Q8_0(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if wt := w.(*weight); (wt.packed != nil) != quant.Int8Repacked(quant.Q8_0) {
+		t.Fatalf("repacked at load: %v, the machine's kernels want %v", wt.packed != nil, quant.Int8Repacked(quant.Q8_0))
+	}
 	gemmFrom := b.fusedMaxTokens(quant.Q8_0) + 1
-	for _, n := range []int{1, 3, 8, gemmFrom} {
+	for _, n := range []int{1, 3, 8, gemmFrom, 37} {
 		x := randomTensor(rng, n, cols)
 		b.SetDot(DotInt8)
 		c := b.NewContext()
@@ -103,12 +107,6 @@ func TestMatMulInt8Q8_0(t *testing.T) {
 		b.SetDot(DotExact)
 		c = b.NewContext()
 		exact := values(t, c, c.MatMul(w, x))
-		if n >= gemmFrom {
-			if !equal32(got, exact) {
-				t.Errorf("n %d: the 8-bit path differs from the exact one where the GEMM takes both", n)
-			}
-			continue
-		}
 		acts := make([]byte, quant.Q8_0.RowBytes(cols))
 		want := make([]float32, rows)
 		for i := 0; i < n; i++ {
@@ -119,6 +117,40 @@ func TestMatMulInt8Q8_0(t *testing.T) {
 			}
 			checkNearExact(t, n, i, want, exact[i*rows:(i+1)*rows])
 		}
+	}
+}
+
+// TestRepackLimit binds Q8_0 weights under a limit that holds one layout: the first is
+// repacked, the second reads its rows as stored, and both give each token the kernel's
+// numbers.
+func TestRepackLimit(t *testing.T) {
+	if !quant.Int8Repacked(quant.Q8_0) {
+		t.Skipf("kernel set %s repacks nothing", quant.KernelSet())
+	}
+	const rows, cols = 64, 2048
+	rng := rand.New(rand.NewPCG(7, 10))
+	b := New(2)
+	data := make([]byte, quant.Q8_0.RowBytes(rows*cols))
+	if err := quant.Quantize(quant.Q8_0, randomTensor(rng, rows, cols).data, data); err != nil {
+		t.Fatal(err)
+	}
+	b.SetRepackLimit(int64(len(data)) + 1)
+	var ws []*weight
+	for _, name := range []string{"a", "b"} {
+		w, err := weightOf(b, name, quant.Q8_0, []int{cols, rows}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w.(*weight))
+	}
+	if ws[0].packed == nil || ws[1].packed != nil || b.HostWeightBytes() != int64(len(data)) {
+		t.Fatalf("repacked %v, %v, %d bytes held: want the first only", ws[0].packed != nil, ws[1].packed != nil, b.HostWeightBytes())
+	}
+	x := randomTensor(rng, 3, cols)
+	c := b.NewContext()
+	p, q := c.MatMul(ws[0], x), c.MatMul(ws[1], x)
+	if a, bb := values(t, c, p), values(t, c, q); !equal32(a, bb) {
+		t.Error("the repacked and the stored rows gave different numbers")
 	}
 }
 

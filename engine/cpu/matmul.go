@@ -31,28 +31,8 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 	rows, cols := r1-r0, w.cols
 	small := w.f32 != nil && len(w.f32) == w.rows*w.cols && len(w.f32) <= smallVector
 	switch {
-	case w.packed != nil && r0%quant.RepackRows == 0 && c.b.int8(w.typ):
-		// The repacked layout: workers take whole groups of rows; each group, small
-		// enough for L1, is dotted with every token of a run (as below) before the next.
-		acts, release := c.quantizeActs(x, n, cols)
-		defer release()
-		nb := cols / quant.QK_K
-		run := max(4, int8TokenRun/(nb*quant.Q8KFloats*4)/4*4)
-		groups := (rows + quant.RepackRows - 1) / quant.RepackRows
-		c.b.pool.parallel(groups, 1, func(lo, hi int) {
-			lo, hi = lo*quant.RepackRows, min(hi*quant.RepackRows, rows)
-			if n == 1 {
-				quant.DotRepackedQ8K(w.typ, w.packed, cols, r0+lo, r0+hi, acts, out[lo:], rows)
-				return
-			}
-			for i0 := 0; i0 < n; i0 += run {
-				tn := min(run, n-i0)
-				for t0 := lo; t0 < hi; t0 += quant.RepackRows {
-					t1 := min(t0+quant.RepackRows, hi)
-					quant.DotRepackedQ8K(w.typ, w.packed, cols, r0+t0, r0+t1, acts[i0*nb:(i0+tn)*nb], out[i0*rows+t0:], rows)
-				}
-			}
-		})
+	case w.packed != nil && r0%quant.RepackRows == 0 && c.b.repacks(w.typ):
+		c.matmulRepacked(w, r0, r1, x, n, out)
 	case n > 1 && c.b.int8(w.typ) && quant.Int8Rows4(w.typ) && cols%quant.QK_K == 0:
 		// 8-bit activations with a four-token kernel: cheaper than expanding the rows for
 		// the float GEMM at any batch size. x is quantized once; each worker's rows go by
@@ -70,6 +50,28 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 				}
 			}
 		})
+	case w.typ == quant.Q8_0 && c.b.int8Q8_0():
+		// Q8_0 with activations quantized to Q8_0, at every batch size, so that a token's
+		// numbers never depend on the step it is computed in: one kernel call per range
+		// of rows for one token; for more, tiles of rows that stay in L1 against the tokens
+		// in runs whose activations stay in L2, four tokens per kernel call.
+		acts, release := c.quantizeActsQ8_0(x, n, cols)
+		defer release()
+		ab := len(acts) / n
+		run := max(4, int8TokenRun/ab/4*4)
+		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
+			if n == 1 {
+				quant.DotRowsQ8_0(w.data[(r0+lo)*w.rowB:(r0+hi)*w.rowB], acts, out[lo:hi])
+				return
+			}
+			for i0 := 0; i0 < n; i0 += run {
+				tn := min(run, n-i0)
+				for t0 := lo; t0 < hi; t0 += dotTileRows {
+					t1 := min(t0+dotTileRows, hi)
+					dotTileQ8_0(w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts[i0*ab:(i0+tn)*ab], tn, out[i0*rows+t0:], rows)
+				}
+			}
+		})
 	case n > c.b.fusedMaxTokens(w.typ) && !small:
 		gemmWeight(c.b.pool, defaultKernel, w, r0, r1, x, n, out)
 	case w.f32 != nil && len(w.f32) == w.rows*w.cols:
@@ -81,22 +83,6 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 				for i := 0; i < n; i++ {
 					out[i*rows+r] = quant.Dot(wr, x[i*cols:(i+1)*cols])
 				}
-			}
-		})
-	case w.typ == quant.Q8_0 && c.b.int8Q8_0():
-		// Q8_0 with activations quantized to Q8_0, for the batch sizes below the GEMM's:
-		// as below, one kernel call per range of rows for one token, tiles for a few. Each
-		// row's number is the same whatever rows it is computed with.
-		acts, release := c.quantizeActsQ8_0(x, n, cols)
-		defer release()
-		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
-			if n == 1 {
-				quant.DotRowsQ8_0(w.data[(r0+lo)*w.rowB:(r0+hi)*w.rowB], acts, out[lo:hi])
-				return
-			}
-			for t0 := lo; t0 < hi; t0 += dotTileRows {
-				t1 := min(t0+dotTileRows, hi)
-				dotTileQ8_0(w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts, n, out[t0:], rows)
 			}
 		})
 	case c.b.int8(w.typ) && cols%quant.QK_K == 0:
@@ -147,4 +133,46 @@ func dotTile(t quant.Type, rows []byte, x []float32, cols, n int, out []float32,
 	for ; i < n; i++ {
 		quant.DotRows(t, rows, x[i*cols:(i+1)*cols], out[i*ldo:i*ldo+nr])
 	}
+}
+
+// matmulRepacked is matmul over w's repacked layout: workers take whole groups of rows;
+// each group, small enough for L1, is dotted with every token of a run, whose 8-bit
+// activations stay in L2, before the next group.
+func (c *context) matmulRepacked(w *weight, r0, r1 int, x []float32, n int, out []float32) {
+	rows, cols := r1-r0, w.cols
+	// dot computes rows [t0, t1) of the range for tokens [i0, i0+tn).
+	var dot func(t0, t1, i0, tn int)
+	var tokenBytes int
+	if w.typ == quant.Q8_0 {
+		acts, release := c.quantizeActsQ8_0(x, n, cols)
+		defer release()
+		ab := len(acts) / n
+		tokenBytes = ab
+		dot = func(t0, t1, i0, tn int) {
+			quant.DotRepackedQ8_0(w.packed, cols, r0+t0, r0+t1, acts[i0*ab:(i0+tn)*ab], out[i0*rows+t0:], rows)
+		}
+	} else {
+		acts, release := c.quantizeActs(x, n, cols)
+		defer release()
+		nb := cols / quant.QK_K
+		tokenBytes = nb * quant.Q8KFloats * 4
+		dot = func(t0, t1, i0, tn int) {
+			quant.DotRepackedQ8K(w.typ, w.packed, cols, r0+t0, r0+t1, acts[i0*nb:(i0+tn)*nb], out[i0*rows+t0:], rows)
+		}
+	}
+	run := max(4, int8TokenRun/tokenBytes/4*4)
+	groups := (rows + quant.RepackRows - 1) / quant.RepackRows
+	c.b.pool.parallel(groups, 1, func(lo, hi int) {
+		lo, hi = lo*quant.RepackRows, min(hi*quant.RepackRows, rows)
+		if n == 1 {
+			dot(lo, hi, 0, 1)
+			return
+		}
+		for i0 := 0; i0 < n; i0 += run {
+			tn := min(run, n-i0)
+			for t0 := lo; t0 < hi; t0 += quant.RepackRows {
+				dot(t0, min(t0+quant.RepackRows, hi), i0, tn)
+			}
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/redlite/batch/engine/ml"
@@ -148,9 +149,11 @@ func (c *context) matMulExperts(w *weight, xt, it, out *tensor) {
 			}
 			copy(xs[r*cols:(r+1)*cols], xt.data[src:src+cols])
 		}
-		data, release := c.b.experts.get(w, e)
+		data, packed, release := c.b.experts.get(w, e)
+		v := expertView(w, e, data)
+		v.packed = packed
 		y := ys[:len(pairs)*rows]
-		c.matmul(expertView(w, e, data), 0, rows, xs[:len(pairs)*cols], len(pairs), y)
+		c.matmul(v, 0, rows, xs[:len(pairs)*cols], len(pairs), y)
 		release()
 		for r, p := range pairs {
 			copy(out.data[p*rows:(p+1)*rows], y[r*rows:(r+1)*rows])
@@ -189,12 +192,13 @@ func (c *context) expertTiles(w *weight, xt *tensor, shared bool, k int, start, 
 	type job struct{ e, t0, t1 int }
 	var jobs []job
 	data := make([][]byte, experts)
+	packed := make([][]byte, experts)
 	for e := 0; e < experts; e++ {
 		if start[e+1] == start[e] {
 			continue
 		}
 		var release func()
-		data[e], release = c.b.experts.get(w, e)
+		data[e], packed[e], release = c.b.experts.get(w, e)
 		defer release()
 		for t0 := 0; t0 < rows; t0 += dotTileRows {
 			jobs = append(jobs, job{e, t0, min(t0+dotTileRows, rows)})
@@ -218,6 +222,10 @@ func (c *context) expertTiles(w *weight, xt *tensor, shared bool, k int, start, 
 		c.b.pool.parallel(len(jobs), 4, func(lo, hi int) {
 			for _, j := range jobs[lo:hi] {
 				p0, np := start[j.e], start[j.e+1]-start[j.e]
+				if packed[j.e] != nil {
+					quant.DotRepackedQ8_0(packed[j.e], cols, j.t0, j.t1, acts[p0*ab:(p0+np)*ab], ys[p0*rows+j.t0:], rows)
+					continue
+				}
 				dotTileQ8_0(data[j.e][j.t0*w.rowB:j.t1*w.rowB], acts[p0*ab:(p0+np)*ab], np, ys[p0*rows+j.t0:], rows)
 			}
 		})
@@ -262,6 +270,21 @@ type expertCache struct {
 	sets     map[*weight]*expertSet
 	total    int64 // expert bytes of every weight looked up since SetExpertCache
 	stats    ml.ExpertStats
+	// hostWeights and mappedWeights are the backend's counts of bytes held for weights.
+	hostWeights, mappedWeights *atomic.Int64
+	// repacks reports whether a weight of this type and dims has its experts repacked
+	// (Backend.repacksExperts).
+	repacks func(quant.Type, []int) bool
+	// repacked lists the 3-D weights whose experts were repacked at load, every expert
+	// resident; a bounded cache lets their layouts go and holds its slices repacked.
+	repacked []*weight
+}
+
+// unbounded reports whether every expert is resident.
+func (c *expertCache) unbounded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.capacity == 0
 }
 
 // expertSet is one weight's share of the cache.
@@ -273,8 +296,9 @@ type expertSet struct {
 }
 
 type expertEntry struct {
-	data []byte
-	pins int
+	data   []byte
+	packed bool // data is the slice in quant's repacked layout
+	pins   int
 }
 
 func (b *Backend) SetExpertCache(bytes int64) error {
@@ -284,6 +308,20 @@ func (b *Backend) SetExpertCache(bytes int64) error {
 	c := &b.experts
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if bytes > 0 {
+		// The experts repacked at load go: the cache's entries hold repacked slices
+		// within its capacity. (Back to unbounded, experts are read as the file stores
+		// them, by kernels that give the same numbers.)
+		for _, w := range c.repacked {
+			c.hostWeights.Add(-int64(len(w.packed)))
+			if w.packedMapped {
+				c.mappedWeights.Add(-int64(len(w.packed)))
+				dropHostBytes(w.packed)
+			}
+			w.packed, w.packedMapped = nil, false
+		}
+		c.repacked = nil
+	}
 	c.capacity = bytes
 	c.sets = map[*weight]*expertSet{}
 	c.total = 0
@@ -301,37 +339,54 @@ func (b *Backend) ExpertStats() ml.ExpertStats {
 // expertBytes is one expert's slice of w.
 func (w *weight) expertBytes() int { return w.rows / w.dims[2] * w.rowB }
 
-// get returns expert e's bytes of w; release must be called when the product is done.
-func (c *expertCache) get(w *weight, e int) ([]byte, func()) {
+// get returns expert e's bytes of w, and where w's experts take the repacked kernels
+// (repacksExperts) the slice in that layout, or nil where it is not held: the 8-bit
+// kernels over either give the same numbers. release must be called when the product is
+// done.
+func (c *expertCache) get(w *weight, e int) (data, packed []byte, release func()) {
 	size := w.expertBytes()
 	direct := w.data[e*size : (e+1)*size]
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.capacity == 0 {
 		c.stats.Hits++
-		return direct, func() {}
+		if w.packed == nil {
+			return direct, nil, func() {}
+		}
+		return direct, w.packed[e*size : (e+1)*size], func() {}
 	}
 	s := c.set(w)
 	s.counts.Look(e)
 	if ent, ok := s.held[e]; ok {
 		c.stats.Hits++
 		ent.pins++
-		return ent.data, c.unpin(ent)
+		if ent.packed {
+			return direct, ent.data, c.unpin(ent)
+		}
+		return ent.data, nil, c.unpin(ent)
 	}
 	c.stats.Misses++
 	buf, ok := c.admit(s, e, int64(size))
 	if !ok {
-		return direct, func() {}
+		return direct, nil, func() {}
 	}
 	if buf == nil {
 		buf = make([]byte, size)
 	}
-	copy(buf, direct)
 	ent := &expertEntry{data: buf, pins: 1}
+	if c.repacks != nil && c.repacks(w.typ, w.dims) {
+		quant.RepackInto(w.typ, buf, direct, w.rows/w.dims[2], w.cols)
+		ent.packed = true
+	} else {
+		copy(buf, direct)
+	}
 	s.held[e] = ent
 	s.bytes += int64(size)
 	c.stats.Bytes += int64(size)
-	return buf, c.unpin(ent)
+	if ent.packed {
+		return direct, buf, c.unpin(ent)
+	}
+	return buf, nil, c.unpin(ent)
 }
 
 // set returns w's share, making it on w's first lookup. Called with mu held.

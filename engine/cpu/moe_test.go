@@ -71,10 +71,18 @@ func randomTensor(rng *rand.Rand, shape ...int) *tensor {
 // TestMatMulExperts checks each (token, slot) product against the dense product with that
 // expert's rows, for x shared by the slots and x per slot.
 func TestMatMulExperts(t *testing.T) {
+	// 40 rows end in a partial tile; 48 are whole groups, repacked where the machine has
+	// the kernels, against the dense products over the rows as stored.
+	for _, rows := range []int{40, 48} {
+		t.Run(fmt.Sprint(rows), func(t *testing.T) { testMatMulExperts(t, rows) })
+	}
+}
+
+func testMatMulExperts(t *testing.T, rows int) {
 	b := New(2)
 	c := b.NewContext().(*context)
 	rng := rand.New(rand.NewPCG(1, 1))
-	const experts, rows, cols, n, k = 6, 40, 64, 5, 3
+	const experts, cols, n, k = 6, 64, 5, 3
 	w := expertStack(t, b, rng, experts, rows, cols).(*weight)
 	ids := newTensor(n, k)
 	for i := range ids.data {
@@ -158,6 +166,23 @@ func TestExpertCache(t *testing.T) {
 	if err := cached.SetExpertCache(-1); err == nil {
 		t.Error("a negative cache size was accepted")
 	}
+
+	// Experts repacked at load, every one resident, go when a bounded cache is set; the
+	// numbers stay.
+	wr := w.(*weight)
+	if repacks := quant.Int8Repacked(quant.Q8_0); (wr.packed != nil) != repacks || (resident.HostWeightBytes() > 0) != repacks {
+		t.Fatalf("repacked experts: %v, %d bytes held; the machine's kernels want %v", wr.packed != nil, resident.HostWeightBytes(), repacks)
+	}
+	if err := resident.SetExpertCache(slice * 3); err != nil {
+		t.Fatal(err)
+	}
+	if wr.packed != nil || resident.HostWeightBytes() != 0 {
+		t.Errorf("a bounded cache kept the load's repacked experts (%d bytes)", resident.HostWeightBytes())
+	}
+	rc = resident.NewContext()
+	if got := values(t, rc, rc.MatMulExperts(w, x, ids)); !equal32(got, want) {
+		t.Error("the product changed with the load's repacked experts gone")
+	}
 }
 
 // cacheWeights makes n weights of experts slices of 64 bytes each for the cache alone.
@@ -186,7 +211,7 @@ func TestExpertCachePolicy(t *testing.T) {
 		for range 300 {
 			for _, w := range ws {
 				for _, e := range rng.Perm(experts)[:experts/2] {
-					data, release := c.get(w, e)
+					data, _, release := c.get(w, e)
 					if !bytes.Equal(data, w.data[e*64:(e+1)*64]) || c.stats.Bytes > c.capacity {
 						t.Fatalf("expert %d of %s: %d bytes held of %d", e, w.name, c.stats.Bytes, c.capacity)
 					}
@@ -207,7 +232,7 @@ func TestExpertCachePolicy(t *testing.T) {
 		for _, hot := range [][]int{{0, 1, 2, 3}, {8, 9, 10, 11}} {
 			for range 100 {
 				for _, e := range hot {
-					_, release := c.get(w, e)
+					_, _, release := c.get(w, e)
 					release()
 				}
 			}
