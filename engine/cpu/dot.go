@@ -7,15 +7,16 @@ import (
 	"github.com/redlite/batch/engine/quant"
 )
 
-// Dot chooses how quantized weights are multiplied with activations in the dot-product
-// paths (decode and small batches; larger batches expand the weights for the GEMM, which
-// is exact either way).
+// Dot chooses how quantized weights are multiplied with activations: in the dot-product
+// paths (decode and small batches), and for the types whose 8-bit kernels take every batch
+// size (four-token and repacked kernels) in place of the GEMM, which expands the weights
+// and is exact.
 type Dot int
 
 const (
 	// DotAuto uses 8-bit activations for the types where that is faster on this machine
-	// (quant.Int8Faster; never Q8_0, see int8Q8_0) and the exact path for the rest. It is the
-	// default.
+	// (quant.Int8Faster; Q8_0 where its rows are repacked, see int8Q8_0) and the exact path
+	// for the rest. It is the default.
 	DotAuto Dot = iota
 	// DotExact multiplies float32 activations with the weights as stored: the reference,
 	// bit-stable across batch sizes and the one the parity tests hold tightest.
