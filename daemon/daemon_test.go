@@ -85,6 +85,10 @@ func setupURL(t *testing.T, redisURL string) *testBundle {
 	cfg.WorkerName = "test-worker"
 	cfg.Backend = "cpu" // auto would take the GPU on a Mac; the tests expect the reference
 	cfg.GPULimitMiB = 4096
+	// The reference dots: on an AVX-512 VNNI CPU the 8-bit path repacks the fixture's
+	// Q8_0 output matrix, and the daemon widens its margin by that copy (withHostWeights),
+	// which would move the budgets the tests pin to the MiB with the machine's kernels.
+	cfg.CPUDot = "exact"
 	cfg.MaxChunk = 512
 	// One job at a time, planned per job: what most tests check (MTP, chunks, expert caches,
 	// a cancel within one pass). Batching workers are tested in batch_test.go.
