@@ -41,8 +41,15 @@ func cpuKernels(b ml.Backend, f *gguf.File) string {
 		return quant.KernelSet()
 	}
 	s := fmt.Sprintf("%s (8-bit: %s)", quant.KernelSet(), strings.Join(parts, "; "))
-	if repacked > 0 {
-		s += fmt.Sprintf(", %.1f MiB of repacked rows beside the file's", float64(repacked)/(1<<20))
+	switch held := cb.HostWeightBytes(); {
+	case held > 0:
+		// A loaded model: what binding it repacked.
+		s += fmt.Sprintf(", %.1f MiB of repacked rows beside the file's", float64(held)/(1<<20))
+	case repacked > 0:
+		// Nothing bound yet: every matrix the kernels would repack, some of which a model
+		// binds as stored (an embedding beside its own output matrix, matrices past the
+		// backend's limit).
+		s += fmt.Sprintf(", up to %.1f MiB of repacked rows beside the file's", float64(repacked)/(1<<20))
 	}
 	return s
 }

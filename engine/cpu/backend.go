@@ -147,6 +147,16 @@ func (b *Backend) Map(data []byte) (ml.Mapping, error) { return &mapping{data: d
 // Weight binds a weight in place: its bytes are the mapping's, nothing is copied (only
 // small vectors are expanded to float32).
 func (b *Backend) Weight(m ml.Mapping, name string, typ quant.Type, dims []int, offset int64) (ml.Weight, error) {
+	return b.weight(m, name, typ, dims, offset, true)
+}
+
+// RowWeight binds a weight only ever read a row at a time (ml.RowWeights): in place, never
+// repacked.
+func (b *Backend) RowWeight(m ml.Mapping, name string, typ quant.Type, dims []int, offset int64) (ml.Weight, error) {
+	return b.weight(m, name, typ, dims, offset, false)
+}
+
+func (b *Backend) weight(m ml.Mapping, name string, typ quant.Type, dims []int, offset int64, products bool) (ml.Weight, error) {
 	mp, ok := m.(*mapping)
 	if !ok {
 		return nil, fmt.Errorf("cpu: weight %s bound from a mapping of another backend", name)
@@ -168,7 +178,7 @@ func (b *Backend) Weight(m ml.Mapping, name string, typ quant.Type, dims []int, 
 	if err != nil {
 		return nil, err
 	}
-	if n := int64(b.RepackedBytes(typ, dims)); n > 0 && b.hostWeights.Load()+n <= b.repackLimit.Load() {
+	if n := int64(b.RepackedBytes(typ, dims)); products && n > 0 && b.hostWeights.Load()+n <= b.repackLimit.Load() {
 		// An expert's rows are whole groups, so expert e's repacked slice is bytes
 		// [e, e+1) × its size of the whole weight's layout.
 		buf, mapped := hostBytes(w, int(n))

@@ -222,6 +222,14 @@ type Backend interface {
 	Release(t Tensor)
 }
 
+// RowWeights is implemented by backends that lay matrices out for products when binding
+// them (the CPU backend's repacked rows): RowWeight binds a weight that is only ever read a
+// row at a time (Context.Embed), such as a token embedding beside its own output matrix,
+// which needs no such layout. Other backends bind it with Weight.
+type RowWeights interface {
+	RowWeight(m Mapping, name string, typ quant.Type, dims []int, offset int64) (Weight, error)
+}
+
 // ScratchPool is implemented by backends that keep the memory of finished passes for the
 // passes that follow (so that decode allocates nothing per token) and can say how much
 // memory passes needed: what a memory planner must reserve beside weights and caches.

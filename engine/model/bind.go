@@ -44,7 +44,18 @@ func (b *Binder) fail(err error) {
 }
 
 // Weight binds tensor name with GGUF dims want (ne0 first). A nil want skips the shape check.
-func (b *Binder) Weight(name string, want ...int) ml.Weight {
+func (b *Binder) Weight(name string, want ...int) ml.Weight { return b.bind(name, false, want) }
+
+// Embedding binds the token embedding name. When the file has a separate output matrix
+// (output), the embedding is only looked up row by row, and a backend that lays matrices
+// out for products at bind time is told so (ml.RowWeights); tied, it is the output matrix
+// too and bound as Weight binds it.
+func (b *Binder) Embedding(name, output string, want ...int) ml.Weight {
+	_, separate := b.File.Tensor(output)
+	return b.bind(name, separate, want)
+}
+
+func (b *Binder) bind(name string, rowsOnly bool, want []int) ml.Weight {
 	t, ok := b.File.Tensor(name)
 	if !ok {
 		b.fail(fmt.Errorf("%s: missing tensor %s", b.Arch, name))
@@ -66,7 +77,11 @@ func (b *Binder) Weight(name string, want ...int) ml.Weight {
 		}
 		b.mapping = m
 	}
-	w, err := b.B.Weight(b.mapping, name, t.Type, dims, int64(t.Offset))
+	bind := b.B.Weight
+	if rb, ok := b.B.(ml.RowWeights); ok && rowsOnly {
+		bind = rb.RowWeight
+	}
+	w, err := bind(b.mapping, name, t.Type, dims, int64(t.Offset))
 	if err != nil {
 		b.fail(err)
 		return nil

@@ -100,7 +100,7 @@ func Load(f *gguf.File, b ml.Backend) (model.Graph, error) {
 	}
 
 	d := c.Embedding
-	m.tokenEmbd = bd.Weight("token_embd.weight")
+	m.tokenEmbd = bd.Embedding("token_embd.weight", "output.weight")
 	if m.tokenEmbd != nil {
 		c.Vocab = m.tokenEmbd.Dims()[len(m.tokenEmbd.Dims())-1]
 		bd.Check(m.tokenEmbd.Dims()[0] == d, "token_embd.weight has rows of %d, want embedding_length %d", m.tokenEmbd.Dims()[0], d)
