@@ -35,42 +35,21 @@ func (c *context) matmul(w *weight, r0, r1 int, x []float32, n int, out []float3
 		c.matmulRepacked(w, r0, r1, x, n, out)
 	case n > 1 && c.b.int8(w.typ) && quant.Int8Rows4(w.typ) && cols%quant.QK_K == 0:
 		// 8-bit activations with a four-token kernel: cheaper than expanding the rows for
-		// the float GEMM at any batch size. x is quantized once; each worker's rows go by
-		// tiles that stay in L1, against the tokens in runs whose activations stay in L2.
+		// the float GEMM at any batch size. x is quantized once.
 		acts, release := c.quantizeActs(x, n, cols)
 		defer release()
 		nb := cols / quant.QK_K
-		run := max(4, int8TokenRun/(nb*quant.Q8KFloats*4)/4*4)
-		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
-			for i0 := 0; i0 < n; i0 += run {
-				tn := min(run, n-i0)
-				for t0 := lo; t0 < hi; t0 += dotTileRows {
-					t1 := min(t0+dotTileRows, hi)
-					dotTileQ8K(w.typ, w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts[i0*nb:], nb, tn, out[i0*rows+t0:], rows)
-				}
-			}
+		c.tiles(rows, n, nb*quant.Q8KFloats*4, func(t0, t1, i0, tn int) {
+			dotTileQ8K(w.typ, w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts[i0*nb:], nb, tn, out[i0*rows+t0:], rows)
 		})
 	case w.typ == quant.Q8_0 && c.b.int8Q8_0():
 		// Q8_0 with activations quantized to Q8_0, at every batch size, so that a token's
-		// numbers never depend on the step it is computed in: one kernel call per range
-		// of rows for one token; for more, tiles of rows that stay in L1 against the tokens
-		// in runs whose activations stay in L2, four tokens per kernel call.
+		// numbers never depend on the step it is computed in; four tokens per kernel call.
 		acts, release := c.quantizeActsQ8_0(x, n, cols)
 		defer release()
 		ab := len(acts) / n
-		run := max(4, int8TokenRun/ab/4*4)
-		c.b.pool.parallel(rows, dotTileRows, func(lo, hi int) {
-			if n == 1 {
-				quant.DotRowsQ8_0(w.data[(r0+lo)*w.rowB:(r0+hi)*w.rowB], acts, out[lo:hi])
-				return
-			}
-			for i0 := 0; i0 < n; i0 += run {
-				tn := min(run, n-i0)
-				for t0 := lo; t0 < hi; t0 += dotTileRows {
-					t1 := min(t0+dotTileRows, hi)
-					dotTileQ8_0(w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts[i0*ab:(i0+tn)*ab], tn, out[i0*rows+t0:], rows)
-				}
-			}
+		c.tiles(rows, n, ab, func(t0, t1, i0, tn int) {
+			dotTileQ8_0(w.data[(r0+t0)*w.rowB:(r0+t1)*w.rowB], acts[i0*ab:(i0+tn)*ab], tn, out[i0*rows+t0:], rows)
 		})
 	case n > c.b.fusedMaxTokens(w.typ) && !small:
 		gemmWeight(c.b.pool, defaultKernel, w, r0, r1, x, n, out)
@@ -135,43 +114,46 @@ func dotTile(t quant.Type, rows []byte, x []float32, cols, n int, out []float32,
 	}
 }
 
-// matmulRepacked is matmul over w's repacked layout: workers take whole groups of rows;
-// each group, small enough for L1, is dotted with every token of a run, whose 8-bit
-// activations stay in L2, before the next group.
+// matmulRepacked is matmul over w's repacked layout, whose groups of rows are tiles.
 func (c *context) matmulRepacked(w *weight, r0, r1 int, x []float32, n int, out []float32) {
 	rows, cols := r1-r0, w.cols
-	// dot computes rows [t0, t1) of the range for tokens [i0, i0+tn).
-	var dot func(t0, t1, i0, tn int)
-	var tokenBytes int
 	if w.typ == quant.Q8_0 {
 		acts, release := c.quantizeActsQ8_0(x, n, cols)
 		defer release()
 		ab := len(acts) / n
-		tokenBytes = ab
-		dot = func(t0, t1, i0, tn int) {
+		c.tiles(rows, n, ab, func(t0, t1, i0, tn int) {
 			quant.DotRepackedQ8_0(w.packed, cols, r0+t0, r0+t1, acts[i0*ab:(i0+tn)*ab], out[i0*rows+t0:], rows)
-		}
-	} else {
-		acts, release := c.quantizeActs(x, n, cols)
-		defer release()
-		nb := cols / quant.QK_K
-		tokenBytes = nb * quant.Q8KFloats * 4
-		dot = func(t0, t1, i0, tn int) {
-			quant.DotRepackedQ8K(w.typ, w.packed, cols, r0+t0, r0+t1, acts[i0*nb:(i0+tn)*nb], out[i0*rows+t0:], rows)
-		}
+		})
+		return
 	}
+	acts, release := c.quantizeActs(x, n, cols)
+	defer release()
+	nb := cols / quant.QK_K
+	c.tiles(rows, n, nb*quant.Q8KFloats*4, func(t0, t1, i0, tn int) {
+		quant.DotRepackedQ8K(w.typ, w.packed, cols, r0+t0, r0+t1, acts[i0*nb:(i0+tn)*nb], out[i0*rows+t0:], rows)
+	})
+}
+
+// The repacked layout's groups of rows are the tiles of c.tiles.
+var _ = [1]struct{}{}[dotTileRows-quant.RepackRows]
+
+// tiles runs dot(t0, t1, i0, tn), rows [t0, t1) for tokens [i0, i0+tn), over rows [0, rows)
+// and n tokens of tokenBytes of 8-bit activations each: workers take whole tiles of
+// dotTileRows rows; one token goes through a worker's rows in one call, more by tiles,
+// small enough for L1, each dotted with every token of a run whose activations stay in L2
+// before the next tile.
+func (c *context) tiles(rows, n, tokenBytes int, dot func(t0, t1, i0, tn int)) {
 	run := max(4, int8TokenRun/tokenBytes/4*4)
-	groups := (rows + quant.RepackRows - 1) / quant.RepackRows
-	c.b.pool.parallel(groups, 1, func(lo, hi int) {
-		lo, hi = lo*quant.RepackRows, min(hi*quant.RepackRows, rows)
+	c.b.pool.parallel((rows+dotTileRows-1)/dotTileRows, 1, func(lo, hi int) {
+		lo, hi = lo*dotTileRows, min(hi*dotTileRows, rows)
 		if n == 1 {
 			dot(lo, hi, 0, 1)
 			return
 		}
 		for i0 := 0; i0 < n; i0 += run {
 			tn := min(run, n-i0)
-			for t0 := lo; t0 < hi; t0 += quant.RepackRows {
-				dot(t0, min(t0+quant.RepackRows, hi), i0, tn)
+			for t0 := lo; t0 < hi; t0 += dotTileRows {
+				dot(t0, min(t0+dotTileRows, hi), i0, tn)
 			}
 		}
 	})
