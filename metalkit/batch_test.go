@@ -149,18 +149,9 @@ func TestBatchedStepParity(t *testing.T) {
 		for _, kv := range tc.kvs {
 			t.Run(fmt.Sprintf("%s/%s", name, kv), func(t *testing.T) {
 				path := fixtures.Path(t, "models", name+".gguf")
-				ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ref.Close()
 				dev := &countingDevice{Device: harnesstest.Device(t), counts: map[string]int{}}
 				b := New(dev)
-				m, err := engine.Load(path, engine.Options{Backend: b})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close()
+				ref, m := loadPair(t, path, b)
 				want, _ := runSteps(t, ref, kv, 32, steps, nil)
 				got, batched := runSteps(t, m, kv, 32, steps, dev)
 				b.BatchAttention = false
@@ -211,16 +202,7 @@ func TestGemma3BatchedPastWindow(t *testing.T) {
 		{tok(0, 2), tok(1, 2), tok(2, 2), tok(3, 2)},
 	}
 	path := fixtures.Path(t, "models", "tiny-gemma3-F32.gguf")
-	ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	m, err := engine.Load(path, engine.Options{Backend: New(harnesstest.Device(t))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	ref, m := loadPair(t, path, New(harnesstest.Device(t)))
 	for _, kv := range []ml.DType{ml.F32, ml.F16} {
 		want, _ := runSteps(t, ref, kv, 64, steps, nil)
 		got, _ := runSteps(t, m, kv, 64, steps, nil)

@@ -65,17 +65,7 @@ func TestModelParity(t *testing.T) {
 	}
 	for _, path := range names {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".gguf"), func(t *testing.T) {
-			// The Metal kernels compute with float32 activations: the CPU's exact path.
-			ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
-			m, err := engine.Load(path, engine.Options{Backend: New(dev)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			ref, m := loadPair(t, path, New(dev))
 			vocab := m.Config().Vocab
 			ids := make([]int32, 70)
 			for i := range ids {
@@ -111,16 +101,7 @@ func TestYaRNParity(t *testing.T) {
 	path := fixtures.Edit(t, fixtures.Path(t, "models", "tiny-qwen3-F32.gguf"), nil, map[string]any{
 		"qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": float32(4),
 		"qwen3.rope.scaling.original_context_length": uint32(8), "qwen3.rope.scaling.attn_factor": float32(0.8)})
-	ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	m, err := engine.Load(path, engine.Options{Backend: New(dev)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	ref, m := loadPair(t, path, New(dev))
 	ids := make([]int32, 24)
 	for i := range ids {
 		ids[i] = int32((i*7919 + 13) % 512)
@@ -140,16 +121,7 @@ func TestGemma3WindowParity(t *testing.T) {
 	dev := harnesstest.Device(t)
 	const model = "tiny-gemma3-F32"
 	exact := fixtures.LoadLogits(t, model, "seq300-nofa-kvf32")
-	ref, err := engine.Load(fixtures.Path(t, "models", model+".gguf"), engine.Options{Backend: refCPU(), CPUDot: "exact"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	m, err := engine.Load(fixtures.Path(t, "models", model+".gguf"), engine.Options{Backend: New(dev)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	ref, m := loadPair(t, fixtures.Path(t, "models", model+".gguf"), New(dev))
 	vocab := m.Config().Vocab
 	type run struct {
 		chunk, tokens int
@@ -270,4 +242,21 @@ func greedy(t *testing.T, m *engine.Model, prompt []int32, mtp bool) []int32 {
 		t.Errorf("%s: MTP drafted nothing", m.Backend.Name())
 	}
 	return out
+}
+
+// loadPair loads path on the CPU's exact path, the reference (the Metal kernels compute
+// with float32 activations, as it does), and on b; both close when t ends.
+func loadPair(t *testing.T, path string, b *Backend) (ref, m *engine.Model) {
+	t.Helper()
+	ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	m, err = engine.Load(path, engine.Options{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return ref, m
 }

@@ -38,16 +38,7 @@ func TestPrefixParity(t *testing.T) {
 		name := tc.name
 		t.Run(name, func(t *testing.T) {
 			path := fixtures.Path(t, "models", name+".gguf")
-			ref, err := engine.Load(path, engine.Options{Backend: refCPU(), CPUDot: "exact"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
-			m, err := engine.Load(path, engine.Options{Backend: New(dev)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			ref, m := loadPair(t, path, New(dev))
 			vocab := m.Config().Vocab
 			a := make([]int32, shared+rest)
 			for i := range a {
